@@ -1,0 +1,304 @@
+"""Vocabulary loading, encoding and the tf.data pipeline.
+
+Encoding follows the updated Kyubyong code: the source gets </S>; the target becomes
+``<S> y </S>``, from which the decoder input ``<S> y`` and the labels ``y </S>`` are the
+shifted halves. Training batches are length-bucketed under a token budget, padded only to
+their own longest sequence (rounded up to ``pad_multiple``), seeded and deterministic.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import regex
+
+import hparams as H
+from hparams import UserError
+from prepro import BOS_ID, EOS_ID, PAD_ID, RESERVED, UNK_ID
+
+_LEGACY_CLEAN = regex.compile(r"[^\s\p{Latin}']")
+
+
+def clean(line: str) -> str:
+    """The legacy word-level cleaning: keep Latin letters, apostrophes and whitespace."""
+    return _LEGACY_CLEAN.sub("", line)
+
+
+class Tokenizer:
+    """Maps sentences to ids and back, for a joint BPE model or two word vocabularies."""
+
+    def __init__(self, hp: H.Hparams):
+        d = hp.prepro_dir
+        self.kind = hp.vocab_type
+        if self.kind == "bpe":
+            import sentencepiece as spm
+            path = os.path.join(d, "bpe.model")
+            _require(path, hp)
+            self.sp = spm.SentencePieceProcessor(model_file=path)
+            self.src_vocab_size = self.tgt_vocab_size = self.sp.get_piece_size()
+        else:
+            self.src_vocab = _read_vocab(os.path.join(d, f"vocab.{hp.src_lang}.tsv"), hp)
+            self.tgt_vocab = _read_vocab(os.path.join(d, f"vocab.{hp.tgt_lang}.tsv"), hp)
+            self.tgt_words = list(self.tgt_vocab)
+            self.src_vocab_size, self.tgt_vocab_size = len(self.src_vocab), len(self.tgt_vocab)
+
+    def _encode(self, lines: list[str], vocab: dict[str, int] | None) -> list[list[int]]:
+        if self.kind == "bpe":
+            return self.sp.encode(list(lines))
+        return [[vocab.get(w, UNK_ID) for w in clean(line).split()] for line in lines]
+
+    def encode_src(self, lines: list[str]) -> list[list[int]]:
+        """Token ids of source sentences, without </S>."""
+        return self._encode(lines, None if self.kind == "bpe" else self.src_vocab)
+
+    def encode_tgt(self, lines: list[str]) -> list[list[int]]:
+        return self._encode(lines, None if self.kind == "bpe" else self.tgt_vocab)
+
+    def decode_tgt(self, ids) -> str:
+        """Detokenized target text; stops at </S>, skips <PAD>/<S>, out-of-range ids -> <UNK>."""
+        out = []
+        for i in ids:
+            i = int(i)
+            if i == EOS_ID:
+                break
+            if i in (PAD_ID, BOS_ID):
+                continue
+            out.append(i if i < self.tgt_vocab_size else UNK_ID)
+        if self.kind == "bpe":
+            return self.sp.decode(out)
+        return " ".join(self.tgt_words[i] for i in out)
+
+    def tgt_tokens(self, ids) -> list[str]:
+        """Target pieces (for attention plots)."""
+        if self.kind == "bpe":
+            return [self.sp.id_to_piece(int(i)) for i in ids]
+        return [self.tgt_words[int(i)] for i in ids]
+
+    def src_tokens(self, ids) -> list[str]:
+        if self.kind == "bpe":
+            return [self.sp.id_to_piece(int(i)) for i in ids]
+        words = list(self.src_vocab)
+        return [words[int(i)] for i in ids]
+
+
+def _require(path: str, hp: H.Hparams) -> None:
+    if not os.path.exists(path):
+        raise UserError(f"{path} not found: run `python prepro.py` with the same --preset "
+                        f"and --prepro_dir first")
+
+
+def _read_vocab(path: str, hp: H.Hparams) -> dict[str, int]:
+    _require(path, hp)
+    vocab: dict[str, int] = {}
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            parts = line.rstrip("\n").split("\t")
+            if len(parts) != 2 or not parts[1].isdigit():
+                raise UserError(f"{path}:{n}: expected 'token<TAB>count'; rerun prepro.py")
+            vocab.setdefault(parts[0], len(vocab))
+    if list(vocab)[:4] != list(RESERVED):
+        raise UserError(f"{path}: the first four tokens must be {' '.join(RESERVED)}; "
+                        f"rerun prepro.py")
+    return vocab
+
+
+def load_tokenizer(hp: H.Hparams) -> Tokenizer:
+    """The tokenizer of ``hp.prepro_dir``, after checking it was built for these hparams."""
+    saved_path = os.path.join(hp.prepro_dir, "hparams.json")
+    saved = H.load(saved_path)
+    H.check_same(saved, hp, H.DATA_KEYS, f"the vocabulary in {hp.prepro_dir}",
+                 "rerun prepro.py with these settings or pass the matching --preset/--prepro_dir")
+    return Tokenizer(hp)
+
+
+# ---------------------------------------------------------------------------------------
+# Encoded corpora: flat id arrays with offsets, written once by prepro.py
+# ---------------------------------------------------------------------------------------
+def _flatten(seqs: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    lens = np.fromiter((len(s) for s in seqs), dtype=np.int64, count=len(seqs))
+    offsets = np.zeros(len(seqs) + 1, dtype=np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    flat = np.fromiter((i for s in seqs for i in s), dtype=np.int32, count=int(offsets[-1]))
+    return flat, offsets
+
+
+def encode_pairs(tok: Tokenizer, src: list[str], tgt: list[str]) -> dict[str, np.ndarray]:
+    """Token ids of aligned sentences as flat arrays + offsets (specials not included)."""
+    s_ids, s_off = _flatten(tok.encode_src(src))
+    t_ids, t_off = _flatten(tok.encode_tgt(tgt))
+    return dict(src_ids=s_ids, src_off=s_off, tgt_ids=t_ids, tgt_off=t_off)
+
+
+def save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
+    tmp = path + ".part.npz"
+    np.savez(tmp, **arrays)
+    os.replace(tmp, path)
+
+
+@dataclass
+class Corpus:
+    """An encoded split. ``src(i)``/``tgt(i)`` are the raw ids of pair i (no specials)."""
+    src_ids: np.ndarray
+    src_off: np.ndarray
+    tgt_ids: np.ndarray
+    tgt_off: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.src_off) - 1
+
+    def src(self, i: int) -> np.ndarray:
+        return self.src_ids[self.src_off[i]:self.src_off[i + 1]]
+
+    def tgt(self, i: int) -> np.ndarray:
+        return self.tgt_ids[self.tgt_off[i]:self.tgt_off[i + 1]]
+
+    @property
+    def src_lens(self) -> np.ndarray:
+        """Encoder input lengths, </S> included."""
+        return np.diff(self.src_off) + 1
+
+    @property
+    def tgt_lens(self) -> np.ndarray:
+        """Decoder input (= label) lengths: one special token added."""
+        return np.diff(self.tgt_off) + 1
+
+
+def load_corpus(hp: H.Hparams, split: str) -> Corpus:
+    path = os.path.join(hp.prepro_dir, f"{split}.npz")
+    _require(path, hp)
+    with np.load(path) as z:
+        return Corpus(**{k: z[k] for k in ("src_ids", "src_off", "tgt_ids", "tgt_off")})
+
+
+def read_raw(hp: H.Hparams, split: str) -> tuple[list[str], list[str]]:
+    """The raw (source, reference) sentences of a split, as prepro.py wrote them."""
+    out = []
+    for side in ("src", "tgt"):
+        path = os.path.join(hp.prepro_dir, f"{split}.{side}")
+        _require(path, hp)
+        with open(path, encoding="utf-8") as f:
+            out.append(f.read().split("\n")[:-1])
+    return out[0], out[1]
+
+
+def keep_by_length(corpus: Corpus, hp: H.Hparams, split: str = "train") -> np.ndarray:
+    """Indices of pairs within maxlen1/maxlen2; logs how many were dropped."""
+    keep = (corpus.src_lens <= hp.maxlen1) & (corpus.tgt_lens <= hp.maxlen2)
+    dropped = len(corpus) - int(keep.sum())
+    if dropped:
+        print(f"data: dropped {dropped:,} of {len(corpus):,} {split} pairs longer than "
+              f"maxlen1={hp.maxlen1} / maxlen2={hp.maxlen2}")
+    idx = np.flatnonzero(keep)
+    if not len(idx):
+        raise UserError(f"no {split} pair in {hp.prepro_dir} fits maxlen1={hp.maxlen1} and "
+                        f"maxlen2={hp.maxlen2}; raise them")
+    return idx
+
+
+def round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+def make_batches(src_lens: np.ndarray, tgt_lens: np.ndarray, hp: H.Hparams, epoch: int
+                 ) -> list[np.ndarray]:
+    """Group pair indices into batches of similar length; the order is seeded by epoch.
+
+    Pairs are shuffled, then stably sorted by (target, source) length, cut greedily into
+    batches whose ``rows * padded_length`` stays within ``tokens_per_batch`` (or into
+    ``batch_size`` rows), and the batches are shuffled. A pair longer than the budget on
+    its own gets a batch of its own.
+    """
+    rng = np.random.default_rng([hp.seed, epoch])
+    order = rng.permutation(len(src_lens))
+    order = order[np.lexsort((src_lens[order], tgt_lens[order]))]
+    m = hp.pad_multiple
+    batches, start, width = [], 0, 0
+    for pos, i in enumerate(order):
+        w = max(width, round_up(int(max(src_lens[i], tgt_lens[i])), m))
+        rows = pos - start + 1
+        full = rows > hp.batch_size if hp.batch_size > 0 else rows * w > hp.tokens_per_batch
+        if full and rows > 1:
+            batches.append(order[start:pos])
+            start, w = pos, round_up(int(max(src_lens[i], tgt_lens[i])), m)
+        width = w
+    batches.append(order[start:])
+    perm = rng.permutation(len(batches))
+    return [batches[j] for j in perm]
+
+
+def pad_batch(seqs: list[np.ndarray], multiple: int = 1) -> np.ndarray:
+    width = round_up(max(len(s) for s in seqs), multiple)
+    out = np.zeros((len(seqs), width), dtype=np.int32)
+    for r, s in enumerate(seqs):
+        out[r, :len(s)] = s
+    return out
+
+
+def build_batch(corpus: Corpus, idx: np.ndarray, multiple: int = 1
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(source [N, T1], decoder input [N, T2], labels [N, T2]) for the pairs in idx."""
+    eos, bos = np.array([EOS_ID], np.int32), np.array([BOS_ID], np.int32)
+    src = pad_batch([np.concatenate([corpus.src(i), eos]) for i in idx], multiple)
+    dec = pad_batch([np.concatenate([bos, corpus.tgt(i)]) for i in idx], multiple)
+    lab = pad_batch([np.concatenate([corpus.tgt(i), eos]) for i in idx], multiple)
+    return src, dec, lab
+
+
+def padding_fraction(batches: list[np.ndarray], corpus: Corpus, multiple: int = 1
+                     ) -> tuple[float, float]:
+    """Fractions of padded (source, target) positions over the given batches."""
+    s_real = t_real = s_all = t_all = 0
+    sl, tl = corpus.src_lens, corpus.tgt_lens
+    for b in batches:
+        s_real += int(sl[b].sum())
+        t_real += int(tl[b].sum())
+        s_all += len(b) * round_up(int(sl[b].max()), multiple)
+        t_all += len(b) * round_up(int(tl[b].max()), multiple)
+    return 1 - s_real / s_all, 1 - t_real / t_all
+
+
+class TrainData:
+    """The training split, filtered by length, with per-epoch batch plans."""
+
+    def __init__(self, hp: H.Hparams):
+        self.hp = hp
+        self.corpus = load_corpus(hp, "train")
+        self.keep = keep_by_length(self.corpus, hp)
+
+    def batches(self, epoch: int) -> list[np.ndarray]:
+        plan = make_batches(self.corpus.src_lens[self.keep], self.corpus.tgt_lens[self.keep],
+                            self.hp, epoch)
+        return [self.keep[b] for b in plan]
+
+    def dataset(self, epoch: int, skip: int = 0):
+        """A tf.data.Dataset of (src, dec_in, labels) int32 batches for one epoch.
+
+        ``skip`` leaves out the first batches (those already trained on before a resume).
+        """
+        import tensorflow as tf
+        plan = self.batches(epoch)[skip:]
+        corpus, m = self.corpus, self.hp.pad_multiple
+
+        def gen():
+            for idx in plan:
+                yield build_batch(corpus, idx, m)
+
+        spec = tf.TensorSpec([None, None], tf.int32)
+        ds = tf.data.Dataset.from_generator(gen, output_signature=(spec, spec, spec))
+        return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def eval_batches(src_ids: list[np.ndarray], batch_size: int, max_src_len: int):
+    """Yield (original indices, padded source [N, T1]) in batches of similar length.
+
+    Sources are sorted by length so that batches carry little padding; callers restore
+    the original order with the returned indices. Sources longer than ``max_src_len``
+    (</S> included) are truncated.
+    """
+    eos = np.array([EOS_ID], np.int32)
+    seqs = [np.concatenate([np.asarray(s[:max_src_len - 1], np.int32), eos]) for s in src_ids]
+    order = np.argsort([len(s) for s in seqs], kind="stable")
+    for start in range(0, len(order), batch_size):
+        idx = order[start:start + batch_size]
+        yield idx, pad_batch([seqs[i] for i in idx])

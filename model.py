@@ -1,0 +1,219 @@
+"""The encoder-decoder Transformer (paper section 3, figure 1) built from modules.py.
+
+``Transformer.call((src, tgt_in))`` gives logits for teacher forcing; ``encode`` and
+``decode_step`` with a plain-dict cache give incremental decoding; :func:`greedy_decoder`
+compiles the whole autoregressive loop into one tf.function.
+"""
+from __future__ import annotations
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+import modules as M
+from prepro import BOS_ID, EOS_ID, PAD_ID
+
+
+@keras.saving.register_keras_serializable(package="transformer")
+class Transformer(keras.Model):
+    """Encoder and decoder stacks of ``num_blocks`` layers each (3.1).
+
+    Embeddings (3.4): one matrix for source, target and the pre-softmax projection when
+    ``share_embeddings`` (joint BPE vocabulary); otherwise a source embedding and a target
+    embedding tied to the output projection. Dropout on the embedding sums (5.4).
+    """
+
+    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_model: int = 512,
+                 d_ff: int = 2048, num_blocks: int = 6, num_heads: int = 8,
+                 dropout_rate: float = 0.1, position: str = "sinusoid",
+                 max_position: int = 1024, norm: str = "post", share_embeddings: bool = True,
+                 **kwargs):
+        super().__init__(**kwargs)
+        if share_embeddings and src_vocab_size != tgt_vocab_size:
+            raise ValueError("share_embeddings needs one joint vocabulary")
+        self.args = dict(src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size,
+                         d_model=d_model, d_ff=d_ff, num_blocks=num_blocks,
+                         num_heads=num_heads, dropout_rate=dropout_rate, position=position,
+                         max_position=max_position, norm=norm,
+                         share_embeddings=share_embeddings)
+        self.d_model, self.norm, self.position = d_model, norm, position
+        self.max_position = max_position
+        self.tgt_embedding = M.TokenEmbedding(tgt_vocab_size, d_model, name="tgt_embedding")
+        self.src_embedding = (self.tgt_embedding if share_embeddings else
+                              M.TokenEmbedding(src_vocab_size, d_model, name="src_embedding"))
+        self.src_position = M.PositionalEncoding(d_model, position, max_position,
+                                                 name="src_position")
+        self.tgt_position = M.PositionalEncoding(d_model, position, max_position,
+                                                 name="tgt_position")
+        self.src_dropout = keras.layers.Dropout(dropout_rate)
+        self.tgt_dropout = keras.layers.Dropout(dropout_rate)
+        layer_args = (d_model, num_heads, d_ff, dropout_rate, norm)
+        self.encoder_layers = [M.EncoderLayer(*layer_args, name=f"encoder_{i}")
+                               for i in range(num_blocks)]
+        self.decoder_layers = [M.DecoderLayer(*layer_args, name=f"decoder_{i}")
+                               for i in range(num_blocks)]
+        if norm == "pre":
+            self.encoder_norm = M.layer_norm("encoder_norm")
+            self.decoder_norm = M.layer_norm("decoder_norm")
+
+    @classmethod
+    def from_hparams(cls, hp, src_vocab_size: int, tgt_vocab_size: int) -> "Transformer":
+        model = cls(src_vocab_size, tgt_vocab_size, d_model=hp.d_model, d_ff=hp.d_ff,
+                    num_blocks=hp.num_blocks, num_heads=hp.num_heads,
+                    dropout_rate=hp.dropout_rate, position=hp.position,
+                    max_position=hp.max_position, norm=hp.norm,
+                    share_embeddings=hp.share_embeddings, name="transformer")
+        model.build_all()
+        return model
+
+    def build(self, input_shape=None):
+        """Create every weight (input_shape is unused: all shapes follow from d_model)."""
+        x = (None, None, self.d_model)
+        for layer in (self.src_embedding, self.tgt_embedding, self.src_position,
+                      self.tgt_position, *self.encoder_layers):
+            if not layer.built:  # the embedding may be shared
+                layer.build(x)
+        for layer in self.decoder_layers:
+            layer.build(x, x)
+        if self.norm == "pre":
+            self.encoder_norm.build(x)
+            self.decoder_norm.build(x)
+        self.built = True
+
+    def build_all(self):
+        """Build the weights and trace call() once on a 1-token batch."""
+        one = tf.ones((1, 1), tf.int32)
+        self((one, one), training=False)
+
+    # -- the two stacks -------------------------------------------------------------------
+    def _embed(self, ids, embedding, position, dropout, training, offset=0):
+        x = embedding(ids)
+        return dropout(position(x, offset=offset), training=training)
+
+    def encode(self, src, training=False, return_attention=False):
+        """src (N, T1) ids -> memory (N, T1, d_model), mask (N, 1, 1, T1) [, weights]."""
+        mask = M.padding_mask(src)
+        x = self._embed(src, self.src_embedding, self.src_position, self.src_dropout,
+                        training)
+        weights = []
+        for layer in self.encoder_layers:
+            x, w = layer(x, mask, training=training, return_attention=True)
+            weights.append(w)
+        if self.norm == "pre":
+            x = self.encoder_norm(x)
+        return (x, mask, weights) if return_attention else (x, mask)
+
+    def decode(self, tgt_in, memory, memory_mask, training=False, return_attention=False):
+        """tgt_in (N, T2) ids -> decoder output (N, T2, d_model) before the projection."""
+        x = self._embed(tgt_in, self.tgt_embedding, self.tgt_position, self.tgt_dropout,
+                        training)
+        self_mask = M.causal_mask(tf.shape(tgt_in)[1])
+        weights = []
+        for layer in self.decoder_layers:
+            x, w = layer(x, memory, self_mask, memory_mask, training=training,
+                         return_attention=True)
+            weights.append(w)
+        if self.norm == "pre":
+            x = self.decoder_norm(x)
+        return (x, weights) if return_attention else x
+
+    def logits(self, hidden):
+        """(..., d_model) -> (..., V) float32 via the tied embedding (3.4)."""
+        return self.tgt_embedding.logits(hidden)
+
+    def call(self, inputs, training=False):
+        """inputs = (src (N, T1), tgt_in (N, T2)) -> logits (N, T2, V) float32."""
+        src, tgt_in = inputs
+        memory, mask = self.encode(src, training=training)
+        return self.logits(self.decode(tgt_in, memory, mask, training=training))
+
+    # -- incremental decoding ------------------------------------------------------------
+    def init_cache(self, memory, memory_mask, max_len):
+        """The decoding cache, a plain dict: ``step`` (scalar int32), ``memory_mask``
+        (N, 1, 1, T1) and per decoder layer the self-attention keys/values
+        (N, h, max_len, d_k) plus the cross-attention keys/values (N, h, T1, d_k)."""
+        return {"step": tf.constant(0, tf.int32), "memory_mask": memory_mask,
+                "layers": [layer.init_cache(memory, max_len) for layer in self.decoder_layers]}
+
+    def decode_step(self, tokens, cache):
+        """tokens (N,) at position cache['step'] -> (logits (N, V) float32, new cache)."""
+        step = cache["step"]
+        x = self._embed(tokens[:, None], self.tgt_embedding, self.tgt_position,
+                        self.tgt_dropout, False, offset=step)
+        layers = []
+        for layer, layer_cache in zip(self.decoder_layers, cache["layers"]):
+            x, layer_cache = layer.step(x, layer_cache, step, cache["memory_mask"])
+            layers.append(layer_cache)
+        if self.norm == "pre":
+            x = self.decoder_norm(x)
+        new = {"step": step + 1, "memory_mask": cache["memory_mask"], "layers": layers}
+        return self.logits(x[:, 0]), new
+
+    def get_config(self):
+        return {**super().get_config(), **self.args}
+
+    def summary_lines(self) -> list[str]:
+        """'name shape' for every variable, then the total parameter count (the specs)."""
+        lines = [f"{v.path}\t{tuple(v.shape)}" for v in self.weights]
+        lines.append(f"total parameters: {self.count_params():,}")
+        return lines
+
+
+def max_decode_len(model: Transformer, src_len, extra: int):
+    """Decoding budget: source length + extra, capped by the learned position table."""
+    limit = src_len + extra
+    if model.position == "learned":
+        limit = tf.minimum(limit, model.max_position)
+    return limit
+
+
+def greedy_loop(model: Transformer, src, extra):
+    """Greedy autoregressive decoding of src (N, T1) -> (N, L) ids, PAD after </S>.
+
+    Encodes once, computes the cross-attention keys/values once, and appends one
+    position per step to the self-attention cache; stops when every sentence has emitted
+    </S> or after ``src length + extra`` steps. Meant to run inside a tf.function.
+    """
+    memory, mask = model.encode(src)
+    n = tf.shape(src)[0]
+    max_len = max_decode_len(model, tf.shape(src)[1], extra)
+    cache = model.init_cache(memory, mask, max_len)
+    out = tf.zeros((n, max_len), tf.int32)
+    tokens = tf.fill((n,), BOS_ID)
+    done = tf.zeros((n,), tf.bool)
+
+    def cond(i, tokens, done, out, cache):
+        return tf.logical_and(i < max_len, tf.logical_not(tf.reduce_all(done)))
+
+    def body(i, tokens, done, out, cache):
+        logits, cache = model.decode_step(tokens, cache)
+        nxt = tf.argmax(logits, axis=-1, output_type=tf.int32)
+        nxt = tf.where(done, PAD_ID, nxt)
+        out = keras.ops.slice_update(out, [0, i], nxt[:, None])
+        return i + 1, nxt, tf.logical_or(done, tf.equal(nxt, EOS_ID)), out, cache
+
+    i, _, _, out, _ = tf.while_loop(cond, body, (tf.constant(0), tokens, done, out, cache))
+    return out[:, :i]
+
+
+def greedy_decoder(model: Transformer, jit_compile: bool = False):
+    """A compiled ``fn(src (N, T1) int32, extra scalar int32) -> (N, L) int32``."""
+    spec = [tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([], tf.int32)]
+    return tf.function(lambda src, extra: greedy_loop(model, src, extra),
+                       input_signature=spec, jit_compile=jit_compile)
+
+
+def naive_greedy(model: Transformer, src, max_len: int):
+    """Reference decoder of the original code: re-runs the full decoder over the whole
+    prefix at every step, for max_len steps, without early stopping. (N, max_len) ids."""
+    memory, mask = model.encode(src)
+    out = np.full((src.shape[0], max_len + 1), PAD_ID, np.int32)
+    out[:, 0] = BOS_ID
+    for t in range(max_len):
+        logits = model.logits(model.decode(tf.constant(out[:, :t + 1]), memory, mask))
+        out[:, t + 1] = tf.argmax(logits[:, -1], axis=-1).numpy()
+    result = out[:, 1:]
+    # PAD everything after the first </S>, as the cached decoder does
+    ended = np.cumsum(result == EOS_ID, axis=1) - (result == EOS_ID) > 0
+    result[ended] = PAD_ID
+    return result

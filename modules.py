@@ -1,0 +1,444 @@
+"""Building blocks of the Transformer (Vaswani et al. 2017, "Attention Is All You Need").
+
+Keras 3 layers with build()/get_config(), usable under mixed precision: matmuls run in
+the layer's compute dtype, while softmax, LayerNorm and the loss run in float32. Shapes in
+the docstrings use N (batch), T1 (source length), T2 (target length), h (num_heads),
+d_k = d_model / h, V (vocabulary size).
+
+Where Kyubyong's TF1 code differs from the paper, the docstring says so.
+"""
+from __future__ import annotations
+
+import math
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+# Masked attention logits get this value: exp() of it is 0 in float32, and it stays finite
+# in float16 (max 65504) and bfloat16, unlike -1e9 or -inf.
+MASK_VALUE = -3.0e4
+
+
+def _cast(x, dtype):
+    return tf.cast(x, dtype) if x.dtype != dtype else x
+
+
+# ---------------------------------------------------------------------------------------
+# Embedding (3.4) and positional encoding (3.5)
+# ---------------------------------------------------------------------------------------
+@keras.saving.register_keras_serializable(package="transformer")
+class TokenEmbedding(keras.layers.Layer):
+    """Token embedding scaled by sqrt(d_model); the PAD row (id 0) gives zeros. See 3.4.
+
+    The same matrix is the pre-softmax projection (:meth:`logits`), as in the paper.
+    Kyubyong zeroes the PAD row by concatenating a constant zero row; here the output at
+    PAD positions is masked, which has the same effect and keeps one plain matrix.
+
+    call: ids (N, T) int -> (N, T, d_model).  logits: (..., d_model) -> (..., V) float32.
+    """
+
+    def __init__(self, vocab_size: int, d_model: int, **kwargs):
+        super().__init__(**kwargs)
+        self.vocab_size, self.d_model = vocab_size, d_model
+
+    def build(self, input_shape=None):
+        self.embeddings = self.add_weight(
+            name="embeddings", shape=(self.vocab_size, self.d_model),
+            initializer=keras.initializers.RandomNormal(stddev=self.d_model ** -0.5))
+
+    def call(self, ids):
+        w = _cast(self.embeddings.value, self.compute_dtype)
+        x = tf.gather(w, ids) * math.sqrt(self.d_model)
+        return x * _cast(tf.not_equal(ids, 0)[..., None], x.dtype)
+
+    def logits(self, x):
+        """Pre-softmax linear transformation with the shared weights; float32 output."""
+        w = _cast(self.embeddings.value, self.compute_dtype)
+        return _cast(tf.matmul(_cast(x, w.dtype), w, transpose_b=True), tf.float32)
+
+    def get_config(self):
+        return {**super().get_config(), "vocab_size": self.vocab_size, "d_model": self.d_model}
+
+
+def sinusoid_encoding(positions, d_model: int, dtype=tf.float32):
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(same). See 3.5.
+
+    positions: (T,) int -> (T, d_model). Works for any position, not a fixed table; the
+    original TF1 code precomputed maxlen rows and failed on longer test sentences.
+    """
+    pos = tf.cast(positions, tf.float32)[:, None]                       # (T, 1)
+    i = tf.range(d_model) // 2                                          # 0 0 1 1 2 2 ...
+    angle_rates = tf.pow(10000.0, -tf.cast(2 * i, tf.float32) / d_model)
+    angles = pos * angle_rates[None, :]                                 # (T, d_model)
+    even = tf.equal(tf.range(d_model) % 2, 0)
+    return tf.cast(tf.where(even[None, :], tf.sin(angles), tf.cos(angles)), dtype)
+
+
+@keras.saving.register_keras_serializable(package="transformer")
+class PositionalEncoding(keras.layers.Layer):
+    """Adds position information to (N, T, d_model) embeddings, starting at ``offset``.
+
+    kind='sinusoid': the fixed encoding of 3.5 (no weights).
+    kind='learned': a (max_position, d_model) table, as the legacy ``sinusoid=False``;
+    positions past the table reuse its last row.
+    """
+
+    def __init__(self, d_model: int, kind: str = "sinusoid", max_position: int = 1024,
+                 **kwargs):
+        super().__init__(**kwargs)
+        self.d_model, self.kind, self.max_position = d_model, kind, max_position
+
+    def build(self, input_shape=None):
+        if self.kind == "learned":
+            self.table = self.add_weight(
+                name="table", shape=(self.max_position, self.d_model),
+                initializer=keras.initializers.RandomNormal(stddev=0.02))
+
+    def call(self, x, offset=0):
+        positions = tf.range(tf.shape(x)[1]) + offset
+        if self.kind == "learned":
+            pe = tf.gather(_cast(self.table.value, x.dtype),
+                           tf.minimum(positions, self.max_position - 1))
+        else:
+            pe = sinusoid_encoding(positions, self.d_model, x.dtype)
+        return x + pe[None]
+
+    def get_config(self):
+        return {**super().get_config(), "d_model": self.d_model, "kind": self.kind,
+                "max_position": self.max_position}
+
+
+# ---------------------------------------------------------------------------------------
+# Attention (3.2)
+# ---------------------------------------------------------------------------------------
+def padding_mask(ids):
+    """(N, T) ids -> (N, 1, 1, T) bool, True where a key may be attended to (not PAD)."""
+    return tf.not_equal(ids, 0)[:, None, None, :]
+
+
+def causal_mask(length):
+    """(1, 1, T, T) bool, True on and below the diagonal: position t sees positions <= t."""
+    return tf.linalg.band_part(tf.ones((length, length), tf.bool), -1, 0)[None, None]
+
+
+def scaled_dot_product_attention(q, k, v, mask=None, dropout=None, training=False,
+                                 scale=True):
+    """softmax(Q K^T / sqrt(d_k)) V, with masked keys excluded. See 3.2.1.
+
+    q: (N, h, T_q, d_k), k: (N, h, T_k, d_k), v: (N, h, T_k, d_v),
+    mask: bool broadcastable to (N, h, T_q, T_k), True = attend.
+    Returns (output (N, h, T_q, d_v), weights (N, h, T_q, T_k) float32).
+    The logits and softmax are float32 whatever the compute dtype.
+    """
+    scores = _cast(tf.matmul(q, k, transpose_b=True), tf.float32)
+    if scale:
+        scores = scores / math.sqrt(float(q.shape[-1]))
+    if mask is not None:
+        scores = tf.where(mask, scores, MASK_VALUE)
+    weights = tf.nn.softmax(scores, axis=-1)
+    dropped = dropout(weights, training=training) if dropout is not None else weights
+    return tf.matmul(_cast(dropped, v.dtype), v), weights
+
+
+@keras.saving.register_keras_serializable(package="transformer")
+class MultiHeadAttention(keras.layers.Layer):
+    """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = Attention(Q W_i^Q, ...).
+
+    See 3.2.2. Separate W^Q, W^K, W^V (d_model x d_model, split into h heads of d_k) and
+    the output projection W^O; like the paper (and tensor2tensor) no biases. The 2019
+    Kyubyong code has no W^O: it concatenates the heads and adds the residual directly.
+
+    call(query (N, T_q, d_model), memory (N, T_k, d_model), mask) -> (N, T_q, d_model),
+    plus the attention weights (N, h, T_q, T_k) when ``return_attention``.
+    For incremental decoding, ``cache`` holds precomputed keys/values, see :meth:`step`.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, dropout_rate: float = 0.0,
+                 scale: bool = True, **kwargs):
+        super().__init__(**kwargs)
+        self.d_model, self.num_heads, self.dropout_rate = d_model, num_heads, dropout_rate
+        self.d_k = d_model // num_heads
+        self.scale = scale
+        self.dropout = keras.layers.Dropout(dropout_rate)
+
+    def build(self, query_shape=None, memory_shape=None):
+        init = keras.initializers.GlorotUniform()
+        shape = (self.d_model, self.d_model)
+        self.w_q = self.add_weight(name="w_q", shape=shape, initializer=init)
+        self.w_k = self.add_weight(name="w_k", shape=shape, initializer=init)
+        self.w_v = self.add_weight(name="w_v", shape=shape, initializer=init)
+        self.w_o = self.add_weight(name="w_o", shape=shape, initializer=init)
+
+    def _project(self, x, w):
+        """(N, T, d_model) @ W -> heads (N, h, T, d_k)."""
+        y = tf.matmul(x, _cast(w.value, self.compute_dtype))
+        n, t = tf.shape(y)[0], tf.shape(y)[1]
+        return tf.transpose(tf.reshape(y, (n, t, self.num_heads, self.d_k)), (0, 2, 1, 3))
+
+    def _merge(self, heads):
+        """(N, h, T, d_k) -> Concat(heads) W^O (N, T, d_model)."""
+        n, t = tf.shape(heads)[0], tf.shape(heads)[2]
+        concat = tf.reshape(tf.transpose(heads, (0, 2, 1, 3)), (n, t, self.d_model))
+        return tf.matmul(concat, _cast(self.w_o.value, self.compute_dtype))
+
+    def keys_values(self, memory):
+        """Projected keys and values of memory: two (N, h, T_k, d_k) tensors."""
+        return self._project(memory, self.w_k), self._project(memory, self.w_v)
+
+    def call(self, query, memory, mask=None, training=False, return_attention=False):
+        q = self._project(query, self.w_q)
+        k, v = self.keys_values(memory)
+        heads, weights = scaled_dot_product_attention(q, k, v, mask, self.dropout, training,
+                                                      self.scale)
+        out = self._merge(heads)
+        return (out, weights) if return_attention else out
+
+    def attend(self, query, k, v, mask=None):
+        """Attention of query (N, T_q, d_model) over precomputed heads k, v (inference)."""
+        q = self._project(query, self.w_q)
+        heads, weights = scaled_dot_product_attention(q, k, v, mask, scale=self.scale)
+        return self._merge(heads), weights
+
+    def get_config(self):
+        return {**super().get_config(), "d_model": self.d_model, "num_heads": self.num_heads,
+                "dropout_rate": self.dropout_rate, "scale": self.scale}
+
+
+# ---------------------------------------------------------------------------------------
+# Feed-forward (3.3) and residual + normalization (5.4)
+# ---------------------------------------------------------------------------------------
+@keras.saving.register_keras_serializable(package="transformer")
+class FeedForward(keras.layers.Layer):
+    """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2, inner size d_ff. See 3.3.
+
+    (N, T, d_model) -> (N, T, d_model).
+    """
+
+    def __init__(self, d_model: int, d_ff: int, **kwargs):
+        super().__init__(**kwargs)
+        self.d_model, self.d_ff = d_model, d_ff
+        self.inner = keras.layers.Dense(d_ff, activation="relu", name="inner")
+        self.outer = keras.layers.Dense(d_model, name="outer")
+
+    def build(self, input_shape):
+        self.inner.build(input_shape)
+        self.outer.build(tuple(input_shape[:-1]) + (self.d_ff,))
+
+    def call(self, x):
+        return self.outer(self.inner(x))
+
+    def get_config(self):
+        return {**super().get_config(), "d_model": self.d_model, "d_ff": self.d_ff}
+
+
+def layer_norm(name: str):
+    """LayerNormalization computed in float32 (its dtype policy) for mixed precision."""
+    return keras.layers.LayerNormalization(epsilon=1e-6, dtype="float32", name=name)
+
+
+@keras.saving.register_keras_serializable(package="transformer")
+class Residual(keras.layers.Layer):
+    """Wraps a sublayer with dropout, the residual connection and layer normalization.
+
+    norm='post' (paper, 5.4): LayerNorm(x + Dropout(Sublayer(x))).
+    norm='pre': x + Dropout(Sublayer(LayerNorm(x))); the stack then ends with a LayerNorm.
+    The sublayer itself is applied by the caller through ``fn``.
+    """
+
+    def __init__(self, dropout_rate: float, norm: str = "post", **kwargs):
+        super().__init__(**kwargs)
+        self.dropout_rate, self.norm = dropout_rate, norm
+        self.dropout = keras.layers.Dropout(dropout_rate)
+        self.ln = layer_norm("layer_norm")
+
+    def build(self, input_shape):
+        self.ln.build(input_shape)
+
+    def call(self, x, fn, training=False):
+        if self.norm == "pre":
+            y = fn(_cast(self.ln(x), x.dtype))
+            return x + self.dropout(y, training=training)
+        y = fn(x)
+        return _cast(self.ln(x + self.dropout(y, training=training)), x.dtype)
+
+    def get_config(self):
+        return {**super().get_config(), "dropout_rate": self.dropout_rate, "norm": self.norm}
+
+
+# ---------------------------------------------------------------------------------------
+# Loss (label smoothing, 5.4) and learning-rate schedule (5.3)
+# ---------------------------------------------------------------------------------------
+def smooth_labels(onehot, epsilon: float = 0.1):
+    """Kyubyong's label_smoothing: (1 - epsilon) * onehot + epsilon / V.
+
+    With 3 classes and epsilon 0.1, [0, 0, 1] becomes [0.0333, 0.0333, 0.9333].
+    """
+    v = tf.cast(tf.shape(onehot)[-1], onehot.dtype)
+    return (1.0 - epsilon) * onehot + epsilon / v
+
+
+def smoothed_cross_entropy(logits, labels, epsilon: float = 0.1):
+    """Cross-entropy against smooth_labels(one_hot(labels)), without building the one-hot.
+
+    logits: (M, V) float32, labels: (M,) int -> (M,) losses. With q = smoothed target,
+    -sum_v q_v log p_v = (1 - eps) * (lse - z_y) + eps * (lse - mean_v z_v),
+    where lse = logsumexp(z). Memory is O(M V) for the logits only.
+    """
+    logits = _cast(logits, tf.float32)
+    lse = tf.reduce_logsumexp(logits, axis=-1)
+    z_y = tf.gather(logits, labels, axis=-1, batch_dims=1)
+    nll = lse - z_y
+    if not epsilon:
+        return nll
+    return (1.0 - epsilon) * nll + epsilon * (lse - tf.reduce_mean(logits, axis=-1))
+
+
+@keras.saving.register_keras_serializable(package="transformer")
+class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """Learning rate per step (step counted from 1).
+
+    kind='noam' (5.3): d_model^-0.5 * min(step^-0.5, step * warmup^-1.5); peaks at warmup.
+    kind='kyubyong' (updated Kyubyong code): lr * warmup^0.5 * min(step * warmup^-1.5,
+    step^-0.5); the same shape, peaking at ``lr``.
+    kind='constant' (the TF1 legacy code): lr.
+    """
+
+    def __init__(self, kind: str = "noam", d_model: int = 512, warmup_steps: int = 4000,
+                 lr: float = 1e-3):
+        self.kind, self.d_model, self.warmup_steps, self.lr = kind, d_model, warmup_steps, lr
+
+    def __call__(self, step):
+        step = tf.cast(step, tf.float32) + 1.0  # optimizer iterations count from 0
+        warm = tf.minimum(tf.math.rsqrt(step), step * float(self.warmup_steps) ** -1.5)
+        if self.kind == "noam":
+            return float(self.d_model) ** -0.5 * warm
+        if self.kind == "kyubyong":
+            return self.lr * float(self.warmup_steps) ** 0.5 * warm
+        return tf.constant(self.lr, tf.float32) + 0.0 * step
+
+    def get_config(self):
+        return {"kind": self.kind, "d_model": self.d_model, "warmup_steps": self.warmup_steps,
+                "lr": self.lr}
+
+
+# ---------------------------------------------------------------------------------------
+# Encoder and decoder layers (3.1)
+# ---------------------------------------------------------------------------------------
+@keras.saving.register_keras_serializable(package="transformer")
+class EncoderLayer(keras.layers.Layer):
+    """Self-attention, then the feed-forward network, each wrapped by :class:`Residual`.
+
+    call: x (N, T1, d_model), mask (N, 1, 1, T1) -> (N, T1, d_model) [, weights]. See 3.1.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout_rate: float,
+                 norm: str = "post", **kwargs):
+        super().__init__(**kwargs)
+        self.args = dict(d_model=d_model, num_heads=num_heads, d_ff=d_ff,
+                         dropout_rate=dropout_rate, norm=norm)
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout_rate, name="self_attn")
+        self.ffn = FeedForward(d_model, d_ff, name="ffn")
+        self.res1 = Residual(dropout_rate, norm, name="res_attn")
+        self.res2 = Residual(dropout_rate, norm, name="res_ffn")
+
+    def build(self, input_shape):
+        for layer in (self.res1, self.res2, self.ffn):
+            layer.build(input_shape)
+        self.self_attn.build(input_shape, input_shape)
+
+    def call(self, x, mask, training=False, return_attention=False):
+        found = {}
+
+        def attend(h):
+            out, found["w"] = self.self_attn(h, h, mask, training=training,
+                                             return_attention=True)
+            return out
+
+        x = self.res1(x, fn=attend, training=training)
+        x = self.res2(x, fn=self.ffn, training=training)
+        return (x, found["w"]) if return_attention else x
+
+    def get_config(self):
+        return {**super().get_config(), **self.args}
+
+
+@keras.saving.register_keras_serializable(package="transformer")
+class DecoderLayer(keras.layers.Layer):
+    """Masked self-attention, encoder-decoder attention, feed-forward; each with Residual.
+
+    call: x (N, T2, d_model), memory (N, T1, d_model), self_mask (1, 1, T2, T2),
+    memory_mask (N, 1, 1, T1) -> (N, T2, d_model) [, (self weights, cross weights)].
+    :meth:`step` runs one position with a key/value cache for incremental decoding.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout_rate: float,
+                 norm: str = "post", **kwargs):
+        super().__init__(**kwargs)
+        self.args = dict(d_model=d_model, num_heads=num_heads, d_ff=d_ff,
+                         dropout_rate=dropout_rate, norm=norm)
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout_rate, name="self_attn")
+        self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout_rate,
+                                             name="cross_attn")
+        self.ffn = FeedForward(d_model, d_ff, name="ffn")
+        self.res1 = Residual(dropout_rate, norm, name="res_self")
+        self.res2 = Residual(dropout_rate, norm, name="res_cross")
+        self.res3 = Residual(dropout_rate, norm, name="res_ffn")
+
+    def build(self, input_shape, memory_shape=None):
+        for layer in (self.res1, self.res2, self.res3, self.ffn):
+            layer.build(input_shape)
+        self.self_attn.build(input_shape, input_shape)
+        self.cross_attn.build(input_shape, memory_shape or input_shape)
+
+    def call(self, x, memory, self_mask, memory_mask, training=False, return_attention=False):
+        found = {}
+
+        def self_attend(h):
+            out, found["self"] = self.self_attn(h, h, self_mask, training=training,
+                                                return_attention=True)
+            return out
+
+        def cross_attend(h):
+            out, found["cross"] = self.cross_attn(h, memory, memory_mask, training=training,
+                                                  return_attention=True)
+            return out
+
+        x = self.res1(x, fn=self_attend, training=training)
+        x = self.res2(x, fn=cross_attend, training=training)
+        x = self.res3(x, fn=self.ffn, training=training)
+        return (x, (found["self"], found["cross"])) if return_attention else x
+
+    def init_cache(self, memory, max_len: int):
+        """Cache for :meth:`step`: self-attention keys/values for max_len positions
+        (N, h, max_len, d_k), zero-filled, and the cross-attention keys/values of the
+        memory (N, h, T1, d_k), computed once per source."""
+        cross_k, cross_v = self.cross_attn.keys_values(_cast(memory, self.compute_dtype))
+        n, a = tf.shape(memory)[0], self.self_attn
+        empty = tf.zeros((n, a.num_heads, max_len, a.d_k), self.compute_dtype)
+        return {"k": empty, "v": empty, "cross_k": cross_k, "cross_v": cross_v}
+
+    def step(self, x, cache, step, memory_mask):
+        """One decoding position. x: (N, 1, d_model) at position ``step`` (scalar int);
+        returns (N, 1, d_model) and the updated cache (self keys/values written at step)."""
+        x = _cast(x, self.compute_dtype)
+        new = dict(cache)
+        visible = (tf.range(tf.shape(cache["k"])[2]) <= step)[None, None, None, :]
+
+        def self_attend(h):
+            k, v = self.self_attn.keys_values(h)
+            new["k"] = keras.ops.slice_update(cache["k"], [0, 0, step, 0], k)
+            new["v"] = keras.ops.slice_update(cache["v"], [0, 0, step, 0], v)
+            return self.self_attn.attend(h, new["k"], new["v"], visible)[0]
+
+        def cross_attend(h):
+            return self.cross_attn.attend(h, cache["cross_k"], cache["cross_v"],
+                                          memory_mask)[0]
+
+        x = self.res1(x, fn=self_attend)
+        x = self.res2(x, fn=cross_attend)
+        x = self.res3(x, fn=self.ffn)
+        return x, new
+
+    def get_config(self):
+        return {**super().get_config(), **self.args}

@@ -1,0 +1,319 @@
+"""Tests for download.py against a local HTTP server (no real network)."""
+
+import gzip
+import hashlib
+import http.server
+import io
+import os
+import sys
+import tarfile
+import threading
+import time
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import download  # noqa: E402
+from download import DownloadError, download_corpus, fetch  # noqa: E402
+
+IWSLT_FILES = {
+    "train.tags.de-en.de": "<url>http://www.ted.com/talks/x</url>\nHallo Welt.\nWie geht es dir?\n",
+    "train.tags.de-en.en": "<url>http://www.ted.com/talks/x</url>\nHello world.\nHow are you?\n",
+    "IWSLT16.TED.tst2013.de-en.de.xml": '<mteval>\n<seg id="1"> Guten Morgen. </seg>\n</mteval>\n',
+    "IWSLT16.TED.tst2013.de-en.en.xml": '<mteval>\n<seg id="1"> Good morning. </seg>\n</mteval>\n',
+    "IWSLT16.TED.tst2014.de-en.de.xml": '<mteval>\n<seg id="1"> Danke. </seg>\n</mteval>\n',
+    "IWSLT16.TED.tst2014.de-en.en.xml": '<mteval>\n<seg id="1"> Thanks. </seg>\n</mteval>\n',
+}
+
+MULTI30K_NAMES = [
+    "train.de.gz",
+    "train.en.gz",
+    "val.de.gz",
+    "val.en.gz",
+    "test_2016_flickr.de.gz",
+    "test_2016_flickr.en.gz",
+]
+
+
+def _make_tgz(path, members):
+    """members: list of (name, bytes)."""
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            info.mode = 0o644
+            tar.addfile(info, io.BytesIO(data))
+
+
+def _iwslt_members(extra=()):
+    members = [("de-en/" + n, t.encode("utf-8")) for n, t in IWSLT_FILES.items()]
+    members.append(("de-en/README", b"readme\n"))
+    members.append(("other/ignored.txt", b"not under de-en\n"))
+    members.append(("de-en/nested/deep.txt", b"nested, not extracted\n"))
+    return members + list(extra)
+
+
+class _Server:
+    def __init__(self, root):
+        self.root = root
+        self.requests = []
+        server = self
+        os.makedirs(root, exist_ok=True)
+
+        class Handler(http.server.SimpleHTTPRequestHandler):
+            timeout = 5  # never let a stuck connection hang a handler thread
+
+            def __init__(self, *a, **kw):
+                super().__init__(*a, directory=root, **kw)
+
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                server.requests.append(self.path)
+                if self.path == "/short":
+                    # promise 1000 bytes, send 10, hang up
+                    self.send_response(200)
+                    self.send_header("Content-Length", "1000")
+                    self.end_headers()
+                    self.wfile.write(b"0123456789")
+                    self.close_connection = True
+                    return
+                if self.path == "/slow":
+                    time.sleep(1.0)
+                    try:
+                        self.send_response(200)
+                        self.send_header("Content-Length", "2")
+                        self.end_headers()
+                        self.wfile.write(b"ok")
+                    except OSError:
+                        pass
+                    return
+                super().do_GET()
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread.start()
+        self.url = "http://127.0.0.1:%d" % self.httpd.server_address[1]
+
+    def close(self):
+        if self.thread is None:
+            return
+        self.thread_, self.thread = self.thread, None
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread_.join(timeout=5)
+
+
+@pytest.fixture
+def server(tmp_path):
+    s = _Server(str(tmp_path / "www"))
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def _listing(d):
+    return sorted(os.listdir(d)) if os.path.isdir(d) else []
+
+
+def _no_partials(d):
+    return not any(n.endswith(".part") for n in _listing(d))
+
+
+def test_import_has_api():
+    assert issubclass(DownloadError, Exception)
+    assert set(download.SOURCES) >= {"iwslt2016", "multi30k"}
+    assert download.SOURCES["iwslt2016"]["base_url"].startswith("https://wit3.fbk.eu/")
+    assert set(download.SOURCES["multi30k"]["files"]) == set(MULTI30K_NAMES)
+
+
+def test_iwslt_extracts_and_second_call_is_offline(server, tmp_path):
+    _make_tgz(os.path.join(server.root, "de-en.tgz"), _iwslt_members())
+    d = str(tmp_path / "data")
+
+    paths = download_corpus("iwslt2016", d, base_url=server.url + "/")
+    assert server.requests == ["/de-en.tgz"]
+    for name, text in IWSLT_FILES.items():
+        p = os.path.join(d, name)
+        assert p in paths
+        with open(p, encoding="utf-8") as f:
+            assert f.read() == text
+    assert os.path.exists(os.path.join(d, "README"))
+    assert not os.path.exists(os.path.join(d, "ignored.txt"))
+    assert not os.path.exists(os.path.join(d, "deep.txt"))
+    assert not os.path.exists(os.path.join(d, "nested"))
+    assert _no_partials(d)
+
+    # second call: everything present, no network at all (server stopped too)
+    server.close()
+    again = download_corpus("iwslt2016", d, base_url=server.url)
+    assert server.requests == ["/de-en.tgz"]
+    assert again == paths
+
+    # extracted file lost but archive still there: re-extracted without network
+    os.remove(os.path.join(d, "train.tags.de-en.en"))
+    download_corpus("iwslt2016", d, base_url=server.url)
+    with open(os.path.join(d, "train.tags.de-en.en"), encoding="utf-8") as f:
+        assert f.read() == IWSLT_FILES["train.tags.de-en.en"]
+
+    # archive deleted after extraction: still nothing fetched
+    os.remove(os.path.join(d, "de-en.tgz"))
+    download_corpus("iwslt2016", d, base_url=server.url)
+    assert server.requests == ["/de-en.tgz"]
+
+
+def test_fetch_existing_is_offline(server, tmp_path):
+    dest = tmp_path / "x.bin"
+    dest.write_bytes(b"already here")
+    digest = hashlib.sha256(b"already here").hexdigest()
+    assert fetch(server.url + "/x.bin", str(dest)) == str(dest)
+    assert fetch(server.url + "/x.bin", str(dest), sha256=digest) == str(dest)
+    assert server.requests == []
+
+
+def test_fetch_sha256_ok_and_mismatch(server, tmp_path):
+    data = b"some payload\n" * 100
+    with open(os.path.join(server.root, "f.bin"), "wb") as f:
+        f.write(data)
+    good = hashlib.sha256(data).hexdigest()
+    out = tmp_path / "out"
+    out.mkdir()
+
+    bad = "0" * 64
+    with pytest.raises(DownloadError) as ei:
+        fetch(server.url + "/f.bin", str(out / "f.bin"), sha256=bad)
+    msg = str(ei.value)
+    assert bad in msg and good in msg and "\n" not in msg
+    assert _listing(out) == []  # no dest, no partial
+
+    assert fetch(server.url + "/f.bin", str(out / "f.bin"), sha256=good.upper()) == str(out / "f.bin")
+    assert (out / "f.bin").read_bytes() == data
+    assert _listing(out) == ["f.bin"]
+
+
+def test_existing_file_with_wrong_checksum_is_not_overwritten(server, tmp_path):
+    dest = tmp_path / "f.bin"
+    dest.write_bytes(b"stale")
+    with pytest.raises(DownloadError) as ei:
+        fetch(server.url + "/f.bin", str(dest), sha256="1" * 64)
+    assert "delete" in str(ei.value) and str(dest) in str(ei.value)
+    assert dest.read_bytes() == b"stale"
+    assert server.requests == []
+
+
+def test_http_404(server, tmp_path):
+    out = tmp_path / "out"
+    url = server.url + "/missing/de-en.tgz"
+    with pytest.raises(DownloadError) as ei:
+        fetch(url, str(out / "de-en.tgz"))
+    assert url in str(ei.value) and "404" in str(ei.value)
+    assert _listing(out) == []
+
+    d = tmp_path / "data"
+    with pytest.raises(DownloadError) as ei:
+        download_corpus("iwslt2016", str(d), base_url=server.url + "/missing")
+    assert url in str(ei.value)
+    assert _listing(d) == []
+
+
+def test_truncated_transfer_and_timeout_leave_nothing(server, tmp_path):
+    out = tmp_path / "out"
+    with pytest.raises(DownloadError) as ei:
+        fetch(server.url + "/short", str(out / "short"))
+    assert server.url + "/short" in str(ei.value)
+    assert _listing(out) == []
+
+    with pytest.raises(DownloadError) as ei:
+        fetch(server.url + "/slow", str(out / "slow"), timeout=0.2)
+    assert "timed out" in str(ei.value)
+    assert _listing(out) == []
+
+
+def test_unreachable_host(tmp_path):
+    # a port nothing listens on: bind, read the port, close
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    url = "http://127.0.0.1:%d/x" % port
+    with pytest.raises(DownloadError) as ei:
+        fetch(url, str(tmp_path / "x"), timeout=2)
+    assert url in str(ei.value)
+    assert _listing(tmp_path) == []
+
+
+@pytest.mark.parametrize("kind", ["truncated", "garbage"])
+def test_corrupt_archive(server, tmp_path, kind):
+    tgz = os.path.join(server.root, "de-en.tgz")
+    if kind == "truncated":
+        big = [("de-en/train.tags.de-en.de", os.urandom(200000))] + _iwslt_members()
+        _make_tgz(tgz, big)
+        with open(tgz, "rb") as f:
+            data = f.read()
+        with open(tgz, "wb") as f:
+            f.write(data[: len(data) // 2])
+    else:
+        with open(tgz, "wb") as f:
+            f.write(b"<html>not an archive</html>\n")
+    d = str(tmp_path / "data")
+    with pytest.raises(DownloadError) as ei:
+        download_corpus("iwslt2016", d, base_url=server.url)
+    msg = str(ei.value)
+    assert os.path.join(d, "de-en.tgz") in msg and "delete" in msg and "\n" not in msg
+    assert _listing(d) == ["de-en.tgz"]  # nothing (half-)extracted
+
+
+def test_archive_without_training_files(server, tmp_path):
+    _make_tgz(os.path.join(server.root, "de-en.tgz"), [("de-en/README", b"x\n")])
+    with pytest.raises(DownloadError) as ei:
+        download_corpus("iwslt2016", str(tmp_path / "d"), base_url=server.url)
+    assert "train.tags.de-en" in str(ei.value)
+
+
+@pytest.mark.parametrize("evil", ["../evil", "de-en/../../evil", "/tmp/evil_abs_download_test"])
+def test_unsafe_member_rejected(server, tmp_path, evil):
+    _make_tgz(os.path.join(server.root, "de-en.tgz"), _iwslt_members([(evil, b"pwned\n")]))
+    d = tmp_path / "a" / "data"
+    with pytest.raises(DownloadError) as ei:
+        download_corpus("iwslt2016", str(d), base_url=server.url)
+    assert evil in str(ei.value)
+    assert _listing(d) == ["de-en.tgz"]  # nothing extracted
+    assert not (tmp_path / "a" / "evil").exists()
+    assert not (tmp_path / "evil").exists()
+    assert not os.path.exists("/tmp/evil_abs_download_test")
+
+
+def test_multi30k_byte_identical(server, tmp_path):
+    sub = os.path.join(server.root, "m30k")
+    os.makedirs(sub)
+    blobs = {}
+    for i, name in enumerate(MULTI30K_NAMES):
+        raw = ("line %d of %s\nzweite Zeile äöü\n" % (i, name)).encode("utf-8")
+        blobs[name] = gzip.compress(raw)
+        with open(os.path.join(sub, name), "wb") as f:
+            f.write(blobs[name])
+    d = str(tmp_path / "data")
+    paths = download_corpus("multi30k", d, base_url=server.url + "/m30k/")
+    assert paths == sorted(os.path.join(d, n) for n in MULTI30K_NAMES)
+    for name, blob in blobs.items():
+        with open(os.path.join(d, name), "rb") as f:
+            assert f.read() == blob
+    assert sorted(server.requests) == sorted("/m30k/" + n for n in MULTI30K_NAMES)
+    assert _listing(d) == sorted(MULTI30K_NAMES)
+
+    n = len(server.requests)
+    assert download_corpus("multi30k", d, base_url=server.url + "/m30k/") == paths
+    assert len(server.requests) == n
+
+
+def test_unknown_kind(tmp_path):
+    with pytest.raises(DownloadError) as ei:
+        download_corpus("wmt99", str(tmp_path / "d"))
+    msg = str(ei.value)
+    assert "wmt99" in msg and "iwslt2016" in msg and "multi30k" in msg

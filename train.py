@@ -1,0 +1,351 @@
+"""Train the Transformer: Adam + the Noam schedule + label smoothing (paper section 5).
+
+    python train.py                          # the demo preset
+    python train.py --preset multi30k --max_minutes 30
+    tensorboard --logdir log/
+
+Checkpoints (tf.train.CheckpointManager) go to ``logdir``; a run resumes automatically from
+the latest one with the same step, optimizer state, lr schedule and data position. After
+each epoch the dev set is scored (loss, greedy BLEU), its translations are written to
+``evaldir``, and the best checkpoint by dev BLEU is kept in ``logdir/best``.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import hparams as H
+from hparams import UserError
+
+LOG_EVERY = 50  # steps between TensorBoard scalar summaries
+
+
+def setup_devices(hp: H.Hparams):
+    """Enable GPU memory growth, pick the precision and the distribution strategy.
+
+    precision='auto' is mixed_float16 on a GPU of compute capability >= 7.0, else float32.
+    Several local GPUs give a MirroredStrategy; TF_CONFIG gives MultiWorkerMirroredStrategy.
+    Returns (strategy, precision).
+    """
+    import keras
+    import tensorflow as tf
+    gpus = tf.config.list_physical_devices("GPU")
+    for gpu in gpus:
+        try:
+            tf.config.experimental.set_memory_growth(gpu, True)
+        except RuntimeError:  # already initialized
+            pass
+    precision = hp.precision
+    if precision == "auto":
+        caps = [tf.config.experimental.get_device_details(g).get("compute_capability", (0, 0))
+                for g in gpus]
+        precision = "mixed_float16" if caps and min(caps) >= (7, 0) else "float32"
+    keras.mixed_precision.set_global_policy(precision)
+    if os.environ.get("TF_CONFIG"):
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    elif len(gpus) > 1:
+        strategy = tf.distribute.MirroredStrategy()
+    else:
+        strategy = tf.distribute.get_strategy()
+    names = [d.name for d in tf.config.list_logical_devices()]
+    print(f"train: devices {', '.join(names)}; precision {precision}; "
+          f"{type(strategy).__name__} with {strategy.num_replicas_in_sync} replica(s)")
+    return strategy, precision
+
+
+def check_logdir(hp: H.Hparams) -> None:
+    """A logdir holding a run with another model shape cannot be resumed."""
+    path = os.path.join(hp.logdir, "hparams.json")
+    if os.path.exists(path):
+        H.check_same(H.load(path), hp, H.MODEL_KEYS, f"the checkpoint in {hp.logdir}",
+                     "pass a new --logdir, or the same settings to resume it")
+
+
+class Trainer:
+    """Model, optimizer, checkpoints and the compiled train step of one run."""
+
+    def __init__(self, hp: H.Hparams, tok, strategy, precision: str):
+        import keras
+        import tensorflow as tf
+        import model as MD
+        import modules as M
+        self.hp, self.tok, self.strategy = hp, tok, strategy
+        self.loss_scaling = precision == "mixed_float16"
+        with strategy.scope():
+            self.model = MD.Transformer.from_hparams(hp, tok.src_vocab_size,
+                                                     tok.tgt_vocab_size)
+            self.schedule = M.TransformerSchedule(hp.lr_schedule, hp.d_model,
+                                                  hp.warmup_steps, hp.lr)
+            opt = keras.optimizers.Adam(self.schedule, beta_1=hp.adam_beta1,
+                                        beta_2=hp.adam_beta2, epsilon=hp.adam_epsilon)
+            if self.loss_scaling:
+                opt = keras.optimizers.LossScaleOptimizer(opt)
+            self.optimizer = opt
+            self.optimizer.build(self.model.trainable_variables)
+            self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
+            self.batch_in_epoch = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                              name="batch_in_epoch")
+            self.best_bleu = tf.Variable(-1.0, dtype=tf.float32, trainable=False)
+            self.bad_epochs = tf.Variable(0, dtype=tf.int64, trainable=False)
+        self.ckpt = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer,
+                                        epoch=self.epoch, batch_in_epoch=self.batch_in_epoch,
+                                        best_bleu=self.best_bleu, bad_epochs=self.bad_epochs)
+        self.manager = tf.train.CheckpointManager(self.ckpt, hp.logdir, hp.keep_ckpts)
+        self.best = tf.train.CheckpointManager(self.ckpt, os.path.join(hp.logdir, "best"), 1)
+        spec = tf.TensorSpec([None, None], tf.int32)
+        self._step = tf.function(self._distributed_step, input_signature=[spec] * 3)
+        self._compiled = tf.function(self._replica_step, jit_compile=True) \
+            if hp.jit_compile else self._replica_step
+
+    @property
+    def step(self) -> int:
+        return int(self.optimizer.iterations.numpy())
+
+    def restore(self) -> bool:
+        path = self.manager.latest_checkpoint
+        if not path:
+            return False
+        try:
+            self.ckpt.restore(path).assert_existing_objects_matched()
+        except (ValueError, AssertionError) as e:
+            raise UserError(f"cannot restore {path}: {str(e).splitlines()[0]}; "
+                            f"use a new --logdir") from None
+        print(f"train: resumed from {path} at step {self.step}, epoch {int(self.epoch) + 1}, "
+              f"batch {int(self.batch_in_epoch)}")
+        return True
+
+    def loss_terms(self, src, dec_in, labels, training):
+        """Sum of label-smoothed losses over non-PAD targets, their count and the
+        number of correct argmax predictions. Logits are only computed for non-PAD
+        positions (gathered before the output projection) unless XLA needs static shapes."""
+        import tensorflow as tf
+        import modules as M
+        memory, mask = self.model.encode(src, training=training)
+        hidden = self.model.decode(dec_in, memory, mask, training=training)
+        real = tf.not_equal(labels, 0)
+        if self.hp.jit_compile:
+            logits = self.model.logits(hidden)
+            flat = tf.reshape(logits, (-1, tf.shape(logits)[-1]))
+            y = tf.reshape(labels, (-1,))
+            weight = tf.cast(tf.reshape(real, (-1,)), tf.float32)
+        else:
+            flat = self.model.logits(tf.boolean_mask(hidden, real))
+            y = tf.boolean_mask(labels, real)
+            weight = tf.ones_like(y, tf.float32)
+        losses = M.smoothed_cross_entropy(flat, y, self.hp.label_smoothing) * weight
+        nll = M.smoothed_cross_entropy(flat, y, 0.0) * weight
+        correct = tf.cast(tf.equal(tf.argmax(flat, -1, output_type=tf.int32), y),
+                          tf.float32) * weight
+        return (tf.reduce_sum(losses), tf.reduce_sum(nll), tf.reduce_sum(weight),
+                tf.reduce_sum(correct))
+
+    def _replica_step(self, src, dec_in, labels):
+        import tensorflow as tf
+        ctx = tf.distribute.get_replica_context()
+        variables = self.model.trainable_variables
+        with tf.GradientTape() as tape:
+            loss_sum, nll_sum, ntok, correct = self.loss_terms(src, dec_in, labels, True)
+            # normalise by the global number of target tokens, over all replicas
+            global_ntok = ctx.all_reduce("sum", ntok) if ctx else ntok
+            loss = loss_sum / tf.maximum(global_ntok, 1.0)
+            scaled = self.optimizer.scale_loss(loss) if self.loss_scaling else loss
+        grads = tape.gradient(scaled, variables)
+        scale = tf.cast(self.optimizer.scale_loss(1.0), tf.float32) \
+            if self.loss_scaling else 1.0
+        # (the Keras optimizer sums gradients over replicas in apply_gradients; with
+        # several replicas, norm and clipping below see this replica's share)
+        norm = tf.linalg.global_norm(grads) / scale
+        if self.hp.clip_norm > 0:
+            grads, _ = tf.clip_by_global_norm(grads, self.hp.clip_norm * scale,
+                                              use_norm=norm * scale)
+        self.optimizer.apply_gradients(zip(grads, variables))
+        return tf.stack([loss_sum, nll_sum, ntok, correct, norm])
+
+    def _distributed_step(self, src, dec_in, labels):
+        import tensorflow as tf
+        out = self.strategy.run(self._compiled, (src, dec_in, labels))
+        return self.strategy.reduce(tf.distribute.ReduceOp.SUM, out, axis=None) / \
+            tf.constant([1, 1, 1, 1, self.strategy.num_replicas_in_sync], tf.float32)
+
+    def train_step(self, src, dec_in, labels):
+        """One update; returns numpy [loss_sum, nll_sum, tokens, correct, grad_norm]."""
+        return self._step(src, dec_in, labels).numpy()
+
+    def dev_loss(self, corpus, batch_size: int) -> tuple[float, float]:
+        """Per-token (label-smoothed loss, cross-entropy) on a dev corpus, no dropout."""
+        import numpy as np
+        import tensorflow as tf
+        import data_load
+        fn = getattr(self, "_dev_fn", None)
+        if fn is None:
+            spec = tf.TensorSpec([None, None], tf.int32)
+            fn = self._dev_fn = tf.function(
+                lambda s, d, l: tf.stack(self.loss_terms(s, d, l, False)),
+                input_signature=[spec] * 3)
+        order = np.argsort(corpus.src_lens, kind="stable")
+        total = np.zeros(4)
+        for start in range(0, len(order), batch_size):
+            total += fn(*data_load.build_batch(corpus, order[start:start + batch_size])).numpy()
+        return total[0] / max(total[2], 1), total[1] / max(total[2], 1)
+
+
+def write_specs(model, path: str) -> None:
+    H.atomic_write(path, "\n".join(model.summary_lines()) + "\n")
+
+
+def attention_images(model, tok, src_text: str, ref_text: str, scale: int = 8):
+    """Last-layer attention maps for one sentence pair, teacher-forced on the reference.
+
+    Returns {name: (num_heads, T_q * scale, T_k * scale, 1) float images in [0, 1]}.
+    """
+    import numpy as np
+    import tensorflow as tf
+    import data_load
+    src = np.concatenate([tok.encode_src([src_text])[0], [3]]).astype(np.int32)[None]
+    tgt = np.concatenate([[2], tok.encode_tgt([ref_text])[0]]).astype(np.int32)[None]
+    memory, mask, enc_w = model.encode(tf.constant(src), return_attention=True)
+    _, dec_w = model.decode(tf.constant(tgt), memory, mask, return_attention=True)
+    maps = {"encoder_self": enc_w[-1], "decoder_self": dec_w[-1][0],
+            "decoder_cross": dec_w[-1][1]}
+    out = {}
+    for name, w in maps.items():
+        w = w.numpy()[0]                                     # (h, T_q, T_k)
+        w = np.repeat(np.repeat(w, scale, axis=1), scale, axis=2)
+        out[name] = w[..., None].astype(np.float32)
+    return out
+
+
+def train(hp: H.Hparams) -> dict:
+    """Run (or resume) training; returns a summary dict (steps, last dev BLEU, ...)."""
+    import numpy as np
+    import tensorflow as tf
+    from tqdm import tqdm
+    import data_load
+    import eval as E
+
+    check_logdir(hp)
+    tok = data_load.load_tokenizer(hp)
+    strategy, precision = setup_devices(hp)
+    import keras
+    keras.utils.set_random_seed(hp.seed)
+    data = data_load.TrainData(hp)
+    dev = data_load.load_corpus(hp, "dev")
+    dev_src, dev_ref = data_load.read_raw(hp, "dev")
+    n_dev = len(dev_src) if hp.dev_bleu_sents <= 0 else min(hp.dev_bleu_sents, len(dev_src))
+
+    trainer = Trainer(hp, tok, strategy, precision)
+    model = trainer.model
+    trainer.restore()
+    os.makedirs(hp.logdir, exist_ok=True)
+    H.save(hp, os.path.join(hp.logdir, "hparams.json"))
+    write_specs(model, os.path.join(hp.logdir, "specs"))
+    print(f"train: {model.count_params():,} parameters; {len(data.keep):,} training pairs; "
+          f"logdir {hp.logdir}")
+    writer = tf.summary.create_file_writer(os.path.join(hp.logdir, "train"))
+    decoder = E.Translator(model, tok, hp)
+
+    t_start, stop_reason, history = time.time(), None, []
+    while int(trainer.epoch) < hp.num_epochs and stop_reason is None:
+        epoch = int(trainer.epoch)
+        skip = int(trainer.batch_in_epoch)
+        plan = data.batches(epoch)
+        if epoch == 0 and skip == 0:
+            pad_s, pad_t = data_load.padding_fraction(plan, data.corpus, hp.pad_multiple)
+            print(f"train: {len(plan):,} batches per epoch; padding {pad_s:.1%} of source "
+                  f"and {pad_t:.1%} of target positions")
+        bar = tqdm(data.dataset(epoch, skip), total=len(plan), initial=skip,
+                   desc=f"epoch {epoch + 1}/{hp.num_epochs}", unit="batch", dynamic_ncols=True)
+        window = np.zeros(5)
+        t_window = time.time()
+        for src, dec_in, labels in bar:
+            stats = trainer.train_step(src, dec_in, labels)
+            window += stats
+            trainer.batch_in_epoch.assign_add(1)
+            step = trainer.step
+            if step % 10 == 0 or step == 1:
+                elapsed = max(time.time() - t_window, 1e-9)
+                lr = float(trainer.schedule(step - 1))
+                bar.set_postfix(loss=f"{window[0] / max(window[2], 1):.3f}", lr=f"{lr:.2e}",
+                                tok_s=f"{window[2] / elapsed:,.0f}")
+                if step % LOG_EVERY == 0 or step == 1:
+                    with writer.as_default(step=step):
+                        tf.summary.scalar("train/loss", window[0] / max(window[2], 1))
+                        tf.summary.scalar("train/nll", window[1] / max(window[2], 1))
+                        tf.summary.scalar("train/accuracy", window[3] / max(window[2], 1))
+                        tf.summary.scalar("train/grad_norm", stats[4])
+                        tf.summary.scalar("train/lr", lr)
+                        tf.summary.scalar("train/tokens_per_sec", window[2] / elapsed)
+                    window[:] = 0
+                    t_window = time.time()
+            if hp.ckpt_every_steps and step % hp.ckpt_every_steps == 0:
+                trainer.manager.save(checkpoint_number=step)
+            if hp.max_steps and step >= hp.max_steps:
+                stop_reason = f"max_steps={hp.max_steps} reached"
+            elif hp.max_minutes and time.time() - t_start >= 60 * hp.max_minutes:
+                stop_reason = f"max_minutes={hp.max_minutes:g} reached"
+            if stop_reason:
+                break
+        bar.close()
+        if stop_reason:
+            break
+        trainer.epoch.assign_add(1)
+        trainer.batch_in_epoch.assign(0)
+        result = end_of_epoch(trainer, hp, tok, decoder, dev, dev_src[:n_dev], dev_ref[:n_dev],
+                              writer)
+        history.append(result)
+        if hp.early_stopping and int(trainer.bad_epochs) >= hp.early_stopping:
+            stop_reason = f"no better dev BLEU for {hp.early_stopping} epochs"
+    path = trainer.manager.save(checkpoint_number=trainer.step)
+    writer.flush()
+    print(f"train: {stop_reason or 'done'}; step {trainer.step}; checkpoint {path}")
+    return {"step": trainer.step, "epoch": int(trainer.epoch), "history": history,
+            "checkpoint": path, "stop_reason": stop_reason}
+
+
+def end_of_epoch(trainer: Trainer, hp, tok, decoder, dev, dev_src, dev_ref, writer) -> dict:
+    """Dev loss, dev BLEU, translations to evaldir, summaries, best checkpoint."""
+    import tensorflow as tf
+    import eval as E
+    epoch, step = int(trainer.epoch), trainer.step
+    dev_loss, dev_nll = trainer.dev_loss(dev, max(1, hp.tokens_per_batch // 64))
+    hyps = decoder.translate(dev_src)
+    scores = E.scores(hyps, dev_ref)
+    bleu = scores["sacrebleu"]
+    os.makedirs(hp.evaldir, exist_ok=True)
+    name = f"E{epoch:02d}L{dev_loss:.2f}"
+    H.atomic_write(os.path.join(hp.evaldir, name), "\n".join(hyps) + f"\nBLEU = {bleu:.2f}\n")
+    with writer.as_default(step=step):
+        tf.summary.scalar("dev/loss", dev_loss)
+        tf.summary.scalar("dev/nll", dev_nll)
+        tf.summary.scalar("dev/bleu", bleu)
+        tf.summary.scalar("dev/chrf", scores["chrf"])
+        rows = [f"| {s} | {r} | {h} |" for s, r, h in zip(dev_src[:5], dev_ref[:5], hyps[:5])]
+        tf.summary.text("dev/translations", "\n".join(
+            ["| source | reference | translation |", "|---|---|---|"] + rows))
+        if dev_src:
+            for key, image in attention_images(trainer.model, tok, dev_src[0],
+                                               dev_ref[0]).items():
+                tf.summary.image(f"attention/{key}", image, max_outputs=image.shape[0])
+    writer.flush()
+    path = trainer.manager.save(checkpoint_number=step)
+    improved = bleu > float(trainer.best_bleu)
+    if improved:
+        trainer.best_bleu.assign(bleu)
+        trainer.bad_epochs.assign(0)
+        trainer.best.save(checkpoint_number=step)
+    else:
+        trainer.bad_epochs.assign_add(1)
+    print(f"epoch {epoch}: dev loss {dev_loss:.3f}, dev BLEU {bleu:.2f}"
+          f"{' (best)' if improved else ''}; e.g. {dev_src[0]!r} -> {hyps[0]!r}; {path}")
+    return {"epoch": epoch, "step": step, "dev_loss": dev_loss, "dev_bleu": bleu}
+
+
+def main() -> None:
+    hp, _ = H.parse_args()
+    train(hp)
+
+
+if __name__ == "__main__":
+    H.run_main(main)
