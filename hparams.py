@@ -64,7 +64,8 @@ class Hparams:
     d_ff: int = 512
     num_blocks: int = 2
     num_heads: int = 4
-    dropout_rate: float = 0.1         # residual, embedding and attention dropout (5.4)
+    dropout_rate: float = 0.1         # residual and embedding dropout (5.4)
+    attention_dropout: float = 0.0    # on attention weights (Kyubyong/tensor2tensor; not in the paper)
     position: str = "sinusoid"        # sinusoid (3.5) | learned (legacy sinusoid=False)
     max_position: int = 1024          # rows of the learned position table
     norm: str = "post"                # post (paper) | pre (LayerNorm before each sublayer)

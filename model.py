@@ -27,7 +27,7 @@ class Transformer(keras.Model):
                  d_ff: int = 2048, num_blocks: int = 6, num_heads: int = 8,
                  dropout_rate: float = 0.1, position: str = "sinusoid",
                  max_position: int = 1024, norm: str = "post", share_embeddings: bool = True,
-                 **kwargs):
+                 attention_dropout: float = 0.0, **kwargs):
         super().__init__(**kwargs)
         if share_embeddings and src_vocab_size != tgt_vocab_size:
             raise ValueError("share_embeddings needs one joint vocabulary")
@@ -35,7 +35,8 @@ class Transformer(keras.Model):
                          d_model=d_model, d_ff=d_ff, num_blocks=num_blocks,
                          num_heads=num_heads, dropout_rate=dropout_rate, position=position,
                          max_position=max_position, norm=norm,
-                         share_embeddings=share_embeddings)
+                         share_embeddings=share_embeddings,
+                         attention_dropout=attention_dropout)
         self.d_model, self.norm, self.position = d_model, norm, position
         self.max_position = max_position
         self.tgt_embedding = M.TokenEmbedding(tgt_vocab_size, d_model, name="tgt_embedding")
@@ -47,7 +48,7 @@ class Transformer(keras.Model):
                                                  name="tgt_position")
         self.src_dropout = keras.layers.Dropout(dropout_rate)
         self.tgt_dropout = keras.layers.Dropout(dropout_rate)
-        layer_args = (d_model, num_heads, d_ff, dropout_rate, norm)
+        layer_args = (d_model, num_heads, d_ff, dropout_rate, norm, attention_dropout)
         self.encoder_layers = [M.EncoderLayer(*layer_args, name=f"encoder_{i}")
                                for i in range(num_blocks)]
         self.decoder_layers = [M.DecoderLayer(*layer_args, name=f"decoder_{i}")
@@ -62,7 +63,8 @@ class Transformer(keras.Model):
                     num_blocks=hp.num_blocks, num_heads=hp.num_heads,
                     dropout_rate=hp.dropout_rate, position=hp.position,
                     max_position=hp.max_position, norm=hp.norm,
-                    share_embeddings=hp.share_embeddings, name="transformer")
+                    share_embeddings=hp.share_embeddings,
+                    attention_dropout=hp.attention_dropout, name="transformer")
         model.build_all()
         return model
 

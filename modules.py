@@ -160,7 +160,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.d_model, self.num_heads, self.dropout_rate = d_model, num_heads, dropout_rate
         self.d_k = d_model // num_heads
         self.scale = scale
-        self.dropout = keras.layers.Dropout(dropout_rate)
+        self.dropout = keras.layers.Dropout(dropout_rate) if dropout_rate > 0 else None
 
     def build(self, query_shape=None, memory_shape=None):
         init = keras.initializers.GlorotUniform()
@@ -278,20 +278,22 @@ def smooth_labels(onehot, epsilon: float = 0.1):
     return (1.0 - epsilon) * onehot + epsilon / v
 
 
-def smoothed_cross_entropy(logits, labels, epsilon: float = 0.1):
+def smoothed_cross_entropy(logits, labels, epsilon: float = 0.1, with_nll: bool = False):
     """Cross-entropy against smooth_labels(one_hot(labels)), without building the one-hot.
 
-    logits: (M, V) float32, labels: (M,) int -> (M,) losses. With q = smoothed target,
-    -sum_v q_v log p_v = (1 - eps) * (lse - z_y) + eps * (lse - mean_v z_v),
-    where lse = logsumexp(z). Memory is O(M V) for the logits only.
+    logits: (M, V) float32, labels: (M,) int -> (M,) losses [, (M,) plain cross-entropy].
+    With q = smoothed target, -sum_v q_v log p_v = (1 - eps) * (lse - z_y)
+    + eps * (lse - mean_v z_v), where lse = logsumexp(z). Memory is O(M V) for the
+    logits only.
     """
     logits = _cast(logits, tf.float32)
     lse = tf.reduce_logsumexp(logits, axis=-1)
     z_y = tf.gather(logits, labels, axis=-1, batch_dims=1)
     nll = lse - z_y
-    if not epsilon:
-        return nll
-    return (1.0 - epsilon) * nll + epsilon * (lse - tf.reduce_mean(logits, axis=-1))
+    loss = nll
+    if epsilon:
+        loss = (1.0 - epsilon) * nll + epsilon * (lse - tf.reduce_mean(logits, axis=-1))
+    return (loss, nll) if with_nll else loss
 
 
 @keras.saving.register_keras_serializable(package="transformer")
@@ -333,11 +335,13 @@ class EncoderLayer(keras.layers.Layer):
     """
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout_rate: float,
-                 norm: str = "post", **kwargs):
+                 norm: str = "post", attention_dropout: float = 0.0, **kwargs):
         super().__init__(**kwargs)
         self.args = dict(d_model=d_model, num_heads=num_heads, d_ff=d_ff,
-                         dropout_rate=dropout_rate, norm=norm)
-        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout_rate, name="self_attn")
+                         dropout_rate=dropout_rate, norm=norm,
+                         attention_dropout=attention_dropout)
+        self.self_attn = MultiHeadAttention(d_model, num_heads, attention_dropout,
+                                            name="self_attn")
         self.ffn = FeedForward(d_model, d_ff, name="ffn")
         self.res1 = Residual(dropout_rate, norm, name="res_attn")
         self.res2 = Residual(dropout_rate, norm, name="res_ffn")
@@ -373,12 +377,14 @@ class DecoderLayer(keras.layers.Layer):
     """
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout_rate: float,
-                 norm: str = "post", **kwargs):
+                 norm: str = "post", attention_dropout: float = 0.0, **kwargs):
         super().__init__(**kwargs)
         self.args = dict(d_model=d_model, num_heads=num_heads, d_ff=d_ff,
-                         dropout_rate=dropout_rate, norm=norm)
-        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout_rate, name="self_attn")
-        self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout_rate,
+                         dropout_rate=dropout_rate, norm=norm,
+                         attention_dropout=attention_dropout)
+        self.self_attn = MultiHeadAttention(d_model, num_heads, attention_dropout,
+                                            name="self_attn")
+        self.cross_attn = MultiHeadAttention(d_model, num_heads, attention_dropout,
                                              name="cross_attn")
         self.ffn = FeedForward(d_model, d_ff, name="ffn")
         self.res1 = Residual(dropout_rate, norm, name="res_self")

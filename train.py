@@ -134,12 +134,12 @@ class Trainer:
             flat = self.model.logits(tf.boolean_mask(hidden, real))
             y = tf.boolean_mask(labels, real)
             weight = tf.ones_like(y, tf.float32)
-        losses = M.smoothed_cross_entropy(flat, y, self.hp.label_smoothing) * weight
-        nll = M.smoothed_cross_entropy(flat, y, 0.0) * weight
-        correct = tf.cast(tf.equal(tf.argmax(flat, -1, output_type=tf.int32), y),
-                          tf.float32) * weight
-        return (tf.reduce_sum(losses), tf.reduce_sum(nll), tf.reduce_sum(weight),
-                tf.reduce_sum(correct))
+        losses, nll = M.smoothed_cross_entropy(flat, y, self.hp.label_smoothing, True)
+        # the label is the argmax when its logit is the largest (ties count as correct)
+        z_y = tf.gather(flat, y, axis=-1, batch_dims=1)
+        correct = tf.cast(z_y >= tf.reduce_max(flat, axis=-1), tf.float32)
+        return (tf.reduce_sum(losses * weight), tf.reduce_sum(nll * weight),
+                tf.reduce_sum(weight), tf.reduce_sum(correct * weight))
 
     def _replica_step(self, src, dec_in, labels):
         import tensorflow as tf
