@@ -177,7 +177,7 @@ def read_raw(hp: H.Hparams, split: str) -> tuple[list[str], list[str]]:
     for side in ("src", "tgt"):
         path = os.path.join(hp.prepro_dir, f"{split}.{side}")
         _require(path, hp)
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8", newline="") as f:  # a stray \r is not a line end
             out.append(f.read().split("\n")[:-1])
     return out[0], out[1]
 

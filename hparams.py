@@ -115,8 +115,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         corpus="parallel", data_dir="data/multi30k", prepro_dir="prepro/multi30k",
         logdir="log/multi30k", evaldir="eval/multi30k",
         vocab_size=8000, d_model=256, d_ff=1024, num_blocks=3, num_heads=8,
-        dropout_rate=0.1, warmup_steps=1000, num_epochs=30, tokens_per_batch=4096,
-        dev_bleu_sents=0),
+        dropout_rate=0.1, lr_schedule="kyubyong", lr=0.0015, warmup_steps=400,
+        num_epochs=30, tokens_per_batch=2048, dev_bleu_sents=0),
     # The updated (2019) Kyubyong defaults for IWSLT 2016 de-en.
     "iwslt2016": dict(
         corpus="iwslt2016", data_dir="data/iwslt2016", prepro_dir="prepro/iwslt2016",
@@ -193,6 +193,10 @@ def apply(hp: Hparams, overrides: dict[str, Any]) -> Hparams:
     for key, allowed in CHOICES.items():
         if values[key] not in allowed:
             raise UserError(f"--{key} must be one of {', '.join(allowed)}; got {values[key]!r}")
+    for key in ("d_model", "d_ff", "num_blocks", "num_heads", "vocab_size", "maxlen1",
+                "maxlen2", "tokens_per_batch", "eval_batch_size", "max_position"):
+        if values[key] < 1:
+            raise UserError(f"--{key} must be a positive integer; got {values[key]}")
     if values["d_model"] % values["num_heads"]:
         raise UserError(f"d_model ({values['d_model']}) must be divisible by num_heads "
                         f"({values['num_heads']})")
@@ -226,12 +230,13 @@ def parse_args(argv: list[str] | None = None, extra: dict[str, Any] | None = Non
         arg = argv[i]
         if not arg.startswith("--"):
             raise UserError(f"unexpected argument '{arg}': options look like --name value")
-        key = arg[2:].replace("-", "_")
-        if "=" in key:
-            key, value = key.split("=", 1)
-        elif key in extra and isinstance(extra[key], bool) and (
+        key, eq, value = arg[2:].partition("=")
+        key = key.replace("-", "_")
+        if eq:
+            pass
+        elif key in ("help", "h") or key in extra and isinstance(extra[key], bool) and (
                 i + 1 == len(argv) or argv[i + 1].startswith("--")):
-            value = "true"  # bare switch such as --download
+            value = "true"  # bare switch such as --download or --help
         else:
             if i + 1 == len(argv):
                 raise UserError(f"--{key} needs a value")
@@ -276,6 +281,7 @@ def atomic_write(path: str, data: str | bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data.encode("utf-8") if isinstance(data, str) else data)
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600 files
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -49,13 +49,23 @@ class Transformer(keras.Model):
         self.src_dropout = keras.layers.Dropout(dropout_rate)
         self.tgt_dropout = keras.layers.Dropout(dropout_rate)
         layer_args = (d_model, num_heads, d_ff, dropout_rate, norm, attention_dropout)
-        self.encoder_layers = [M.EncoderLayer(*layer_args, name=f"encoder_{i}")
-                               for i in range(num_blocks)]
-        self.decoder_layers = [M.DecoderLayer(*layer_args, name=f"decoder_{i}")
-                               for i in range(num_blocks)]
+        # Each layer is a direct attribute (not a list) so that tf.train.Checkpoint,
+        # which does not follow Keras-tracked lists, saves its weights.
+        for i in range(num_blocks):
+            setattr(self, f"encoder_{i}", M.EncoderLayer(*layer_args, name=f"encoder_{i}"))
+            setattr(self, f"decoder_{i}", M.DecoderLayer(*layer_args, name=f"decoder_{i}"))
+        self.num_blocks = num_blocks
         if norm == "pre":
             self.encoder_norm = M.layer_norm("encoder_norm")
             self.decoder_norm = M.layer_norm("decoder_norm")
+
+    @property
+    def encoder_layers(self) -> list:
+        return [getattr(self, f"encoder_{i}") for i in range(self.num_blocks)]
+
+    @property
+    def decoder_layers(self) -> list:
+        return [getattr(self, f"decoder_{i}") for i in range(self.num_blocks)]
 
     @classmethod
     def from_hparams(cls, hp, src_vocab_size: int, tgt_vocab_size: int) -> "Transformer":

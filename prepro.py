@@ -186,12 +186,17 @@ def outputs(hp: H.Hparams) -> list[str]:
 def ensure_corpus(hp: H.Hparams, download: bool) -> None:
     """Make the raw corpus present: generate the demo corpus, or download if asked."""
     missing = [p for pair in corpus_files(hp).values() for p in pair if not os.path.exists(p)]
-    if not missing:
-        return
     if hp.corpus == "demo":
-        import demo_corpus
-        print(f"prepro: generating the demo corpus in {hp.data_dir}")
-        demo_corpus.write_demo_corpus(hp.data_dir, seed=hp.seed, n_train=hp.demo_size)
+        marker = os.path.join(hp.data_dir, "demo.json")
+        wanted = json.dumps({"seed": hp.seed, "demo_size": hp.demo_size})
+        current = open(marker, encoding="utf-8").read() if os.path.exists(marker) else ""
+        if missing or current != wanted:
+            import demo_corpus
+            print(f"prepro: generating the demo corpus in {hp.data_dir}")
+            demo_corpus.write_demo_corpus(hp.data_dir, seed=hp.seed, n_train=hp.demo_size)
+            H.atomic_write(marker, wanted)
+        return
+    if not missing:
         return
     if download:
         import download as dl
@@ -220,6 +225,8 @@ def preprocess(hp: H.Hparams, download: bool = False, force: bool = False) -> H.
                 print(f"prepro: {hp.prepro_dir} is up to date")
                 H.save(hp, os.path.join(hp.prepro_dir, "hparams.json"))
                 return hp
+    if os.path.exists(stamp_path):  # outputs are about to change: never "up to date" midway
+        os.remove(stamp_path)
     os.makedirs(hp.prepro_dir, exist_ok=True)
     data = {split: read_split(hp, split) for split in SPLITS}
     for split, (src, tgt) in data.items():

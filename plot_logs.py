@@ -1,0 +1,81 @@
+"""Turn a run's TensorBoard logs into PNG plots (loss, lr and dev BLEU against steps).
+
+    python plot_logs.py --logdir log/demo --out figures/demo
+
+Writes ``<out>_loss.png``, ``<out>_lr.png`` and ``<out>_bleu.png`` and prints the dev BLEU
+curve per epoch.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import sys
+
+import hparams as H
+from hparams import UserError
+
+PLOTS = {
+    "loss": (("train/loss", "train loss"), ("dev/loss", "dev loss")),
+    "lr": (("train/lr", "learning rate"),),
+    "bleu": (("dev/bleu", "dev BLEU (sacreBLEU, greedy)"),),
+}
+
+
+def read_scalars(logdir: str) -> dict[str, list[tuple[int, float]]]:
+    """tag -> [(step, value)] from every event file under ``logdir/train``."""
+    from tensorboard.backend.event_processing import event_accumulator
+    import tensorflow as tf
+    files = sorted(glob.glob(os.path.join(logdir, "train", "events.out.tfevents.*")))
+    if not files:
+        raise UserError(f"no TensorBoard event files in {logdir}/train: train a model first")
+    series: dict[str, dict[int, float]] = {}
+    for path in files:
+        acc = event_accumulator.EventAccumulator(path, size_guidance={"tensors": 0})
+        acc.Reload()
+        for tag in acc.Tags()["tensors"]:
+            if acc.SummaryMetadata(tag).plugin_data.plugin_name != "scalars":
+                continue
+            for event in acc.Tensors(tag):
+                value = float(tf.make_ndarray(event.tensor_proto))
+                series.setdefault(tag, {})[event.step] = value  # a resumed run wins
+    return {tag: sorted(points.items()) for tag, points in series.items()}
+
+
+def plot(logdir: str, out: str) -> list[str]:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    series = read_scalars(logdir)
+    written = []
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    for name, curves in PLOTS.items():
+        fig, ax = plt.subplots(figsize=(6, 3.5), dpi=100)
+        for tag, label in curves:
+            if tag in series:
+                steps, values = zip(*series[tag])
+                ax.plot(steps, values, marker="o" if tag.startswith("dev") else None,
+                        markersize=3, label=label)
+        ax.set_xlabel("step")
+        ax.set_title(f"{os.path.basename(os.path.normpath(logdir))}: {name}")
+        ax.grid(alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        path = f"{out}_{name}.png"
+        fig.savefig(path + ".part.png")
+        os.replace(path + ".part.png", path)
+        plt.close(fig)
+        written.append(path)
+    for step, bleu in series.get("dev/bleu", []):
+        print(f"step {step}: dev BLEU {bleu:.2f}")
+    return written
+
+
+def main() -> None:
+    hp, opts = H.parse_args(extra={"out": ""})
+    out = opts["out"] or os.path.join("figures", os.path.basename(os.path.normpath(hp.logdir)))
+    for path in plot(hp.logdir, out):
+        print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    H.run_main(main)

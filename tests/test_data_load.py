@@ -1,0 +1,419 @@
+"""Tests for data_load: tokenizer loading, encoding, length filtering, batching, tf.data.
+
+Only test_train_dataset_matches_plan imports TensorFlow; everything else is numpy.
+"""
+import os
+import sys
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO_ROOT)
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import data_load as D  # noqa: E402
+import hparams as H  # noqa: E402
+import prepro  # noqa: E402
+from hparams import UserError  # noqa: E402
+
+PAD, UNK, BOS, EOS = 0, 1, 2, 3
+
+
+# ---------------------------------------------------------------------------------------
+# Fixtures
+# ---------------------------------------------------------------------------------------
+NOUNS = [("Vogel", "bird"), ("Baum", "tree"), ("Fluss", "river"), ("Berg", "mountain"),
+         ("Wald", "forest"), ("Garten", "garden")]
+ADJS = [("alte", "old"), ("grüne", "green"), ("ruhige", "quiet"), ("schöne", "beautiful")]
+TAILS = [("", ""), (" im Süden", " in the south"),
+         (" hinter dem kleinen Dorf am Meer", " behind the small village by the sea"),
+         (" neben der Brücke, die über den breiten Fluss führt,",
+          " next to the bridge that crosses the wide river,")]
+
+
+def make_pairs():
+    """96 pairs of four length classes (varied lengths for the batching tests)."""
+    pairs = []
+    for de_n, en_n in NOUNS:
+        for de_a, en_a in ADJS:
+            for de_t, en_t in TAILS:
+                pairs.append((f"Der {de_a} {de_n} steht{de_t} dort.",
+                              f"The {en_a} {en_n} stands there{en_t}."))
+    return pairs
+
+
+def write_parallel(data_dir, train, dev=None, test=None):
+    os.makedirs(data_dir, exist_ok=True)
+    dev = dev or train[:5]
+    test = test or train[5:9]
+    for stem, split in (("train", train), ("val", dev), ("test_2016_flickr", test)):
+        for k, lang in enumerate(("de", "en")):
+            with open(os.path.join(data_dir, f"{stem}.{lang}"), "w", encoding="utf-8",
+                      newline="\n") as f:
+                f.write("".join(p[k] + "\n" for p in split))
+
+
+def word_hp(tmp, **kw):
+    values = dict(corpus="parallel", data_dir=str(tmp / "data"), prepro_dir=str(tmp / "prepro"),
+                  vocab_type="word", min_cnt=1, maxlen1=100, maxlen2=100,
+                  tokens_per_batch=64, seed=5)
+    values.update(kw)
+    return H.apply(H.Hparams(), values)
+
+
+@pytest.fixture(scope="module")
+def prepped(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("dl")
+    write_parallel(str(tmp / "data"), make_pairs())
+    hp = word_hp(tmp)
+    prepro.preprocess(hp)
+    return hp
+
+
+def make_corpus(src, tgt):
+    """A Corpus from lists of id lists (no specials)."""
+    s_ids, s_off = D._flatten(src)
+    t_ids, t_off = D._flatten(tgt)
+    return D.Corpus(s_ids, s_off, t_ids, t_off)
+
+
+def synthetic_lengths(n=3000, seed=0):
+    """Source/target lengths (specials included) like a translation corpus."""
+    rng = np.random.default_rng(seed)
+    src = rng.integers(2, 61, size=n)
+    tgt = np.clip(src + rng.integers(-4, 5, size=n), 2, 64)
+    return src.astype(np.int64), tgt.astype(np.int64)
+
+
+def synthetic_corpus(src_lens, tgt_lens, seed=0):
+    rng = np.random.default_rng(seed)
+    src = [rng.integers(4, 50, size=int(n) - 1).tolist() for n in src_lens]
+    tgt = [rng.integers(4, 50, size=int(n) - 1).tolist() for n in tgt_lens]
+    return make_corpus(src, tgt)
+
+
+def hp_with(**kw):
+    return H.apply(H.Hparams(), kw)
+
+
+# ---------------------------------------------------------------------------------------
+# load_tokenizer
+# ---------------------------------------------------------------------------------------
+def test_load_tokenizer_ok(prepped):
+    tok = D.load_tokenizer(prepped)
+    assert tok.kind == "word"
+    assert list(tok.src_vocab)[:4] == list(prepro.RESERVED)
+    assert tok.tgt_words[:4] == list(prepro.RESERVED)
+    assert tok.src_vocab_size == len(tok.src_vocab) > 20
+    ids = tok.encode_src(["Der alte Vogel steht, 3 Zebras dort!"])[0]
+    assert ids[:3] == [tok.src_vocab["Der"], tok.src_vocab["alte"], tok.src_vocab["Vogel"]]
+    assert ids[4] == UNK and len(ids) == 6
+    assert tok.src_tokens(ids) == ["Der", "alte", "Vogel", "steht", "<UNK>", "dort"]
+    en = tok.encode_tgt(["The old bird stands there."])[0]
+    assert tok.decode_tgt([BOS] + en + [EOS, 7, 7]) == "The old bird stands there"
+    assert tok.decode_tgt([PAD] + en[:2] + [10 ** 6]) == "The old <UNK>"
+    assert tok.tgt_tokens(en[:2]) == ["The", "old"]
+
+
+def test_load_tokenizer_other_preset_says_rerun_prepro(prepped):
+    other = H.apply(H.preset("multi30k"), {"prepro_dir": prepped.prepro_dir})
+    with pytest.raises(UserError) as e:
+        D.load_tokenizer(other)
+    msg = str(e.value)
+    assert "rerun prepro" in msg and prepped.prepro_dir in msg
+    assert "vocab_type='word' (you asked for 'bpe')" in msg
+    assert "vocab_size=1000 (you asked for 8000)" in msg
+    with pytest.raises(UserError, match=r"min_cnt=1 \(you asked for 20\).*rerun prepro"):
+        D.load_tokenizer(H.apply(prepped, {"min_cnt": 20}))
+    # a model-only difference is fine
+    assert D.load_tokenizer(H.apply(prepped, {"d_model": 64, "num_heads": 2})).kind == "word"
+
+
+def test_load_tokenizer_missing_files(tmp_path):
+    hp = word_hp(tmp_path)
+    with pytest.raises(UserError, match="prepro"):  # no hparams.json
+        D.load_tokenizer(hp)
+    H.save(hp, os.path.join(hp.prepro_dir, "hparams.json"))
+    with pytest.raises(UserError) as e:
+        D.load_tokenizer(hp)
+    assert os.path.join(hp.prepro_dir, "vocab.de.tsv") in str(e.value)
+    assert "prepro.py" in str(e.value)
+    bpe = H.apply(hp, {"vocab_type": "bpe"})
+    H.save(bpe, os.path.join(hp.prepro_dir, "hparams.json"))
+    with pytest.raises(UserError, match="bpe.model not found"):
+        D.load_tokenizer(bpe)
+    with pytest.raises(UserError, match="train.npz not found"):
+        D.load_corpus(hp, "train")
+    with pytest.raises(UserError, match="dev.src not found"):
+        D.read_raw(hp, "dev")
+
+
+def test_malformed_vocab_files(tmp_path):
+    hp = word_hp(tmp_path)
+    H.save(hp, os.path.join(hp.prepro_dir, "hparams.json"))
+    de = os.path.join(hp.prepro_dir, "vocab.de.tsv")
+    en = os.path.join(hp.prepro_dir, "vocab.en.tsv")
+    good = "".join(f"{t}\t1000000000\n" for t in prepro.RESERVED)
+    with open(en, "w", encoding="utf-8") as f:
+        f.write(good + "the\t5\n")
+    with open(de, "w", encoding="utf-8") as f:
+        f.write(good + "der\t5\nkaputt\n")
+    with pytest.raises(UserError, match=f"{de}:6: expected 'token<TAB>count'"):
+        D.load_tokenizer(hp)
+    with open(de, "w", encoding="utf-8") as f:
+        f.write("der\t5\n" + good)
+    with pytest.raises(UserError, match="first four tokens must be <PAD> <UNK> <S> </S>"):
+        D.load_tokenizer(hp)
+    with open(de, "w", encoding="utf-8") as f:
+        f.write(good + "der\t5\n")
+    tok = D.load_tokenizer(hp)
+    assert tok.src_vocab == {"<PAD>": 0, "<UNK>": 1, "<S>": 2, "</S>": 3, "der": 4}
+
+
+# ---------------------------------------------------------------------------------------
+# Encoding and batches
+# ---------------------------------------------------------------------------------------
+def test_corpus_lengths_include_specials():
+    c = make_corpus([[5, 6, 7], [8]], [[9, 10], [11, 12, 13]])
+    assert len(c) == 2
+    assert c.src(0).tolist() == [5, 6, 7] and c.tgt(1).tolist() == [11, 12, 13]
+    assert c.src_lens.tolist() == [4, 2] and c.tgt_lens.tolist() == [3, 4]
+
+
+def test_build_batch_layout():
+    c = make_corpus([[5, 6, 7], [8]], [[9, 10], [11, 12, 13]])
+    src, dec, lab = D.build_batch(c, np.array([0, 1]))
+    assert src.tolist() == [[5, 6, 7, EOS], [8, EOS, PAD, PAD]]
+    assert dec.tolist() == [[BOS, 9, 10, PAD], [BOS, 11, 12, 13]]
+    assert lab.tolist() == [[9, 10, EOS, PAD], [11, 12, 13, EOS]]
+    assert src.dtype == dec.dtype == lab.dtype == np.int32
+    src, dec, lab = D.build_batch(c, np.array([1]), multiple=8)
+    assert src.shape == (1, 8) and dec.shape == lab.shape == (1, 8)
+    assert src[0].tolist() == [8, EOS] + [PAD] * 6
+    assert lab[0].tolist() == [11, 12, 13, EOS] + [PAD] * 4
+
+
+def test_build_batch_on_prepro_output(prepped):
+    corpus = D.load_corpus(prepped, "train")
+    idx = np.array([3, 0, 50, 95])
+    src, dec, lab = D.build_batch(corpus, idx)
+    assert src.shape == (4, corpus.src_lens[idx].max())
+    assert dec.shape == lab.shape == (4, corpus.tgt_lens[idx].max())
+    for r, i in enumerate(idx):
+        ls, lt = corpus.src_lens[i], corpus.tgt_lens[i]
+        assert src[r, ls - 1] == EOS and (src[r, ls:] == PAD).all()
+        assert (src[r, :ls - 1] == corpus.src(i)).all()
+        assert dec[r, 0] == BOS and (dec[r, lt:] == PAD).all()
+        assert (lab[r, :lt - 1] == dec[r, 1:lt]).all()  # labels = decoder input shifted left
+        assert lab[r, lt - 1] == EOS and (lab[r, lt:] == PAD).all()
+        assert EOS not in src[r, :ls - 1] and BOS not in dec[r, 1:]
+
+
+def test_keep_by_length(capsys):
+    # src lens (</S> incl.): 4 2 7 3 6 2 ; tgt lens: 3 4 2 8 5 2
+    c = make_corpus([[5] * 3, [5], [5] * 6, [5] * 2, [5] * 5, [5]],
+                    [[6] * 2, [6] * 3, [6], [6] * 7, [6] * 4, [6]])
+    hp = hp_with(maxlen1=6, maxlen2=5)
+    keep = D.keep_by_length(c, hp, "train")
+    assert keep.tolist() == [0, 1, 4, 5]
+    out = capsys.readouterr().out
+    assert out == ("data: dropped 2 of 6 train pairs longer than maxlen1=6 / maxlen2=5\n")
+    assert D.keep_by_length(c, hp_with(maxlen1=7, maxlen2=8)).tolist() == list(range(6))
+    assert capsys.readouterr().out == ""  # nothing dropped, nothing printed
+    with pytest.raises(UserError, match="no dev pair .* fits maxlen1=1"):
+        D.keep_by_length(c, hp_with(maxlen1=1, maxlen2=100), "dev")
+
+
+def test_legacy_maxlen_filter_on_prepro_output(prepped, capsys):
+    hp = H.apply(prepped, {"maxlen1": 10, "maxlen2": 10})
+    corpus = D.load_corpus(hp, "train")
+    keep = D.keep_by_length(corpus, hp)
+    want = [i for i in range(len(corpus))
+            if corpus.src_lens[i] <= 10 and corpus.tgt_lens[i] <= 10]
+    assert keep.tolist() == want and 0 < len(want) < len(corpus)
+    assert f"dropped {len(corpus) - len(want)} of {len(corpus)} train" in capsys.readouterr().out
+
+
+def _widths(batch, sl, tl, m):
+    return D.round_up(int(max(sl[batch].max(), tl[batch].max())), m)
+
+
+@pytest.mark.parametrize("multiple", [1, 8])
+def test_make_batches_token_budget(multiple):
+    sl, tl = synthetic_lengths()
+    sl[[10, 20]] = [300, 5]  # longer than the budget on their own
+    tl[[10, 20]] = [9, 400]
+    budget = 256
+    hp = hp_with(tokens_per_batch=budget, pad_multiple=multiple, seed=3)
+    plan = D.make_batches(sl, tl, hp, epoch=0)
+    singles = 0
+    for b in plan:
+        cost = len(b) * _widths(b, sl, tl, multiple)
+        if cost > budget:
+            assert len(b) == 1 and b[0] in (10, 20)
+            singles += 1
+    assert singles == 2
+    # every index exactly once
+    flat = np.concatenate(plan)
+    assert len(flat) == len(sl) and np.array_equal(np.sort(flat), np.arange(len(sl)))
+    # greedy cut: batches are well filled
+    fill = np.mean([len(b) * _widths(b, sl, tl, multiple) / budget
+                    for b in plan if len(b) > 1])
+    assert fill > 0.8
+
+
+def test_make_batches_real_shapes_within_budget():
+    sl, tl = synthetic_lengths(800, seed=1)
+    corpus = synthetic_corpus(sl, tl)
+    for m in (1, 8):
+        hp = hp_with(tokens_per_batch=300, pad_multiple=m, seed=9)
+        for b in D.make_batches(corpus.src_lens, corpus.tgt_lens, hp, epoch=2):
+            src, dec, lab = D.build_batch(corpus, b, m)
+            assert src.shape[0] == dec.shape[0] == len(b)
+            assert len(b) * max(src.shape[1], dec.shape[1]) <= 300
+            assert src.shape[1] % m == 0 and dec.shape[1] % m == 0
+            assert src.shape[1] == D.round_up(int(corpus.src_lens[b].max()), m)
+
+
+def test_make_batches_deterministic_per_seed_and_epoch():
+    sl, tl = synthetic_lengths(1000)
+    hp = hp_with(tokens_per_batch=200, seed=11)
+    a = D.make_batches(sl, tl, hp, epoch=4)
+    b = D.make_batches(sl, tl, hp, epoch=4)
+    assert len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b))
+    c = D.make_batches(sl, tl, hp, epoch=5)
+    assert not np.array_equal(np.concatenate(a), np.concatenate(c))
+    assert [len(x) for x in a] != [len(x) for x in c]  # batch order reshuffled too
+    d = D.make_batches(sl, tl, H.apply(hp, {"seed": 12}), epoch=4)
+    assert not np.array_equal(np.concatenate(a), np.concatenate(d))
+    for plan in (c, d):
+        assert np.array_equal(np.sort(np.concatenate(plan)), np.arange(1000))
+
+
+def test_make_batches_fixed_batch_size():
+    sl, tl = synthetic_lengths(1000)
+    hp = hp_with(batch_size=32, tokens_per_batch=10, seed=2)  # the budget is ignored
+    plan = D.make_batches(sl, tl, hp, epoch=0)
+    sizes = sorted(len(b) for b in plan)
+    assert sizes == [1000 % 32] + [32] * (1000 // 32)
+    assert np.array_equal(np.sort(np.concatenate(plan)), np.arange(1000))
+    # legacy preset: 32 sentences per batch
+    legacy = H.preset("iwslt2016_legacy")
+    assert {len(b) for b in D.make_batches(sl[:64], tl[:64], legacy, 0)} == {32}
+
+
+def test_make_batches_sorted_by_length():
+    sl, tl = synthetic_lengths(2000, seed=4)
+    hp = hp_with(tokens_per_batch=512, seed=0)
+    plan = D.make_batches(sl, tl, hp, epoch=0)
+    # within a batch target lengths span a narrow range
+    spans = [int(tl[b].max() - tl[b].min()) for b in plan]
+    assert np.mean(spans) <= 2
+
+
+def test_padding_fraction_sorted_vs_random():
+    sl, tl = synthetic_lengths(3000, seed=6)
+    corpus = synthetic_corpus(sl, tl, seed=6)
+    hp = hp_with(tokens_per_batch=512, seed=6)
+    plan = D.make_batches(corpus.src_lens, corpus.tgt_lens, hp, epoch=0)
+    rng = np.random.default_rng(0)
+    perm = rng.permutation(len(corpus))
+    cuts = np.cumsum([len(b) for b in plan])[:-1]
+    random_plan = np.split(perm, cuts)
+    s_sorted, t_sorted = D.padding_fraction(plan, corpus)
+    s_rand, t_rand = D.padding_fraction(random_plan, corpus)
+    assert t_sorted < 0.1 and s_sorted < 0.2
+    assert t_rand > 0.3 and t_sorted < t_rand / 5 and s_sorted < s_rand
+    # the reported fraction matches the real padded arrays
+    pads = total = 0
+    for b in plan:
+        _, dec, _ = D.build_batch(corpus, b)
+        pads += int((dec == PAD).sum())
+        total += dec.size
+    assert t_sorted == pytest.approx(pads / total)
+    # pad_multiple adds padding
+    assert D.padding_fraction(plan, corpus, 8)[1] > t_sorted
+
+
+def test_train_data_batches(prepped):
+    hp = H.apply(prepped, {"maxlen1": 12, "maxlen2": 12})
+    td = D.TrainData(hp)
+    plan = td.batches(0)
+    flat = np.concatenate(plan)
+    assert np.array_equal(np.sort(flat), td.keep)
+    assert len(td.keep) < len(td.corpus)
+    for b in plan:
+        assert (td.corpus.src_lens[b] <= 12).all() and (td.corpus.tgt_lens[b] <= 12).all()
+        if len(b) > 1:
+            assert len(b) * _widths(b, td.corpus.src_lens, td.corpus.tgt_lens, 1) <= 64
+
+
+def test_train_dataset_matches_plan(prepped):
+    import tensorflow as tf
+
+    hp = H.apply(prepped, {"pad_multiple": 8, "tokens_per_batch": 96})
+    td = D.TrainData(hp)
+    plan = td.batches(1)
+    assert len(plan) > 4
+    got = list(td.dataset(1).as_numpy_iterator())
+    assert len(got) == len(plan)
+    rows = []
+    for (src, dec, lab), idx in zip(got, plan):
+        assert src.dtype == dec.dtype == lab.dtype == np.int32
+        want = D.build_batch(td.corpus, idx, 8)
+        for x, y in zip((src, dec, lab), want):
+            assert np.array_equal(x, y)
+        assert src.shape[1] % 8 == 0 and dec.shape[1] % 8 == 0
+        rows.append(len(src))
+    assert sum(rows) == len(td.keep) == len(td.corpus)
+    skipped = list(td.dataset(1, skip=3).as_numpy_iterator())
+    assert len(skipped) == len(plan) - 3
+    for (src, dec, lab), (src2, dec2, lab2) in zip(skipped, got[3:]):
+        assert np.array_equal(src, src2) and np.array_equal(lab, lab2)
+    spec = td.dataset(0).element_spec
+    assert all(s.dtype == tf.int32 and s.shape.rank == 2 for s in spec)
+
+
+def test_eval_batches():
+    rng = np.random.default_rng(3)
+    src = [rng.integers(4, 40, size=n) for n in (3, 12, 0, 7, 25, 1, 9, 9, 30, 2, 5)]
+    seen = []
+    widths = []
+    for idx, batch in D.eval_batches(src, batch_size=4, max_src_len=8):
+        assert batch.dtype == np.int32 and len(idx) == len(batch) <= 4
+        for row, i in zip(batch, idx):
+            body = list(src[i][:7])
+            assert row[:len(body) + 1].tolist() == body + [EOS]
+            assert (row[len(body) + 1:] == PAD).all()
+        widths.append(batch.shape[1])
+        seen.extend(idx.tolist())
+    assert sorted(seen) == list(range(len(src)))
+    assert widths == sorted(widths) and max(widths) == 8  # truncated to max_src_len
+    # no truncation when everything fits
+    out = list(D.eval_batches(src, batch_size=100, max_src_len=1000))
+    assert len(out) == 1 and out[0][1].shape == (len(src), 31)
+
+
+def test_read_raw_matches_encoded_splits(prepped):
+    for split in ("train", "dev", "test"):
+        src, tgt = D.read_raw(prepped, split)
+        assert len(src) == len(tgt) == len(D.load_corpus(prepped, split))
+    assert D.read_raw(prepped, "train")[0][:2] == [p[0] for p in make_pairs()[:2]]
+
+
+def test_read_raw_keeps_alignment_with_carriage_returns(tmp_path):
+    """BUG (data_load.py, read_raw): prepro keeps a stray '\\r' inside a line (read_lines
+    only strips the ends), but read_raw opens {split}.src/.tgt in universal-newline mode,
+    which turns that '\\r' into a line break: the references get one line more than the
+    encoded corpus and eval/BLEU pair hypotheses with the wrong references.
+    Fix: open(path, encoding="utf-8", newline="") in read_raw."""
+    pairs = make_pairs()[:20]
+    dev = [("Erste Zeile\rzweite Hälfte.", "First line\rsecond half."),
+           ("Der Baum steht dort.", "The tree stands there.")]
+    write_parallel(str(tmp_path / "data"), pairs, dev=dev)
+    hp = word_hp(tmp_path)
+    prepro.preprocess(hp)
+    src, tgt = D.read_raw(hp, "dev")
+    assert len(D.load_corpus(hp, "dev")) == 2
+    assert len(src) == len(tgt) == 2
+    assert tgt[1] == "The tree stands there."

@@ -1,0 +1,167 @@
+"""End to end: prepro -> train -> eval on a small generated corpus, resume, TensorBoard."""
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import hparams as H
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def tiny(tmp, **kw):
+    """Hparams of a tiny run on a 300-pair demo corpus inside tmp."""
+    values = dict(corpus="demo", demo_size=300, data_dir=f"{tmp}/data", prepro_dir=f"{tmp}/prepro",
+                  logdir=f"{tmp}/log", evaldir=f"{tmp}/eval", results_dir=f"{tmp}/results",
+                  vocab_size=200, d_model=32, d_ff=64, num_blocks=1, num_heads=2,
+                  tokens_per_batch=600, num_epochs=1, dev_bleu_sents=8, warmup_steps=20,
+                  eval_batch_size=64, max_len_extra=10)
+    values.update(kw)
+    return H.apply(H.Hparams(), values)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """One small run: prepro, 1 epoch of training, eval."""
+    import eval as E
+    import prepro
+    import train as T
+    tmp = str(tmp_path_factory.mktemp("run"))
+    hp = tiny(tmp)
+    prepro.preprocess(hp)
+    summary = T.train(hp)
+    result = E.evaluate(hp.logdir, {"results_dir": hp.results_dir})
+    return hp, summary, result
+
+
+def test_end_to_end_outputs(run):
+    hp, summary, result = run
+    assert summary["epoch"] == 1 and summary["step"] > 0
+    assert os.path.exists(summary["checkpoint"] + ".index")
+    assert glob.glob(os.path.join(hp.logdir, "best", "ckpt-*.index"))
+    text = open(result["results"], encoding="utf-8").read()
+    assert text.count("- source: ") == 500 and text.count("- got: ") == 500
+    for label in ("Bleu Score = ", "sacreBLEU = ", "BLEU (tokenize=none", "chrF = "):
+        assert label in text
+    figures = json.load(open(result["results"] + ".json"))
+    assert figures["sentences"] == 500
+    assert "tok:13a" in figures["sacrebleu_signature"]
+    assert "tok:none" in figures["bleu_tokenize_none_signature"]
+    specs = open(os.path.join(hp.logdir, "specs")).read().splitlines()
+    assert specs[-1].startswith("total parameters: ")
+    assert any("encoder_0/self_attn/w_q" in line for line in specs)
+    assert os.listdir(hp.evaldir), "dev translations are written after each epoch"
+
+
+def test_tensorboard_events(run):
+    from tensorboard.backend.event_processing import event_accumulator
+    hp, _, _ = run
+    files = glob.glob(os.path.join(hp.logdir, "train", "events.*"))
+    assert files
+    acc = event_accumulator.EventAccumulator(files[0], size_guidance={"tensors": 0})
+    acc.Reload()
+    tags = set(acc.Tags()["tensors"])
+    for tag in ("train/loss", "train/lr", "train/accuracy", "train/grad_norm",
+                "train/tokens_per_sec", "dev/loss", "dev/bleu", "dev/translations",
+                "attention/encoder_self", "attention/decoder_self", "attention/decoder_cross"):
+        assert tag in tags, tag
+    plugins = {tag: acc.SummaryMetadata(tag).plugin_data.plugin_name for tag in tags}
+    assert plugins["dev/translations"] == "text"
+    assert plugins["attention/decoder_cross"] == "images"
+    assert plugins["train/loss"] == "scalars"
+
+
+def test_resume_continues_step_count(tmp_path, run):
+    """Stopping at max_steps and resuming ends at the same step as the uninterrupted run."""
+    import train as T
+    hp_full, summary, _ = run
+    hp = tiny(str(tmp_path), prepro_dir=hp_full.prepro_dir, data_dir=hp_full.data_dir,
+              max_steps=3)
+    first = T.train(hp)
+    assert first["step"] == 3 and first["epoch"] == 0
+    second = T.train(H.apply(hp, {"max_steps": 0}))
+    assert second["step"] == summary["step"]
+    assert second["epoch"] == 1
+
+
+def test_eval_refuses_other_hparams(run):
+    import eval as E
+    hp, _, _ = run
+    with pytest.raises(H.UserError, match="d_model=32"):
+        E.evaluate(hp.logdir, {"d_model": 64})
+
+
+def test_eval_refuses_foreign_checkpoint(tmp_path, run):
+    """A checkpoint of a differently shaped model gives one clear error."""
+    import eval as E
+    import train as T
+    hp, _, _ = run
+    other = tiny(str(tmp_path), prepro_dir=hp.prepro_dir, data_dir=hp.data_dir, d_model=16,
+                 d_ff=32, max_steps=1)
+    path = T.train(other)["checkpoint"]
+    with pytest.raises(H.UserError, match="does not fit this model"):
+        E.evaluate(hp.logdir, {"results_dir": str(tmp_path)}, ckpt=path)
+
+
+def test_long_sentence_decodes(tmp_path, run):
+    """A test sentence far longer than any training sentence decodes without error
+    (the TF1 code crashed past its maxlen-row positional table)."""
+    import eval as E
+    hp, _, _ = run
+    src, ref = tmp_path / "long.de", tmp_path / "long.en"
+    src.write_text(" ".join(["Der Hund schläft und"] * 60) + " die Katze spielt.\n"
+                   "Die Frau liest.\n", encoding="utf-8")
+    ref.write_text(" ".join(["The dog sleeps and"] * 60) + " the cat plays.\n"
+                   "The woman reads.\n", encoding="utf-8")
+    result = E.evaluate(hp.logdir, {"results_dir": str(tmp_path)}, test_src=str(src),
+                        test_ref=str(ref))
+    assert json.load(open(result["results"] + ".json"))["sentences"] == 2
+
+
+def test_cli_errors_are_one_line(tmp_path):
+    """User errors exit with status 2 and a single 'error:' line, not a traceback."""
+    cases = [
+        (["prepro.py", "--d_modle", "3"], "did you mean --d_model"),
+        (["prepro.py", "--preset", "nope"], "unknown preset"),
+        (["prepro.py", "--preset", "multi30k", "--data_dir", str(tmp_path / "none")],
+         "not found"),
+        (["eval.py", "--logdir", str(tmp_path / "nolog")], "hparams.json not found"),
+    ]
+    for argv, expected in cases:
+        proc = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True,
+                              text=True, timeout=120)
+        assert proc.returncode == 2, (argv, proc.stderr)
+        lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+        assert len(lines) == 1 and expected in lines[0], proc.stderr
+        assert "Traceback" not in proc.stderr
+
+
+def test_sigkill_mid_epoch_resumes_to_same_step(tmp_path, run):
+    """train.py killed with SIGKILL mid-epoch resumes from its last checkpoint and ends at
+    the step count of an uninterrupted run."""
+    hp_full, summary, _ = run
+    log = tmp_path / "log"
+    args = [sys.executable, "train.py", "--corpus", "demo", "--demo_size", "300",
+            "--data_dir", hp_full.data_dir, "--prepro_dir", hp_full.prepro_dir,
+            "--logdir", str(log), "--evaldir", str(tmp_path / "eval"), "--vocab_size", "200",
+            "--d_model", "32", "--d_ff", "64", "--num_blocks", "1", "--num_heads", "2",
+            "--tokens_per_batch", "600", "--num_epochs", "1", "--dev_bleu_sents", "8",
+            "--warmup_steps", "20", "--eval_batch_size", "64", "--max_len_extra", "10",
+            "--ckpt_every_steps", "2"]
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.time() + 180
+    while time.time() < deadline and not glob.glob(str(log / "ckpt-4.index")):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert glob.glob(str(log / "ckpt-*.index")), "a checkpoint was written before the kill"
+    done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "resumed from" in done.stdout
+    assert f"step {summary['step']};" in done.stdout
