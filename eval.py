@@ -35,12 +35,17 @@ DECODE_KEYS = ("beam_size", "length_penalty", "max_len_extra", "eval_batch_size"
 
 
 class Translator:
-    """Batched greedy translation of raw sentences with one compiled decoding loop."""
+    """Batched translation of raw sentences with one compiled decoding loop: greedy, or
+    beam search when ``hp.beam_size`` > 1 (then the best hypothesis is returned)."""
 
     def __init__(self, model, tok, hp: H.Hparams):
         import model as MD
         self.model, self.tok, self.hp = model, tok, hp
-        self.decode = MD.greedy_decoder(model, hp.jit_compile)
+        if hp.beam_size > 1:
+            beam = MD.beam_decoder(model, hp.beam_size, hp.length_penalty, hp.jit_compile)
+            self.decode = lambda src, extra: beam(src, extra)[0][:, 0]
+        else:
+            self.decode = MD.greedy_decoder(model, hp.jit_compile)
 
     def translate_ids(self, src_ids: list) -> list:
         """Source id lists (no </S>) -> output id arrays, in the input order."""
@@ -165,6 +170,8 @@ def evaluate(logdir: str, overrides: dict, ckpt: str = "", test_src: str = "",
     settings = {"search": "greedy" if hp.beam_size <= 1 else "beam",
                 "beam_size": hp.beam_size, "max_len_extra": hp.max_len_extra,
                 "checkpoint": path}
+    if hp.beam_size > 1:
+        settings["length_penalty"] = hp.length_penalty
     write_results(out, sources, refs, hyps, figures, settings)
     for s, r, h in list(zip(sources, refs, hyps))[:show]:
         print(f"- source: {s}\n- expected: {r}\n- got: {h}\n")

@@ -109,7 +109,7 @@ MODEL_KEYS = ("model_type", "vocab_type", "vocab_size", "min_cnt", "d_model", "d
 
 PRESETS: dict[str, dict[str, Any]] = {
     # Tiny model on the embedded synthetic corpus: prepro -> train -> eval in ~5 min on 2 CPUs.
-    "demo": {},
+    "demo": dict(tokens_per_batch=2048, dev_bleu_sents=200),
     # A small model sized for Multi30k (29k pairs).
     "multi30k": dict(
         corpus="parallel", data_dir="data/multi30k", prepro_dir="prepro/multi30k",

@@ -229,3 +229,97 @@ def naive_greedy(model: Transformer, src, max_len: int):
     ended = np.cumsum(result == EOS_ID, axis=1) - (result == EOS_ID) > 0
     result[ended] = PAD_ID
     return result
+
+
+def _reorder_cache(cache, flat_index):
+    """Select rows (N * k,) of the self-attention caches after a beam step."""
+    layers = [dict(c, k=tf.gather(c["k"], flat_index), v=tf.gather(c["v"], flat_index))
+              for c in cache["layers"]]
+    return dict(cache, layers=layers)
+
+
+def length_penalty(length, alpha: float):
+    """((5 + |Y|) / 6) ^ alpha of Wu et al. 2016 (GNMT), |Y| counting </S>."""
+    return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
+
+
+def beam_loop(model, src, extra, beam_size: int, alpha: float = 0.6):
+    """Batched beam search (Vaswani et al. 7: k = 4, alpha = 0.6) in one tf.while_loop.
+
+    src (N, T1) -> (ids (N, k, L) best first, PAD after </S>; scores (N, k)), where a
+    score is the sum of token log-probabilities divided by the length penalty.
+    At each step every alive hypothesis is extended by every token and the k best
+    extensions are kept; those ending in </S> move to a separate finished set (scored
+    with the length penalty at their own length), so a shorter finished hypothesis is
+    never pushed out by longer, worse alive ones, and their slot stays empty. The
+    search stops when no alive hypothesis can beat the k-th finished one, when none is
+    alive, or after ``src length + extra`` steps. With k = 1 this is exactly greedy
+    decoding. ``model`` needs encode / init_cache / decode_step (the cache's
+    ``layers[i]['k'|'v']`` are reordered between steps).
+    """
+    k = beam_size
+    neg = -1e9
+    memory, mask = model.encode(src)
+    n = tf.shape(src)[0]
+    max_len = max_decode_len(model, tf.shape(src)[1], extra)
+    memory = tf.repeat(memory, k, axis=0)                   # (N * k, T1, d_model)
+    mask = tf.repeat(mask, k, axis=0)
+    cache = model.init_cache(memory, mask, max_len)
+    batch_offsets = (tf.range(n) * k)[:, None]              # (N, 1)
+
+    alive_seq = tf.zeros((n, k, max_len), tf.int32)
+    alive_logp = tf.tile(tf.concat([[0.0], tf.fill([k - 1], neg)], 0)[None], (n, 1))
+    fin_seq = tf.zeros((n, k, max_len), tf.int32)
+    fin_score = tf.fill((n, k), neg)
+    tokens = tf.fill((n * k,), BOS_ID)
+
+    def cond(i, tokens, alive_seq, alive_logp, fin_seq, fin_score, cache):
+        best_possible = alive_logp[:, 0] / length_penalty(max_len, alpha)
+        open_ = tf.logical_and(alive_logp[:, 0] > neg / 2, best_possible > fin_score[:, -1])
+        return tf.logical_and(i < max_len, tf.reduce_any(open_))
+
+    def body(i, tokens, alive_seq, alive_logp, fin_seq, fin_score, cache):
+        logits, cache = model.decode_step(tokens, cache)
+        vocab = tf.shape(logits)[-1]
+        logp = tf.nn.log_softmax(tf.reshape(logits, (n, k, -1)), axis=-1)
+        cand = tf.reshape(alive_logp[:, :, None] + logp, (n, -1))      # (N, k * V)
+        top_logp, top_idx = tf.math.top_k(cand, k=k)
+        beam, tok = top_idx // vocab, top_idx % vocab                 # (N, k)
+        seq = tf.gather(alive_seq, beam, batch_dims=1)
+        seq = keras.ops.slice_update(seq, [0, 0, i], tok[:, :, None])
+        ended = tf.logical_or(tf.equal(tok, EOS_ID), top_logp <= neg / 2)
+        # finished set: merge the newly ended hypotheses, keep the k best
+        new_score = tf.where(tf.logical_and(tf.equal(tok, EOS_ID), top_logp > neg / 2),
+                             top_logp / length_penalty(i + 1, alpha), neg)
+        all_score = tf.concat([fin_score, new_score], axis=1)
+        all_seq = tf.concat([fin_seq, seq], axis=1)
+        fin_score, keep = tf.math.top_k(all_score, k=k)
+        fin_seq = tf.gather(all_seq, keep, batch_dims=1)
+        # alive set: the extensions that did not end; ended slots become empty
+        alive_logp = tf.where(ended, neg, top_logp)
+        order = tf.argsort(alive_logp, axis=1, direction="DESCENDING", stable=True)
+        alive_logp = tf.gather(alive_logp, order, batch_dims=1)
+        alive_seq = tf.gather(seq, order, batch_dims=1)
+        tokens = tf.reshape(tf.gather(tok, order, batch_dims=1), (-1,))
+        source_beam = tf.gather(beam, order, batch_dims=1)
+        cache = _reorder_cache(cache, tf.reshape(source_beam + batch_offsets, (-1,)))
+        return i + 1, tokens, alive_seq, alive_logp, fin_seq, fin_score, cache
+
+    i, _, alive_seq, alive_logp, fin_seq, fin_score, _ = tf.while_loop(
+        cond, body, (tf.constant(0), tokens, alive_seq, alive_logp, fin_seq, fin_score, cache))
+    # sentences with fewer than k finished hypotheses are completed from the alive ones
+    alive_score = tf.where(alive_logp > neg / 2, alive_logp / length_penalty(i, alpha), neg)
+    all_score = tf.concat([fin_score, alive_score], axis=1)
+    all_seq = tf.concat([fin_seq, alive_seq], axis=1)
+    scores, keep = tf.math.top_k(all_score, k=k)
+    seqs = tf.gather(all_seq, keep, batch_dims=1)[:, :, :i]
+    # PAD everything after the first </S>
+    after = tf.cumsum(tf.cast(tf.equal(seqs, EOS_ID), tf.int32), axis=-1, exclusive=True) > 0
+    return tf.where(after, PAD_ID, seqs), scores
+
+
+def beam_decoder(model, beam_size: int, alpha: float = 0.6, jit_compile: bool = False):
+    """A compiled ``fn(src (N, T1) int32, extra int32) -> (ids (N, k, L), scores (N, k))``."""
+    spec = [tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([], tf.int32)]
+    return tf.function(lambda src, extra: beam_loop(model, src, extra, beam_size, alpha),
+                       input_signature=spec, jit_compile=jit_compile)

@@ -1,0 +1,126 @@
+"""Translate German text to English with a trained model, one sentence per line.
+
+    echo "Die Frau liest ein Buch." | python translate.py --logdir log/demo
+    python translate.py --preset multi30k --input talk.de > talk.en
+    python translate.py --logdir log/demo --beam_size 4 --n_best 3 < sentences.de
+    python translate.py --logdir log/demo --attention attn.png <<< "Der Hund schläft."
+
+Reads stdin (or --input), applies the training preprocessing (BPE or the word
+vocabulary), decodes in length-sorted batches and prints detokenized English on stdout in
+the input order. An empty line gives an empty line; a line longer than the model can
+take is truncated, with a warning on stderr. With --n_best N (beam search), each input
+gives N lines ``rank<TAB>score<TAB>translation``.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import hparams as H
+from hparams import UserError
+
+
+def plot_attention(model, tok, sentence: str, path: str, max_len_extra: int) -> str:
+    """Cross-attention of the last decoder layer (mean over heads) for one sentence,
+    target tokens down, source tokens across; returns the translation."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+    import tensorflow as tf
+    import model as MD
+    src_ids = tok.encode_src([sentence])[0] + [3]
+    src = tf.constant([src_ids], tf.int32)
+    out = MD.greedy_decoder(model)(src, tf.constant(max_len_extra, tf.int32)).numpy()[0]
+    out = [int(t) for t in out if t != 0]
+    tgt_in = tf.constant([[2] + out[:-1] if out and out[-1] == 3 else [2] + out], tf.int32)
+    memory, mask = model.encode(src)
+    _, weights = model.decode(tgt_in, memory, mask, return_attention=True)
+    attn = weights[-1][1].numpy()[0].mean(axis=0)               # (T2, T1)
+    fig, ax = plt.subplots(figsize=(0.5 * len(src_ids) + 2, 0.45 * len(out) + 2), dpi=100)
+    ax.imshow(attn, cmap="viridis", aspect="auto", vmin=0.0)
+    ax.set_xticks(range(len(src_ids)), tok.src_tokens(src_ids), rotation=90)
+    ax.set_yticks(range(len(out)), tok.tgt_tokens(out))
+    ax.set_xlabel("source")
+    ax.set_ylabel("translation")
+    fig.tight_layout()
+    fig.savefig(path + ".part.png")
+    os.replace(path + ".part.png", path)
+    plt.close(fig)
+    return tok.decode_tgt(out)
+
+
+def main() -> None:
+    import eval as E
+    hp, opts = H.parse_args(extra={"ckpt": "", "input": "", "n_best": 1, "attention": ""})
+    overrides = {k: getattr(hp, k) for k in opts["_set"]}
+    hp, tok, model, _ = E.load_run(hp.logdir, overrides, opts["ckpt"])
+    n_best = opts["n_best"]
+    if n_best > max(hp.beam_size, 1):
+        raise UserError(f"--n_best {n_best} needs --beam_size of at least {n_best}")
+    if opts["input"]:
+        import prepro
+        lines = prepro.read_lines(opts["input"])
+    else:
+        data = sys.stdin.buffer.read()
+        try:
+            lines = [line.strip() for line in data.decode("utf-8").splitlines()]
+        except UnicodeDecodeError as e:
+            line = data[:e.start].count(b"\n") + 1
+            raise UserError(f"stdin:{line}: not valid UTF-8; convert the input") from None
+    if opts["attention"]:
+        if len([s for s in lines if s]) != 1:
+            raise UserError("--attention takes exactly one sentence")
+        print(plot_attention(model, tok, next(s for s in lines if s), opts["attention"],
+                             hp.max_len_extra))
+        print(f"translate: attention written to {opts['attention']}", file=sys.stderr)
+        return
+    for line in translate_lines(model, tok, hp, lines, n_best, progress=bool(opts["input"])):
+        print(line)
+
+
+def translate_lines(model, tok, hp: H.Hparams, lines: list[str], n_best: int = 1,
+                    progress: bool = False) -> list[str]:
+    """Output lines for input lines (see the module docstring)."""
+    import numpy as np
+    import tensorflow as tf
+    from tqdm import tqdm
+    import data_load
+    import model as MD
+    limit = model.max_position if model.position == "learned" else 1024
+    ids = tok.encode_src(lines)
+    for n, seq in enumerate(ids, 1):
+        if len(seq) + 1 > limit:
+            print(f"translate: warning: line {n} has {len(seq)} tokens; only the first "
+                  f"{limit - 1} are translated", file=sys.stderr)
+    k = max(hp.beam_size, 1)
+    decode = MD.beam_decoder(model, k, hp.length_penalty) if k > 1 else \
+        MD.greedy_decoder(model)
+    extra = tf.constant(hp.max_len_extra, tf.int32)
+    outputs: list = [None] * len(lines)
+    real = [i for i, seq in enumerate(ids) if seq]
+    batches = list(data_load.eval_batches([ids[i] for i in real], hp.eval_batch_size, limit))
+    for idx, batch in tqdm(batches, disable=not progress, file=sys.stderr, unit="batch"):
+        result = decode(tf.constant(batch), extra)
+        if k > 1:
+            seqs, scores = result[0].numpy(), result[1].numpy()
+        else:
+            seqs, scores = result.numpy()[:, None], np.zeros((len(idx), 1))
+        for row, j in enumerate(idx):
+            outputs[real[j]] = [(tok.decode_tgt(seqs[row, r]), float(scores[row, r]))
+                                for r in range(n_best)]
+    lines_out = []
+    for out in outputs:
+        if out is None:  # empty input line
+            lines_out.extend([""] if n_best == 1 else [f"{r + 1}\t\t" for r in range(n_best)])
+        elif n_best == 1:
+            lines_out.append(out[0][0])
+        else:
+            lines_out.extend(f"{r + 1}\t{s:.4f}\t{t}" for r, (t, s) in enumerate(out))
+    return lines_out
+
+
+if __name__ == "__main__":
+    H.run_main(main)
