@@ -166,6 +166,8 @@ def evaluate(logdir: str, overrides: dict, ckpt: str = "", test_src: str = "",
     seconds = time.time() - t0
     figures = scores(hyps, refs)
     name = f"{os.path.basename(os.path.normpath(logdir))}_{os.path.basename(path)}"
+    if hp.beam_size > 1:
+        name += f"_beam{hp.beam_size}"
     out = os.path.join(hp.results_dir, name)
     settings = {"search": "greedy" if hp.beam_size <= 1 else "beam",
                 "beam_size": hp.beam_size, "max_len_extra": hp.max_len_extra,

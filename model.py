@@ -307,11 +307,15 @@ def beam_loop(model, src, extra, beam_size: int, alpha: float = 0.6):
 
     i, _, alive_seq, alive_logp, fin_seq, fin_score, _ = tf.while_loop(
         cond, body, (tf.constant(0), tokens, alive_seq, alive_logp, fin_seq, fin_score, cache))
-    # sentences with fewer than k finished hypotheses are completed from the alive ones
+    # sentences with fewer than k finished hypotheses are completed from the alive
+    # (unfinished) ones, which always rank after every finished hypothesis
     alive_score = tf.where(alive_logp > neg / 2, alive_logp / length_penalty(i, alpha), neg)
     all_score = tf.concat([fin_score, alive_score], axis=1)
+    rank = tf.concat([fin_score, tf.where(alive_score > neg / 2, alive_score + neg / 4, neg)],
+                     axis=1)
     all_seq = tf.concat([fin_seq, alive_seq], axis=1)
-    scores, keep = tf.math.top_k(all_score, k=k)
+    _, keep = tf.math.top_k(rank, k=k)
+    scores = tf.gather(all_score, keep, batch_dims=1)
     seqs = tf.gather(all_seq, keep, batch_dims=1)[:, :, :i]
     # PAD everything after the first </S>
     after = tf.cumsum(tf.cast(tf.equal(seqs, EOS_ID), tf.int32), axis=-1, exclusive=True) > 0

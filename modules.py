@@ -327,12 +327,9 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
 # ---------------------------------------------------------------------------------------
 # Encoder and decoder layers (3.1)
 # ---------------------------------------------------------------------------------------
-@keras.saving.register_keras_serializable(package="transformer")
-class EncoderLayer(keras.layers.Layer):
-    """Self-attention, then the feed-forward network, each wrapped by :class:`Residual`.
-
-    call: x (N, T1, d_model), mask (N, 1, 1, T1) -> (N, T1, d_model) [, weights]. See 3.1.
-    """
+class _Block(keras.layers.Layer):
+    """What encoder and decoder layers share: their arguments, the self-attention and
+    the feed-forward sublayer."""
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout_rate: float,
                  norm: str = "post", attention_dropout: float = 0.0, **kwargs):
@@ -343,8 +340,22 @@ class EncoderLayer(keras.layers.Layer):
         self.self_attn = MultiHeadAttention(d_model, num_heads, attention_dropout,
                                             name="self_attn")
         self.ffn = FeedForward(d_model, d_ff, name="ffn")
-        self.res1 = Residual(dropout_rate, norm, name="res_attn")
-        self.res2 = Residual(dropout_rate, norm, name="res_ffn")
+
+    def get_config(self):
+        return {**super().get_config(), **self.args}
+
+
+@keras.saving.register_keras_serializable(package="transformer")
+class EncoderLayer(_Block):
+    """Self-attention, then the feed-forward network, each wrapped by :class:`Residual`.
+
+    call: x (N, T1, d_model), mask (N, 1, 1, T1) -> (N, T1, d_model) [, weights]. See 3.1.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.res1 = Residual(self.args["dropout_rate"], self.args["norm"], name="res_attn")
+        self.res2 = Residual(self.args["dropout_rate"], self.args["norm"], name="res_ffn")
 
     def build(self, input_shape):
         for layer in (self.res1, self.res2, self.ffn):
@@ -363,12 +374,9 @@ class EncoderLayer(keras.layers.Layer):
         x = self.res2(x, fn=self.ffn, training=training)
         return (x, found["w"]) if return_attention else x
 
-    def get_config(self):
-        return {**super().get_config(), **self.args}
-
 
 @keras.saving.register_keras_serializable(package="transformer")
-class DecoderLayer(keras.layers.Layer):
+class DecoderLayer(_Block):
     """Masked self-attention, encoder-decoder attention, feed-forward; each with Residual.
 
     call: x (N, T2, d_model), memory (N, T1, d_model), self_mask (1, 1, T2, T2),
@@ -376,20 +384,14 @@ class DecoderLayer(keras.layers.Layer):
     :meth:`step` runs one position with a key/value cache for incremental decoding.
     """
 
-    def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout_rate: float,
-                 norm: str = "post", attention_dropout: float = 0.0, **kwargs):
-        super().__init__(**kwargs)
-        self.args = dict(d_model=d_model, num_heads=num_heads, d_ff=d_ff,
-                         dropout_rate=dropout_rate, norm=norm,
-                         attention_dropout=attention_dropout)
-        self.self_attn = MultiHeadAttention(d_model, num_heads, attention_dropout,
-                                            name="self_attn")
-        self.cross_attn = MultiHeadAttention(d_model, num_heads, attention_dropout,
-                                             name="cross_attn")
-        self.ffn = FeedForward(d_model, d_ff, name="ffn")
-        self.res1 = Residual(dropout_rate, norm, name="res_self")
-        self.res2 = Residual(dropout_rate, norm, name="res_cross")
-        self.res3 = Residual(dropout_rate, norm, name="res_ffn")
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        a = self.args
+        self.cross_attn = MultiHeadAttention(a["d_model"], a["num_heads"],
+                                             a["attention_dropout"], name="cross_attn")
+        self.res1 = Residual(a["dropout_rate"], a["norm"], name="res_self")
+        self.res2 = Residual(a["dropout_rate"], a["norm"], name="res_cross")
+        self.res3 = Residual(a["dropout_rate"], a["norm"], name="res_ffn")
 
     def build(self, input_shape, memory_shape=None):
         for layer in (self.res1, self.res2, self.res3, self.ffn):
@@ -445,6 +447,3 @@ class DecoderLayer(keras.layers.Layer):
         x = self.res2(x, fn=cross_attend)
         x = self.res3(x, fn=self.ffn)
         return x, new
-
-    def get_config(self):
-        return {**super().get_config(), **self.args}

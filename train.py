@@ -12,6 +12,7 @@ each epoch the dev set is scored (loss, greedy BLEU), its translations are writt
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -51,7 +52,8 @@ def setup_devices(hp: H.Hparams):
         strategy = tf.distribute.get_strategy()
     names = [d.name for d in tf.config.list_logical_devices()]
     print(f"train: devices {', '.join(names)}; precision {precision}; "
-          f"{type(strategy).__name__} with {strategy.num_replicas_in_sync} replica(s)")
+          f"{type(strategy).__name__} with {strategy.num_replicas_in_sync} replica(s)",
+          file=sys.stderr)
     return strategy, precision
 
 
@@ -247,6 +249,11 @@ def train(hp: H.Hparams) -> dict:
     decoder = E.Translator(model, tok, hp)
 
     t_start, stop_reason, history = time.time(), None, []
+    first_loss = last_loss = float("nan")  # running loss at this run's first and last log
+    saved_step = trainer.step if trainer.manager.latest_checkpoint else -1
+    if int(trainer.epoch) >= hp.num_epochs:
+        print(f"train: {hp.logdir} has already finished {hp.num_epochs} epochs; raise "
+              f"--num_epochs to train on")
     while int(trainer.epoch) < hp.num_epochs and stop_reason is None:
         epoch = int(trainer.epoch)
         skip = int(trainer.batch_in_epoch)
@@ -267,7 +274,9 @@ def train(hp: H.Hparams) -> dict:
             if step % 10 == 0 or step == 1:
                 elapsed = max(time.time() - t_window, 1e-9)
                 lr = float(trainer.schedule(step - 1))
-                bar.set_postfix(loss=f"{window[0] / max(window[2], 1):.3f}", lr=f"{lr:.2e}",
+                last_loss = window[0] / max(window[2], 1)
+                first_loss = first_loss if first_loss == first_loss else last_loss
+                bar.set_postfix(loss=f"{last_loss:.3f}", lr=f"{lr:.2e}",
                                 tok_s=f"{window[2] / elapsed:,.0f}")
                 if step % LOG_EVERY == 0 or step == 1:
                     with writer.as_default(step=step):
@@ -281,6 +290,7 @@ def train(hp: H.Hparams) -> dict:
                     t_window = time.time()
             if hp.ckpt_every_steps and step % hp.ckpt_every_steps == 0:
                 trainer.manager.save(checkpoint_number=step)
+                saved_step = step
             if hp.max_steps and step >= hp.max_steps:
                 stop_reason = f"max_steps={hp.max_steps} reached"
             elif hp.max_minutes and time.time() - t_start >= 60 * hp.max_minutes:
@@ -294,14 +304,18 @@ def train(hp: H.Hparams) -> dict:
         trainer.batch_in_epoch.assign(0)
         result = end_of_epoch(trainer, hp, tok, decoder, dev, dev_src[:n_dev], dev_ref[:n_dev],
                               writer)
+        saved_step = trainer.step
         history.append(result)
         if hp.early_stopping and int(trainer.bad_epochs) >= hp.early_stopping:
             stop_reason = f"no better dev BLEU for {hp.early_stopping} epochs"
-    path = trainer.manager.save(checkpoint_number=trainer.step)
+    if saved_step != trainer.step:
+        trainer.manager.save(checkpoint_number=trainer.step)
+    path = trainer.manager.latest_checkpoint
     writer.flush()
     print(f"train: {stop_reason or 'done'}; step {trainer.step}; checkpoint {path}")
     return {"step": trainer.step, "epoch": int(trainer.epoch), "history": history,
-            "checkpoint": path, "stop_reason": stop_reason}
+            "checkpoint": path, "stop_reason": stop_reason, "train_loss": last_loss,
+            "first_loss": first_loss}
 
 
 def end_of_epoch(trainer: Trainer, hp, tok, decoder, dev, dev_src, dev_ref, writer) -> dict:

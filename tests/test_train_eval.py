@@ -10,38 +10,15 @@ import time
 import pytest
 
 import hparams as H
+from conftest import tiny
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def tiny(tmp, **kw):
-    """Hparams of a tiny run on a 300-pair demo corpus inside tmp."""
-    values = dict(corpus="demo", demo_size=300, data_dir=f"{tmp}/data", prepro_dir=f"{tmp}/prepro",
-                  logdir=f"{tmp}/log", evaldir=f"{tmp}/eval", results_dir=f"{tmp}/results",
-                  vocab_size=200, d_model=32, d_ff=64, num_blocks=1, num_heads=2,
-                  tokens_per_batch=600, num_epochs=1, dev_bleu_sents=8, warmup_steps=20,
-                  eval_batch_size=64, max_len_extra=10)
-    values.update(kw)
-    return H.apply(H.Hparams(), values)
-
-
-@pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    """One small run: prepro, 1 epoch of training, eval."""
-    import eval as E
-    import prepro
-    import train as T
-    tmp = str(tmp_path_factory.mktemp("run"))
-    hp = tiny(tmp)
-    prepro.preprocess(hp)
-    summary = T.train(hp)
-    result = E.evaluate(hp.logdir, {"results_dir": hp.results_dir})
-    return hp, summary, result
-
-
 def test_end_to_end_outputs(run):
     hp, summary, result = run
-    assert summary["epoch"] == 1 and summary["step"] > 0
+    assert summary["epoch"] == hp.num_epochs and summary["step"] > 0
+    assert len(summary["history"]) == hp.num_epochs
     assert os.path.exists(summary["checkpoint"] + ".index")
     assert glob.glob(os.path.join(hp.logdir, "best", "ckpt-*.index"))
     text = open(result["results"], encoding="utf-8").read()
@@ -86,7 +63,7 @@ def test_resume_continues_step_count(tmp_path, run):
     assert first["step"] == 3 and first["epoch"] == 0
     second = T.train(H.apply(hp, {"max_steps": 0}))
     assert second["step"] == summary["step"]
-    assert second["epoch"] == 1
+    assert second["epoch"] == hp.num_epochs
 
 
 def test_eval_refuses_other_hparams(run):
@@ -150,7 +127,8 @@ def test_sigkill_mid_epoch_resumes_to_same_step(tmp_path, run):
             "--data_dir", hp_full.data_dir, "--prepro_dir", hp_full.prepro_dir,
             "--logdir", str(log), "--evaldir", str(tmp_path / "eval"), "--vocab_size", "200",
             "--d_model", "32", "--d_ff", "64", "--num_blocks", "1", "--num_heads", "2",
-            "--tokens_per_batch", "600", "--num_epochs", "1", "--dev_bleu_sents", "8",
+            "--tokens_per_batch", "600", "--num_epochs", "3", "--dev_bleu_sents", "8",
+            "--lr_schedule", "kyubyong", "--lr", "0.003",
             "--warmup_steps", "20", "--eval_batch_size", "64", "--max_len_extra", "10",
             "--ckpt_every_steps", "2"]
     proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL,
@@ -165,3 +143,19 @@ def test_sigkill_mid_epoch_resumes_to_same_step(tmp_path, run):
     assert done.returncode == 0, done.stderr[-2000:]
     assert "resumed from" in done.stdout
     assert f"step {summary['step']};" in done.stdout
+
+
+def test_mixed_bfloat16_training_loss_falls(tmp_path, run):
+    """precision=mixed_bfloat16 trains on CPU: the loss falls as it does in float32."""
+    import train as T
+    hp_full, _, _ = run
+    results = {}
+    for precision in ("float32", "mixed_bfloat16"):
+        hp = tiny(str(tmp_path / precision), prepro_dir=hp_full.prepro_dir,
+                  data_dir=hp_full.data_dir, precision=precision, max_steps=60, num_epochs=5,
+                  warmup_steps=10, lr_schedule="kyubyong", lr=0.003)
+        results[precision] = T.train(hp)
+    bf16, f32 = results["mixed_bfloat16"], results["float32"]
+    assert bf16["step"] == 60
+    assert bf16["train_loss"] < bf16["first_loss"] - 1.0
+    assert abs(bf16["train_loss"] - f32["train_loss"]) < 0.3

@@ -1,0 +1,117 @@
+"""Export a trained model as a SavedModel that translates raw German strings.
+
+    python export.py --logdir log/demo --export_dir exported/demo
+
+The serving signature ``serving_default`` maps ``sentences`` (a batch of raw strings)
+to ``translations`` (strings). Everything runs inside the graph: tokenization
+(tensorflow-text's SentencepieceTokenizer for BPE; the legacy regex cleaning, whitespace
+split and a lookup table for word vocabularies), greedy decoding (or beam search with
+--beam_size) in one tf.while_loop, and detokenization. Load it in any process with
+``import tensorflow_text`` (which registers the tokenizer ops) and
+``tf.saved_model.load(DIR)``; the project's code is not needed.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import hparams as H
+from hparams import UserError
+
+LEGACY_CLEAN_RE2 = r"[^\s\p{Latin}']"  # data_load.clean, in RE2 syntax
+
+
+def build_module(model, tok, hp: H.Hparams):
+    """A tf.Module with a ``translate(strings [N]) -> {"translations": strings [N]}``."""
+    import tensorflow as tf
+    import model as MD
+    from prepro import EOS_ID, PAD_ID, UNK_ID
+
+    limit = model.max_position if model.position == "learned" else 1024
+    beam = max(hp.beam_size, 1)
+
+    class Translator(tf.Module):
+        def __init__(self):
+            super().__init__()
+            # Track the model's variables, not the Keras model itself (saving a Keras
+            # model inside a tf.Module makes Keras trace its call with float inputs).
+            self.weights = [w.value for w in model.weights]
+            if tok.kind == "bpe":
+                import tensorflow_text as tft
+                proto = open(os.path.join(hp.prepro_dir, "bpe.model"), "rb").read()
+                self.sp = tft.SentencepieceTokenizer(model=proto)
+            else:
+                src_words = tf.constant(list(tok.src_vocab))
+                self.src_table = tf.lookup.StaticHashTable(
+                    tf.lookup.KeyValueTensorInitializer(
+                        src_words, tf.range(tf.size(src_words), dtype=tf.int32)), UNK_ID)
+                self.tgt_words = tf.Variable(tf.constant(tok.tgt_words), trainable=False)
+
+        def encode(self, sentences):
+            if tok.kind == "bpe":
+                return self.sp.tokenize(sentences)
+            cleaned = tf.strings.regex_replace(sentences, LEGACY_CLEAN_RE2, "")
+            words = tf.strings.split(cleaned)
+            return tf.ragged.map_flat_values(self.src_table.lookup, words)
+
+        def decode(self, ids):
+            """(N, L) ids, PAD after </S> -> strings (N,)."""
+            keep = tf.logical_and(tf.not_equal(ids, PAD_ID), tf.not_equal(ids, EOS_ID))
+            ragged = tf.ragged.boolean_mask(ids, keep)
+            if tok.kind == "bpe":
+                return self.sp.detokenize(ragged)
+            words = tf.gather(self.tgt_words, ragged)
+            return tf.strings.reduce_join(words, axis=1, separator=" ")
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+        def translate(self, sentences):
+            ids = tf.cast(self.encode(tf.strings.strip(sentences)), tf.int32)[:, :limit - 1]
+            empty = tf.equal(ids.row_lengths(), 0)
+            eos = tf.fill([ids.nrows(), 1], EOS_ID)
+            src = tf.concat([ids, tf.RaggedTensor.from_tensor(eos)], axis=1).to_tensor(PAD_ID)
+            extra = tf.constant(hp.max_len_extra, tf.int32)
+            if beam > 1:
+                out = MD.beam_loop(model, src, extra, beam, hp.length_penalty)[0][:, 0]
+            else:
+                out = MD.greedy_loop(model, src, extra)
+            text = self.decode(out)
+            return {"translations": tf.where(empty, tf.constant(""), text)}
+
+    return Translator()
+
+
+def export(logdir: str, export_dir: str, overrides: dict, ckpt: str = "") -> str:
+    """Write the SavedModel (via a temp folder, renamed when complete)."""
+    import tensorflow as tf
+    import eval as E
+    hp, tok, model, path = E.load_run(logdir, overrides, ckpt)
+    if tok.kind == "bpe":
+        try:
+            import tensorflow_text  # noqa: F401
+        except ImportError:
+            raise UserError("exporting a BPE model needs tensorflow-text: "
+                            "pip install tensorflow-text") from None
+    module = build_module(model, tok, hp)
+    tmp = export_dir.rstrip("/") + ".part"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tf.saved_model.save(module, tmp, signatures={"serving_default": module.translate})
+    if os.path.exists(export_dir):
+        shutil.rmtree(export_dir)
+    os.replace(tmp, export_dir)
+    print(f"export: {path} -> {export_dir} (signature serving_default: "
+          f"sentences -> translations)")
+    return export_dir
+
+
+def main() -> None:
+    hp, opts = H.parse_args(extra={"ckpt": "", "export_dir": ""})
+    overrides = {k: getattr(hp, k) for k in opts["_set"]}
+    out = opts["export_dir"] or os.path.join(
+        "exported", os.path.basename(os.path.normpath(hp.logdir)))
+    export(hp.logdir, out, overrides, opts["ckpt"])
+
+
+if __name__ == "__main__":
+    H.run_main(main)
