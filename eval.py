@@ -30,7 +30,7 @@ import hparams as H
 from hparams import UserError
 
 # hparams eval may change without touching the model
-DECODE_KEYS = ("beam_size", "length_penalty", "max_len_extra", "eval_batch_size",
+DECODE_KEYS = ("beam_size", "length_penalty", "max_len_extra", "max_len", "eval_batch_size",
                "results_dir", "precision", "jit_compile")
 
 
@@ -42,10 +42,10 @@ class Translator:
         import model as MD
         self.model, self.tok, self.hp = model, tok, hp
         if hp.beam_size > 1:
-            beam = MD.beam_decoder(model, hp.beam_size, hp.length_penalty, hp.jit_compile)
+            beam = MD.beam_decoder(model, hp.beam_size, hp.length_penalty, hp.max_len)
             self.decode = lambda src, extra: beam(src, extra)[0][:, 0]
         else:
-            self.decode = MD.greedy_decoder(model, hp.jit_compile)
+            self.decode = MD.greedy_decoder(model, hp.jit_compile, hp.max_len)
 
     def translate_ids(self, src_ids: list) -> list:
         """Source id lists (no </S>) -> output id arrays, in the input order."""
@@ -171,7 +171,7 @@ def evaluate(logdir: str, overrides: dict, ckpt: str = "", test_src: str = "",
     out = os.path.join(hp.results_dir, name)
     settings = {"search": "greedy" if hp.beam_size <= 1 else "beam",
                 "beam_size": hp.beam_size, "max_len_extra": hp.max_len_extra,
-                "checkpoint": path}
+                "max_len": hp.max_len, "checkpoint": path}
     if hp.beam_size > 1:
         settings["length_penalty"] = hp.length_penalty
     write_results(out, sources, refs, hyps, figures, settings)

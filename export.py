@@ -73,9 +73,10 @@ def build_module(model, tok, hp: H.Hparams):
             src = tf.concat([ids, tf.RaggedTensor.from_tensor(eos)], axis=1).to_tensor(PAD_ID)
             extra = tf.constant(hp.max_len_extra, tf.int32)
             if beam > 1:
-                out = MD.beam_loop(model, src, extra, beam, hp.length_penalty)[0][:, 0]
+                out = MD.beam_loop(model, src, extra, beam, hp.length_penalty,
+                                   hp.max_len)[0][:, 0]
             else:
-                out = MD.greedy_loop(model, src, extra)
+                out = MD.greedy_loop(model, src, extra, hp.max_len)
             text = self.decode(out)
             return {"translations": tf.where(empty, tf.constant(""), text)}
 

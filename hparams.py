@@ -53,7 +53,7 @@ class Hparams:
     maxlen2: int = 100                # max target tokens in training, <S> or </S> included
 
     # ---- batching -------------------------------------------------------------------
-    tokens_per_batch: int = 4096      # token budget: batch_rows * padded_length <= this
+    tokens_per_batch: int = 2048      # token budget: batch_rows * padded_length <= this
     batch_size: int = 0               # >0: fixed sentences per batch instead of the token budget
     pad_multiple: int = 1             # pad lengths to a multiple of this (8 bounds XLA shapes)
     eval_batch_size: int = 128        # sentences per decoding batch
@@ -90,7 +90,7 @@ class Hparams:
     ckpt_every_steps: int = 0         # >0: also checkpoint every K steps
     keep_ckpts: int = 3
     early_stopping: int = 0           # >0: stop after this many epochs without a better dev BLEU
-    dev_bleu_sents: int = 500         # dev sentences decoded after each epoch (0 = all)
+    dev_bleu_sents: int = 200         # dev sentences decoded after each epoch (0 = all)
     evaldir: str = "eval/demo"        # dev translations written after each epoch
 
     # ---- decoding -------------------------------------------------------------------
@@ -98,6 +98,7 @@ class Hparams:
     beam_size: int = 1
     length_penalty: float = 0.6       # alpha of Wu et al. 2016 (beam search)
     max_len_extra: int = 50           # decode at most source length + this many tokens
+    max_len: int = 0                  # >0: and never more than this many tokens
 
 
 # Fields that must agree between preprocessing and training, and between a checkpoint
@@ -109,7 +110,7 @@ MODEL_KEYS = ("model_type", "vocab_type", "vocab_size", "min_cnt", "d_model", "d
 
 PRESETS: dict[str, dict[str, Any]] = {
     # Tiny model on the embedded synthetic corpus: prepro -> train -> eval in ~5 min on 2 CPUs.
-    "demo": dict(tokens_per_batch=2048, dev_bleu_sents=200),
+    "demo": {},
     # A small model sized for Multi30k (29k pairs).
     "multi30k": dict(
         corpus="parallel", data_dir="data/multi30k", prepro_dir="prepro/multi30k",
@@ -123,7 +124,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         logdir="log/iwslt2016", evaldir="eval/iwslt2016",
         vocab_size=32000, d_model=512, d_ff=2048, num_blocks=6, num_heads=8,
         dropout_rate=0.3, label_smoothing=0.1, lr_schedule="kyubyong", lr=0.0003,
-        warmup_steps=4000, num_epochs=20, maxlen1=100, maxlen2=100, tokens_per_batch=8192),
+        warmup_steps=4000, num_epochs=20, maxlen1=100, maxlen2=100, tokens_per_batch=8192,
+        dev_bleu_sents=500),
     # The tf1.2 legacy settings: word vocabulary, short sentences, learned positions.
     "iwslt2016_legacy": dict(
         corpus="iwslt2016", data_dir="data/iwslt2016", prepro_dir="prepro/iwslt2016_legacy",
@@ -131,7 +133,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         vocab_type="word", min_cnt=20, maxlen1=10, maxlen2=10, position="learned",
         share_embeddings=False, lr_schedule="constant", lr=0.0001, batch_size=32,
         d_model=512, d_ff=2048, num_blocks=6, num_heads=8, dropout_rate=0.1,
-        label_smoothing=0.1, num_epochs=20),
+        label_smoothing=0.1, num_epochs=20, dev_bleu_sents=500),
 }
 
 CHOICES = {

@@ -171,24 +171,37 @@ class Transformer(keras.Model):
         return lines
 
 
-def max_decode_len(model: Transformer, src_len, extra: int):
-    """Decoding budget: source length + extra, capped by the learned position table."""
+def max_decode_len(model: Transformer, src_len, extra, max_len: int = 0):
+    """Decoding budget: source length + extra, capped by ``max_len`` (if > 0) and by the
+    learned position table."""
     limit = src_len + extra
+    if max_len > 0:
+        limit = tf.minimum(limit, max_len)
     if model.position == "learned":
         limit = tf.minimum(limit, model.max_position)
     return limit
 
 
-def greedy_loop(model: Transformer, src, extra):
+def decode_budgets(model: Transformer, src, extra, max_len: int = 0):
+    """Per-sentence budgets (N,) from each source's own length (non-PAD tokens, </S>
+    included), so that a sentence decodes the same whatever batch it is in; and their
+    maximum, the length of the output buffers."""
+    lengths = tf.reduce_sum(tf.cast(tf.not_equal(src, PAD_ID), tf.int32), axis=1)
+    limits = max_decode_len(model, lengths, extra, max_len)
+    return limits, tf.reduce_max(limits)
+
+
+def greedy_loop(model: Transformer, src, extra, max_len: int = 0):
     """Greedy autoregressive decoding of src (N, T1) -> (N, L) ids, PAD after </S>.
 
     Encodes once, computes the cross-attention keys/values once, and appends one
-    position per step to the self-attention cache; stops when every sentence has emitted
-    </S> or after ``src length + extra`` steps. Meant to run inside a tf.function.
+    position per step to the self-attention cache; a sentence stops at </S> or after
+    ``its source length + extra`` tokens, the loop when every sentence has stopped.
+    Meant to run inside a tf.function.
     """
     memory, mask = model.encode(src)
     n = tf.shape(src)[0]
-    max_len = max_decode_len(model, tf.shape(src)[1], extra)
+    limits, max_len = decode_budgets(model, src, extra, max_len)
     cache = model.init_cache(memory, mask, max_len)
     out = tf.zeros((n, max_len), tf.int32)
     tokens = tf.fill((n,), BOS_ID)
@@ -202,22 +215,24 @@ def greedy_loop(model: Transformer, src, extra):
         nxt = tf.argmax(logits, axis=-1, output_type=tf.int32)
         nxt = tf.where(done, PAD_ID, nxt)
         out = keras.ops.slice_update(out, [0, i], nxt[:, None])
-        return i + 1, nxt, tf.logical_or(done, tf.equal(nxt, EOS_ID)), out, cache
+        done = tf.logical_or(done, tf.logical_or(tf.equal(nxt, EOS_ID), i + 1 >= limits))
+        return i + 1, nxt, done, out, cache
 
     i, _, _, out, _ = tf.while_loop(cond, body, (tf.constant(0), tokens, done, out, cache))
     return out[:, :i]
 
 
-def greedy_decoder(model: Transformer, jit_compile: bool = False):
+def greedy_decoder(model: Transformer, jit_compile: bool = False, max_len: int = 0):
     """A compiled ``fn(src (N, T1) int32, extra scalar int32) -> (N, L) int32``."""
     spec = [tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([], tf.int32)]
-    return tf.function(lambda src, extra: greedy_loop(model, src, extra),
+    return tf.function(lambda src, extra: greedy_loop(model, src, extra, max_len),
                        input_signature=spec, jit_compile=jit_compile)
 
 
-def naive_greedy(model: Transformer, src, max_len: int):
+def naive_greedy(model: Transformer, src, max_len: int, limits=None):
     """Reference decoder of the original code: re-runs the full decoder over the whole
-    prefix at every step, for max_len steps, without early stopping. (N, max_len) ids."""
+    prefix at every step, for max_len steps, without early stopping. (N, max_len) ids.
+    ``limits`` (N,), if given, PADs each row past its own budget (as the cached loop)."""
     memory, mask = model.encode(src)
     out = np.full((src.shape[0], max_len + 1), PAD_ID, np.int32)
     out[:, 0] = BOS_ID
@@ -228,6 +243,8 @@ def naive_greedy(model: Transformer, src, max_len: int):
     # PAD everything after the first </S>, as the cached decoder does
     ended = np.cumsum(result == EOS_ID, axis=1) - (result == EOS_ID) > 0
     result[ended] = PAD_ID
+    if limits is not None:
+        result[np.arange(max_len)[None, :] >= np.asarray(limits)[:, None]] = PAD_ID
     return result
 
 
@@ -243,7 +260,7 @@ def length_penalty(length, alpha: float):
     return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
 
 
-def beam_loop(model, src, extra, beam_size: int, alpha: float = 0.6):
+def beam_loop(model, src, extra, beam_size: int, alpha: float = 0.6, max_len: int = 0):
     """Batched beam search (Vaswani et al. 7: k = 4, alpha = 0.6) in one tf.while_loop.
 
     src (N, T1) -> (ids (N, k, L) best first, PAD after </S>; scores (N, k)), where a
@@ -251,9 +268,9 @@ def beam_loop(model, src, extra, beam_size: int, alpha: float = 0.6):
     At each step every alive hypothesis is extended by every token and the k best
     extensions are kept; those ending in </S> move to a separate finished set (scored
     with the length penalty at their own length), so a shorter finished hypothesis is
-    never pushed out by longer, worse alive ones, and their slot stays empty. The
-    search stops when no alive hypothesis can beat the k-th finished one, when none is
-    alive, or after ``src length + extra`` steps. With k = 1 this is exactly greedy
+    never pushed out by longer, worse alive ones, and their slot stays empty. A
+    sentence's search stops when no alive hypothesis can beat its k-th finished one,
+    when none is alive, or after ``its source length + extra`` steps. With k = 1 this is exactly greedy
     decoding. ``model`` needs encode / init_cache / decode_step (the cache's
     ``layers[i]['k'|'v']`` are reordered between steps).
     """
@@ -261,7 +278,7 @@ def beam_loop(model, src, extra, beam_size: int, alpha: float = 0.6):
     neg = -1e9
     memory, mask = model.encode(src)
     n = tf.shape(src)[0]
-    max_len = max_decode_len(model, tf.shape(src)[1], extra)
+    limits, max_len = decode_budgets(model, src, extra, max_len)
     memory = tf.repeat(memory, k, axis=0)                   # (N * k, T1, d_model)
     mask = tf.repeat(mask, k, axis=0)
     cache = model.init_cache(memory, mask, max_len)
@@ -274,11 +291,12 @@ def beam_loop(model, src, extra, beam_size: int, alpha: float = 0.6):
     tokens = tf.fill((n * k,), BOS_ID)
 
     def cond(i, tokens, alive_seq, alive_logp, fin_seq, fin_score, cache):
-        best_possible = alive_logp[:, 0] / length_penalty(max_len, alpha)
+        best_possible = alive_logp[:, 0] / length_penalty(limits, alpha)
         open_ = tf.logical_and(alive_logp[:, 0] > neg / 2, best_possible > fin_score[:, -1])
-        return tf.logical_and(i < max_len, tf.reduce_any(open_))
+        return tf.reduce_any(tf.logical_and(open_, i < limits))
 
     def body(i, tokens, alive_seq, alive_logp, fin_seq, fin_score, cache):
+        old = (alive_seq, alive_logp, fin_seq, fin_score)
         logits, cache = model.decode_step(tokens, cache)
         vocab = tf.shape(logits)[-1]
         logp = tf.nn.log_softmax(tf.reshape(logits, (n, k, -1)), axis=-1)
@@ -303,13 +321,20 @@ def beam_loop(model, src, extra, beam_size: int, alpha: float = 0.6):
         tokens = tf.reshape(tf.gather(tok, order, batch_dims=1), (-1,))
         source_beam = tf.gather(beam, order, batch_dims=1)
         cache = _reorder_cache(cache, tf.reshape(source_beam + batch_offsets, (-1,)))
+        # sentences past their own budget keep their state unchanged
+        active = i < limits
+        alive_seq, alive_logp, fin_seq, fin_score = (
+            tf.where(tf.reshape(active, (-1,) + (1,) * (len(cur.shape) - 1)), cur, prev)
+            for cur, prev in zip((alive_seq, alive_logp, fin_seq, fin_score), old))
         return i + 1, tokens, alive_seq, alive_logp, fin_seq, fin_score, cache
 
     i, _, alive_seq, alive_logp, fin_seq, fin_score, _ = tf.while_loop(
         cond, body, (tf.constant(0), tokens, alive_seq, alive_logp, fin_seq, fin_score, cache))
     # sentences with fewer than k finished hypotheses are completed from the alive
     # (unfinished) ones, which always rank after every finished hypothesis
-    alive_score = tf.where(alive_logp > neg / 2, alive_logp / length_penalty(i, alpha), neg)
+    alive_len = tf.minimum(i, limits)[:, None]
+    alive_score = tf.where(alive_logp > neg / 2,
+                           alive_logp / length_penalty(alive_len, alpha), neg)
     all_score = tf.concat([fin_score, alive_score], axis=1)
     rank = tf.concat([fin_score, tf.where(alive_score > neg / 2, alive_score + neg / 4, neg)],
                      axis=1)
@@ -322,8 +347,13 @@ def beam_loop(model, src, extra, beam_size: int, alpha: float = 0.6):
     return tf.where(after, PAD_ID, seqs), scores
 
 
-def beam_decoder(model, beam_size: int, alpha: float = 0.6, jit_compile: bool = False):
-    """A compiled ``fn(src (N, T1) int32, extra int32) -> (ids (N, k, L), scores (N, k))``."""
+def beam_decoder(model, beam_size: int, alpha: float = 0.6, max_len: int = 0):
+    """A compiled ``fn(src (N, T1) int32, extra int32) -> (ids (N, k, L), scores (N, k))``.
+
+    A tf.function graph; unlike the greedy loop it is not XLA-compiled: with its
+    data-dependent buffer sizes, XLA on CPU (TF 2.21) crashed on it.
+    """
     spec = [tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([], tf.int32)]
-    return tf.function(lambda src, extra: beam_loop(model, src, extra, beam_size, alpha),
-                       input_signature=spec, jit_compile=jit_compile)
+    return tf.function(
+        lambda src, extra: beam_loop(model, src, extra, beam_size, alpha, max_len),
+        input_signature=spec)

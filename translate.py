@@ -96,8 +96,8 @@ def translate_lines(model, tok, hp: H.Hparams, lines: list[str], n_best: int = 1
             print(f"translate: warning: line {n} has {len(seq)} tokens; only the first "
                   f"{limit - 1} are translated", file=sys.stderr)
     k = max(hp.beam_size, 1)
-    decode = MD.beam_decoder(model, k, hp.length_penalty) if k > 1 else \
-        MD.greedy_decoder(model)
+    decode = MD.beam_decoder(model, k, hp.length_penalty, max_len=hp.max_len) if k > 1 else \
+        MD.greedy_decoder(model, max_len=hp.max_len)
     extra = tf.constant(hp.max_len_extra, tf.int32)
     outputs: list = [None] * len(lines)
     real = [i for i, seq in enumerate(ids) if seq]

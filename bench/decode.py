@@ -137,7 +137,8 @@ def main() -> None:
 
     n_naive = min(opts["naive_sents"], len(ids))
     naive_batches = list(data_load.eval_batches(ids[:n_naive], opts["batch"], 1 << 30))
-    naive = lambda b: MD.naive_greedy(model, tf.constant(b), b.shape[1] + hp.max_len_extra)
+    naive = lambda b: MD.naive_greedy(model, tf.constant(b), b.shape[1] + hp.max_len_extra,
+                                      (b != 0).sum(axis=1) + hp.max_len_extra)
     t_naive, n_out = timed(naive, naive_batches)
     _, g_small = timed(lambda b: greedy(tf.constant(b), extra).numpy(), naive_batches)
     same = all(np.array_equal(a, b[:, :a.shape[1]]) and not b[:, a.shape[1]:].any()

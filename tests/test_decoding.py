@@ -176,3 +176,19 @@ def test_beam_one_equals_greedy_on_trained_model(trained):
     assert np.array_equal(beam.numpy()[:, 0], greedy)
     beam4, scores = MD.beam_decoder(model, 4)(src, tf.constant(5))
     assert beam4.shape[1] == 4 and np.all(np.diff(scores.numpy(), axis=1) <= 1e-6)
+
+
+def test_xla_compiled_greedy_matches(trained):
+    """The greedy loop compiles with XLA and gives the same output."""
+    model, src = trained
+    extra = tf.constant(5)
+    assert np.array_equal(MD.greedy_decoder(model, jit_compile=True)(src, extra).numpy(),
+                          MD.greedy_decoder(model)(src, extra).numpy())
+
+
+def test_max_len_caps_the_output(trained):
+    model, src = trained
+    out = MD.greedy_decoder(model, max_len=2)(src, tf.constant(50)).numpy()
+    assert out.shape[1] == 2
+    beam, _ = MD.beam_decoder(model, 2, max_len=3)(src, tf.constant(50))
+    assert beam.shape[2] <= 3

@@ -263,8 +263,9 @@ def test_greedy_decoder_matches_naive(position, max_position):
     extra = 3
     # the budget is source length + extra, capped by a learned position table
     L = min(src.shape[1] + extra, max_position)
+    limits = np.minimum((src != PAD_ID).sum(axis=1) + extra, max_position)
     fast = MD.greedy_decoder(m)(tf.constant(src), tf.constant(extra, tf.int32)).numpy()
-    slow = MD.naive_greedy(m, src, L)
+    slow = MD.naive_greedy(m, src, L, limits)
     assert slow.shape == (3, L)
     assert 1 <= fast.shape[1] <= L
     np.testing.assert_array_equal(fast, slow[:, :fast.shape[1]])
