@@ -145,17 +145,20 @@ def test_sigkill_mid_epoch_resumes_to_same_step(tmp_path, run):
     assert f"step {summary['step']};" in done.stdout
 
 
-def test_mixed_bfloat16_training_loss_falls(tmp_path, run):
-    """precision=mixed_bfloat16 trains on CPU: the loss falls as it does in float32."""
+def test_mixed_precision_training_loss_falls(tmp_path, run):
+    """mixed_bfloat16 and mixed_float16 (with loss scaling) train on CPU: the loss falls
+    as it does in float32."""
     import train as T
     hp_full, _, _ = run
     results = {}
-    for precision in ("float32", "mixed_bfloat16"):
+    for precision in ("float32", "mixed_bfloat16", "mixed_float16"):
         hp = tiny(str(tmp_path / precision), prepro_dir=hp_full.prepro_dir,
                   data_dir=hp_full.data_dir, precision=precision, max_steps=60, num_epochs=5,
                   warmup_steps=10, lr_schedule="kyubyong", lr=0.003)
         results[precision] = T.train(hp)
-    bf16, f32 = results["mixed_bfloat16"], results["float32"]
-    assert bf16["step"] == 60
-    assert bf16["train_loss"] < bf16["first_loss"] - 1.0
-    assert abs(bf16["train_loss"] - f32["train_loss"]) < 0.3
+    f32 = results["float32"]
+    for precision in ("mixed_bfloat16", "mixed_float16"):
+        mixed = results[precision]
+        assert mixed["step"] == 60, precision
+        assert mixed["train_loss"] < mixed["first_loss"] - 1.0, precision
+        assert abs(mixed["train_loss"] - f32["train_loss"]) < 0.3, precision
