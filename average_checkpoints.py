@@ -1,0 +1,65 @@
+"""Average the weights of a run's last N checkpoints into one checkpoint for eval.py.
+
+    python average_checkpoints.py --preset multi30k --last 5
+    python eval.py --preset multi30k --ckpt log/multi30k/averaged/avg-last5
+
+Averaging the last checkpoints (Vaswani et al. 2017, section 6.1, averaged the last 5
+for the base model) usually gains a little BLEU over the last one alone. Only the model
+weights are averaged; the result holds no optimizer state.
+"""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import hparams as H
+from hparams import UserError
+
+
+def checkpoints(logdir: str) -> list[str]:
+    """The run's checkpoint prefixes, oldest first (as CheckpointManager lists them)."""
+    import tensorflow as tf
+    state = tf.train.get_checkpoint_state(logdir)
+    paths = list(state.all_model_checkpoint_paths) if state else []
+    return [p if os.path.isabs(p) else os.path.join(logdir, os.path.basename(p))
+            for p in paths]
+
+
+def average(logdir: str, last: int, out: str = "") -> str:
+    """Write the average of the last ``last`` checkpoints; returns its prefix."""
+    import numpy as np
+    import tensorflow as tf
+    import eval as E
+    paths = checkpoints(logdir)
+    if last < 1:
+        raise UserError(f"--last must be at least 1; got {last}")
+    if len(paths) < last:
+        raise UserError(f"{logdir} holds {len(paths)} checkpoint(s), fewer than --last "
+                        f"{last}; lower --last or raise --keep_ckpts when training")
+    paths = paths[-last:]
+    hp, tok, model, _ = E.load_run(logdir, {}, paths[-1])
+    ckpt = tf.train.Checkpoint(model=model)
+    total = [np.zeros(w.shape, np.float64) for w in model.weights]
+    for path in paths:
+        ckpt.restore(path).expect_partial()
+        for acc, w in zip(total, model.weights):
+            acc += w.numpy()
+    for acc, w in zip(total, model.weights):
+        w.assign((acc / len(paths)).astype(w.dtype))
+    out = out or os.path.join(logdir, "averaged", f"avg-last{last}")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    written = ckpt.write(out + ".part")
+    for name in tf.io.gfile.glob(written + "*"):  # .index and .data-* files
+        os.replace(name, name.replace(written, out, 1))
+    print(f"average_checkpoints: {', '.join(os.path.basename(p) for p in paths)} -> {out}")
+    return out
+
+
+def main() -> None:
+    hp, opts = H.parse_args(extra={"last": 5, "out": ""})
+    average(hp.logdir, opts["last"], opts["out"])
+
+
+if __name__ == "__main__":
+    H.run_main(main)
