@@ -80,6 +80,7 @@ class Hparams:
     adam_beta2: float = 0.98
     adam_epsilon: float = 1e-9
     clip_norm: float = 0.0            # >0: clip gradients to this global norm
+    accum_steps: int = 1              # >1: accumulate this many batches per update
     num_epochs: int = 6
     max_steps: int = 0                # >0: stop after this many steps (checkpointed)
     max_minutes: float = 0.0          # >0: stop after this wall time (checkpointed)
@@ -196,7 +197,8 @@ def apply(hp: Hparams, overrides: dict[str, Any]) -> Hparams:
         if values[key] not in allowed:
             raise UserError(f"--{key} must be one of {', '.join(allowed)}; got {values[key]!r}")
     for key in ("d_model", "d_ff", "num_blocks", "num_heads", "vocab_size", "maxlen1",
-                "maxlen2", "tokens_per_batch", "eval_batch_size", "max_position"):
+                "maxlen2", "tokens_per_batch", "eval_batch_size", "max_position",
+                "accum_steps"):
         if values[key] < 1:
             raise UserError(f"--{key} must be a positive integer; got {values[key]}")
     if values["d_model"] % values["num_heads"]:

@@ -98,6 +98,19 @@ class Trainer:
         self.best = tf.train.CheckpointManager(self.ckpt, os.path.join(hp.logdir, "best"), 1)
         spec = tf.TensorSpec([None, None], tf.int32)
         self._step = tf.function(self._distributed_step, input_signature=[spec] * 3)
+        # gradient accumulation (single replica): accum_steps batches make one update;
+        # updates happen only on batch boundaries so checkpoints never hold a partial sum
+        self.pending = 0
+        if hp.accum_steps > 1:
+            if strategy.num_replicas_in_sync > 1:
+                raise UserError("accum_steps > 1 works on one device only for now; "
+                                "raise tokens_per_batch instead")
+            self.accum = [tf.Variable(tf.zeros(v.shape, v.dtype), trainable=False)
+                          for v in self.model.trainable_variables]
+            self.accum_tokens = tf.Variable(0.0, trainable=False)
+            self._accumulate_fn = tf.function(self._accumulate, input_signature=[spec] * 3,
+                                              jit_compile=hp.jit_compile)
+            self._apply_fn = tf.function(self._apply_accumulated)
         self._compiled = tf.function(self._replica_step, jit_compile=True) \
             if hp.jit_compile else self._replica_step
 
@@ -143,17 +156,10 @@ class Trainer:
         return (tf.reduce_sum(losses * weight), tf.reduce_sum(nll * weight),
                 tf.reduce_sum(weight), tf.reduce_sum(correct * weight))
 
-    def _replica_step(self, src, dec_in, labels):
+    def _clip_and_apply(self, grads):
+        """Clip (optional) and apply gradients of the mean loss; returns the global norm.
+        Under mixed_float16 the gradients arrive loss-scaled; the optimizer unscales."""
         import tensorflow as tf
-        ctx = tf.distribute.get_replica_context()
-        variables = self.model.trainable_variables
-        with tf.GradientTape() as tape:
-            loss_sum, nll_sum, ntok, correct = self.loss_terms(src, dec_in, labels, True)
-            # normalise by the global number of target tokens, over all replicas
-            global_ntok = ctx.all_reduce("sum", ntok) if ctx else ntok
-            loss = loss_sum / tf.maximum(global_ntok, 1.0)
-            scaled = self.optimizer.scale_loss(loss) if self.loss_scaling else loss
-        grads = tape.gradient(scaled, variables)
         scale = tf.cast(self.optimizer.scale_loss(1.0), tf.float32) \
             if self.loss_scaling else 1.0
         # (the Keras optimizer sums gradients over replicas in apply_gradients; with
@@ -162,8 +168,43 @@ class Trainer:
         if self.hp.clip_norm > 0:
             grads, _ = tf.clip_by_global_norm(grads, self.hp.clip_norm * scale,
                                               use_norm=norm * scale)
-        self.optimizer.apply_gradients(zip(grads, variables))
+        self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
+        return norm
+
+    def _replica_step(self, src, dec_in, labels):
+        import tensorflow as tf
+        ctx = tf.distribute.get_replica_context()
+        with tf.GradientTape() as tape:
+            loss_sum, nll_sum, ntok, correct = self.loss_terms(src, dec_in, labels, True)
+            # normalise by the global number of target tokens, over all replicas
+            global_ntok = ctx.all_reduce("sum", ntok) if ctx else ntok
+            loss = loss_sum / tf.maximum(global_ntok, 1.0)
+            scaled = self.optimizer.scale_loss(loss) if self.loss_scaling else loss
+        grads = tape.gradient(scaled, self.model.trainable_variables)
+        norm = self._clip_and_apply(grads)
         return tf.stack([loss_sum, nll_sum, ntok, correct, norm])
+
+    def _accumulate(self, src, dec_in, labels):
+        """Add this batch's gradients of the summed loss to the accumulators."""
+        import tensorflow as tf
+        with tf.GradientTape() as tape:
+            loss_sum, nll_sum, ntok, correct = self.loss_terms(src, dec_in, labels, True)
+            scaled = self.optimizer.scale_loss(loss_sum) if self.loss_scaling else loss_sum
+        grads = tape.gradient(scaled, self.model.trainable_variables)
+        for acc, grad in zip(self.accum, grads):
+            acc.assign_add(tf.convert_to_tensor(grad))
+        self.accum_tokens.assign_add(ntok)
+        return tf.stack([loss_sum, nll_sum, ntok, correct, 0.0])
+
+    def _apply_accumulated(self):
+        """One update with the accumulated gradients over all their target tokens."""
+        import tensorflow as tf
+        tokens = tf.maximum(self.accum_tokens, 1.0)
+        norm = self._clip_and_apply([acc / tokens for acc in self.accum])
+        for acc in self.accum:
+            acc.assign(tf.zeros_like(acc))
+        self.accum_tokens.assign(0.0)
+        return norm
 
     def _distributed_step(self, src, dec_in, labels):
         import tensorflow as tf
@@ -174,6 +215,25 @@ class Trainer:
     def train_step(self, src, dec_in, labels):
         """One update; returns numpy [loss_sum, nll_sum, tokens, correct, grad_norm]."""
         return self._step(src, dec_in, labels).numpy()
+
+    def train_batch(self, src, dec_in, labels):
+        """Train on one batch: an update, or with accum_steps > 1 one accumulation that
+        updates every accum_steps batches. Returns (stats as train_step, updated)."""
+        if self.hp.accum_steps <= 1:
+            return self.train_step(src, dec_in, labels), True
+        stats = self._accumulate_fn(src, dec_in, labels).numpy()
+        self.pending += 1
+        if self.pending < self.hp.accum_steps:
+            return stats, False
+        stats[4] = self.flush()
+        return stats, True
+
+    def flush(self) -> float:
+        """Apply a partial accumulation (at the end of an epoch); returns the grad norm."""
+        if not self.pending:
+            return 0.0
+        self.pending = 0
+        return float(self._apply_fn())
 
     def dev_loss(self, corpus, batch_size: int) -> tuple[float, float]:
         """Per-token (label-smoothed loss, cross-entropy) on a dev corpus, no dropout."""
@@ -267,9 +327,11 @@ def train(hp: H.Hparams) -> dict:
         window = np.zeros(5)
         t_window = time.time()
         for src, dec_in, labels in bar:
-            stats = trainer.train_step(src, dec_in, labels)
+            stats, updated = trainer.train_batch(src, dec_in, labels)
             window += stats
             trainer.batch_in_epoch.assign_add(1)
+            if not updated:
+                continue
             step = trainer.step
             if step % 10 == 0 or step == 1:
                 elapsed = max(time.time() - t_window, 1e-9)
@@ -300,6 +362,7 @@ def train(hp: H.Hparams) -> dict:
         bar.close()
         if stop_reason:
             break
+        trainer.flush()  # the epoch's last, partial accumulation
         trainer.epoch.assign_add(1)
         trainer.batch_in_epoch.assign(0)
         result = end_of_epoch(trainer, hp, tok, decoder, dev, dev_src[:n_dev], dev_ref[:n_dev],
@@ -308,6 +371,8 @@ def train(hp: H.Hparams) -> dict:
         history.append(result)
         if hp.early_stopping and int(trainer.bad_epochs) >= hp.early_stopping:
             stop_reason = f"no better dev BLEU for {hp.early_stopping} epochs"
+        elif hp.max_steps and trainer.step >= hp.max_steps:
+            stop_reason = f"max_steps={hp.max_steps} reached"
     if saved_step != trainer.step:
         trainer.manager.save(checkpoint_number=trainer.step)
     path = trainer.manager.latest_checkpoint

@@ -162,3 +162,46 @@ def test_mixed_precision_training_loss_falls(tmp_path, run):
         assert mixed["step"] == 60, precision
         assert mixed["train_loss"] < mixed["first_loss"] - 1.0, precision
         assert abs(mixed["train_loss"] - f32["train_loss"]) < 0.3, precision
+
+
+def test_gradient_accumulation_equals_larger_batch(tmp_path, run):
+    """accum_steps=2 over batches b1, b2 gives the update of one batch b1 + b2."""
+    import numpy as np
+    import data_load
+    import train as T
+    hp_full, _, _ = run
+    base = dict(prepro_dir=hp_full.prepro_dir, data_dir=hp_full.data_dir, dropout_rate=0.0,
+                clip_norm=1.0)
+    hp_acc = tiny(str(tmp_path / "acc"), accum_steps=2, **base)
+    hp_big = tiny(str(tmp_path / "big"), **base)
+    tok = data_load.load_tokenizer(hp_acc)
+    strategy, precision = T.setup_devices(hp_acc)
+    acc, big = T.Trainer(hp_acc, tok, strategy, precision), T.Trainer(hp_big, tok, strategy,
+                                                                      precision)
+    for a, b in zip(acc.model.weights, big.model.weights):
+        b.assign(a)
+    initial = [w.numpy() for w in acc.model.weights]
+    data = data_load.TrainData(hp_acc)
+    b1, b2 = data.batches(0)[:2]
+    _, updated = acc.train_batch(*data_load.build_batch(data.corpus, b1))
+    assert not updated and acc.step == 0
+    _, updated = acc.train_batch(*data_load.build_batch(data.corpus, b2))
+    assert updated and acc.step == 1
+    _, updated = big.train_batch(*data_load.build_batch(data.corpus, np.concatenate([b1, b2])))
+    assert updated and big.step == 1
+    for a, b in zip(acc.model.weights, big.model.weights):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), atol=2e-6, err_msg=a.path)
+    changed = [not np.allclose(a.numpy(), w0) for a, w0 in zip(acc.model.weights, initial)]
+    assert sum(changed) > len(changed) // 2, "the update moved the weights"
+
+
+def test_accumulating_run_counts_updates(tmp_path, run):
+    """train() with accum_steps=3 makes one update per 3 batches, plus one for the rest."""
+    import math
+    import data_load
+    import train as T
+    hp_full, _, _ = run
+    hp = tiny(str(tmp_path), prepro_dir=hp_full.prepro_dir, data_dir=hp_full.data_dir,
+              accum_steps=3, num_epochs=1)
+    batches = len(data_load.TrainData(hp).batches(0))
+    assert T.train(hp)["step"] == math.ceil(batches / 3)
