@@ -109,7 +109,47 @@ def load_tokenizer(hp: H.Hparams) -> Tokenizer:
     saved = H.load(saved_path)
     H.check_same(saved, hp, H.DATA_KEYS, f"the vocabulary in {hp.prepro_dir}",
                  "rerun prepro.py with these settings or pass the matching --preset/--prepro_dir")
-    return Tokenizer(hp)
+    tok = Tokenizer(hp)
+    if not os.path.exists(os.path.join(hp.prepro_dir, "stamp.json")):
+        raise UserError(f"{hp.prepro_dir} is incomplete (preprocessing was interrupted); "
+                        f"rerun prepro.py")
+    return tok
+
+
+def vocab_files(hp: H.Hparams) -> list[str]:
+    if hp.vocab_type == "bpe":
+        return [os.path.join(hp.prepro_dir, "bpe.model")]
+    return [os.path.join(hp.prepro_dir, f"vocab.{lang}.tsv") for lang in (hp.src_lang,
+                                                                          hp.tgt_lang)]
+
+
+def vocab_fingerprint(hp: H.Hparams) -> str:
+    """sha256 of the vocabulary files: ties a checkpoint to the ids it was trained on."""
+    import hashlib
+    digest = hashlib.sha256()
+    for path in vocab_files(hp):
+        _require(path, hp)
+        with open(path, "rb") as f:
+            digest.update(f.read())
+    return digest.hexdigest()
+
+
+def write_vocab_fingerprint(hp: H.Hparams) -> None:
+    path = os.path.join(hp.logdir, "vocab.sha256")
+    if not os.path.exists(path):
+        H.atomic_write(path, vocab_fingerprint(hp) + "\n")
+
+
+def check_vocab_fingerprint(hp: H.Hparams) -> None:
+    """A checkpoint trained on another vocabulary than ``hp.prepro_dir``'s is an error."""
+    path = os.path.join(hp.logdir, "vocab.sha256")
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            saved = f.read().strip()
+        if saved != vocab_fingerprint(hp):
+            raise UserError(f"the checkpoint in {hp.logdir} was trained on another vocabulary "
+                            f"than the one in {hp.prepro_dir} (prepro.py was rerun with other "
+                            f"data or settings); use the original {hp.prepro_dir} or retrain")
 
 
 # ---------------------------------------------------------------------------------------
@@ -271,13 +311,14 @@ class TrainData:
                             self.hp, epoch)
         return [self.keep[b] for b in plan]
 
-    def dataset(self, epoch: int, skip: int = 0):
+    def dataset(self, epoch: int, skip: int = 0, plan: list | None = None):
         """A tf.data.Dataset of (src, dec_in, labels) int32 batches for one epoch.
 
-        ``skip`` leaves out the first batches (those already trained on before a resume).
+        ``skip`` leaves out the first batches (those already trained on before a resume);
+        ``plan`` is the epoch's :meth:`batches`, if the caller has it already.
         """
         import tensorflow as tf
-        plan = self.batches(epoch)[skip:]
+        plan = (self.batches(epoch) if plan is None else plan)[skip:]
         corpus, m = self.corpus, self.hp.pad_multiple
 
         def gen():

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -48,17 +49,21 @@ class Translator:
             self.decode = MD.greedy_decoder(model, hp.jit_compile, hp.max_len)
 
     def translate_ids(self, src_ids: list) -> list:
-        """Source id lists (no </S>) -> output id arrays, in the input order."""
+        """Source id lists (no </S>) -> output id arrays, in the input order; an empty
+        source gives an empty output. Sources are cut to :func:`model.source_limit`."""
         import numpy as np
         import tensorflow as tf
         import data_load
-        out: list = [None] * len(src_ids)
-        limit = self.model.max_position if self.model.position == "learned" else 1 << 30
+        import model as MD
+        out: list = [np.zeros(0, np.int32)] * len(src_ids)
+        real = [i for i, s in enumerate(src_ids) if len(s)]
         extra = tf.constant(self.hp.max_len_extra, tf.int32)
-        for idx, batch in data_load.eval_batches(src_ids, self.hp.eval_batch_size, limit):
+        for idx, batch in data_load.eval_batches([src_ids[i] for i in real],
+                                                 self.hp.eval_batch_size,
+                                                 MD.source_limit(self.model)):
             result = self.decode(tf.constant(batch), extra).numpy()
             for row, i in enumerate(idx):
-                out[i] = result[row]
+                out[real[i]] = result[row]
         return out
 
     def translate(self, sentences: list[str]) -> list[str]:
@@ -112,8 +117,14 @@ def load_run(logdir: str, overrides: dict, ckpt: str = ""):
     wanted = H.apply(saved, overrides)
     H.check_same(saved, wanted, H.MODEL_KEYS, f"the checkpoint in {logdir}",
                  "evaluate with the settings it was trained with (drop those options)")
-    hp = H.apply(saved, {k: v for k, v in overrides.items() if k in DECODE_KEYS})
+    ignored = sorted(k for k in overrides if k not in DECODE_KEYS + H.MODEL_KEYS + ("logdir",))
+    if ignored:
+        print(f"eval: ignoring {', '.join('--' + k for k in ignored)}: the run's own "
+              f"settings in {logdir}/hparams.json are used", file=sys.stderr)
+    hp = H.apply(saved, {**{k: v for k, v in overrides.items() if k in DECODE_KEYS},
+                         "logdir": logdir})  # the run may have been moved
     tok = data_load.load_tokenizer(hp)
+    data_load.check_vocab_fingerprint(hp)
     T.setup_devices(hp)
     model = MD.Transformer.from_hparams(hp, tok.src_vocab_size, tok.tgt_vocab_size)
     path = ckpt or tf.train.latest_checkpoint(logdir)
@@ -124,8 +135,8 @@ def load_run(logdir: str, overrides: dict, ckpt: str = ""):
     try:
         tf.train.Checkpoint(model=model).restore(path).expect_partial() \
             .assert_existing_objects_matched()
-    except (ValueError, AssertionError, tf.errors.OpError) as e:
-        raise UserError(f"checkpoint {path} does not fit this model "
+    except (ValueError, AssertionError, IndexError, tf.errors.OpError) as e:
+        raise UserError(f"checkpoint {path} does not fit this model or is damaged "
                         f"({str(e).splitlines()[0][:200]}); was it trained with other "
                         f"hparams?") from None
     return hp, tok, model, path
@@ -160,6 +171,8 @@ def evaluate(logdir: str, overrides: dict, ckpt: str = "", test_src: str = "",
                             f"{len(refs)}; they must be aligned")
     else:
         sources, refs = data_load.read_raw(hp, "test")
+    if not sources:
+        raise UserError(f"the test set is empty ({test_src or hp.prepro_dir + '/test.src'})")
     import time
     t0 = time.time()
     hyps = Translator(model, tok, hp).translate(sources)

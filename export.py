@@ -20,7 +20,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import hparams as H
 from hparams import UserError
 
-LEGACY_CLEAN_RE2 = r"[^\s\p{Latin}']"  # data_load.clean, in RE2 syntax
+LEGACY_CLEAN_RE2 = r"[^\s\p{Z}\p{Latin}']"  # data_load.clean in RE2 (whose \s is ASCII)
 
 
 def build_module(model, tok, hp: H.Hparams):
@@ -29,7 +29,7 @@ def build_module(model, tok, hp: H.Hparams):
     import model as MD
     from prepro import EOS_ID, PAD_ID, UNK_ID
 
-    limit = model.max_position if model.position == "learned" else 1024
+    limit = MD.source_limit(model)
     beam = max(hp.beam_size, 1)
 
     class Translator(tf.Module):
@@ -98,8 +98,11 @@ def export(logdir: str, export_dir: str, overrides: dict, ckpt: str = "") -> str
     tmp = export_dir.rstrip("/") + ".part"
     shutil.rmtree(tmp, ignore_errors=True)
     tf.saved_model.save(module, tmp, signatures={"serving_default": module.translate})
-    if os.path.exists(export_dir):
+    if os.path.isdir(export_dir):
         shutil.rmtree(export_dir)
+    elif os.path.exists(export_dir):
+        raise UserError(f"{export_dir} exists and is not a folder; choose another "
+                        f"--export_dir")
     os.replace(tmp, export_dir)
     print(f"export: {path} -> {export_dir} (signature serving_default: "
           f"sentences -> translations)")

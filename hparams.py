@@ -109,6 +109,11 @@ MODEL_KEYS = ("model_type", "vocab_type", "vocab_size", "min_cnt", "d_model", "d
               "num_blocks", "num_heads", "position", "max_position", "norm",
               "share_embeddings")
 
+# Fields that fix the batch plan and the position within an epoch: a resumed run must
+# keep them, or it would skip some pairs and repeat others.
+RESUME_KEYS = ("seed", "tokens_per_batch", "batch_size", "pad_multiple", "maxlen1", "maxlen2",
+               "accum_steps")
+
 PRESETS: dict[str, dict[str, Any]] = {
     # Tiny model on the embedded synthetic corpus: prepro -> train -> eval in ~5 min on 2 CPUs.
     "demo": {},
@@ -198,9 +203,16 @@ def apply(hp: Hparams, overrides: dict[str, Any]) -> Hparams:
             raise UserError(f"--{key} must be one of {', '.join(allowed)}; got {values[key]!r}")
     for key in ("d_model", "d_ff", "num_blocks", "num_heads", "vocab_size", "maxlen1",
                 "maxlen2", "tokens_per_batch", "eval_batch_size", "max_position",
-                "accum_steps"):
+                "accum_steps", "warmup_steps", "pad_multiple", "beam_size", "keep_ckpts"):
         if values[key] < 1:
             raise UserError(f"--{key} must be a positive integer; got {values[key]}")
+    for key in ("max_len_extra", "max_len", "batch_size", "max_steps",
+                "ckpt_every_steps", "early_stopping", "dev_bleu_sents"):
+        if values[key] < 0:
+            raise UserError(f"--{key} must not be negative; got {values[key]}")
+    for key in ("dropout_rate", "attention_dropout", "label_smoothing"):
+        if not 0 <= values[key] < 1:
+            raise UserError(f"--{key} must be in [0, 1); got {values[key]}")
     if values["d_model"] % values["num_heads"]:
         raise UserError(f"d_model ({values['d_model']}) must be divisible by num_heads "
                         f"({values['num_heads']})")

@@ -182,6 +182,12 @@ def max_decode_len(model: Transformer, src_len, extra, max_len: int = 0):
     return limit
 
 
+def source_limit(model: Transformer) -> int:
+    """Longest source (</S> included) decoded; longer ones are cut: the learned position
+    table's size, or 1024 tokens with sinusoids (far beyond any training sentence)."""
+    return model.max_position if model.position == "learned" else 1024
+
+
 def decode_budgets(model: Transformer, src, extra, max_len: int = 0):
     """Per-sentence budgets (N,) from each source's own length (non-PAD tokens, </S>
     included), so that a sentence decodes the same whatever batch it is in; and their

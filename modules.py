@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 # Masked attention logits get this value: exp() of it is 0 in float32, and it stays finite

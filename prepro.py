@@ -174,13 +174,10 @@ def _stamp(hp: H.Hparams) -> dict:
 
 
 def outputs(hp: H.Hparams) -> list[str]:
+    from data_load import vocab_files
     d = hp.prepro_dir
-    if hp.vocab_type == "bpe":
-        vocab = [os.path.join(d, "bpe.model")]
-    else:
-        vocab = [os.path.join(d, f"vocab.{lang}.tsv") for lang in (hp.src_lang, hp.tgt_lang)]
     text = [os.path.join(d, f"{s}.{side}") for s in SPLITS for side in ("src", "tgt")]
-    return vocab + text + [os.path.join(d, f"{s}.npz") for s in SPLITS]
+    return vocab_files(hp) + text + [os.path.join(d, f"{s}.npz") for s in SPLITS]
 
 
 def ensure_corpus(hp: H.Hparams, download: bool) -> None:
@@ -244,7 +241,7 @@ def preprocess(hp: H.Hparams, download: bool = False, force: bool = False) -> H.
             write_word_vocab(os.path.join(hp.prepro_dir, f"vocab.{lang}.tsv"), vocab)
     H.save(hp, os.path.join(hp.prepro_dir, "hparams.json"))
 
-    tok = data_load.load_tokenizer(hp)
+    tok = data_load.Tokenizer(hp)
     for split, (src, tgt) in data.items():
         arrays = data_load.encode_pairs(tok, src, tgt)
         data_load.save_npz(os.path.join(hp.prepro_dir, f"{split}.npz"), arrays)

@@ -58,11 +58,15 @@ def setup_devices(hp: H.Hparams):
 
 
 def check_logdir(hp: H.Hparams) -> None:
-    """A logdir holding a run with another model shape cannot be resumed."""
+    """A logdir holding a run with another model shape, another batch plan or another
+    vocabulary cannot be resumed."""
+    import data_load
     path = os.path.join(hp.logdir, "hparams.json")
     if os.path.exists(path):
-        H.check_same(H.load(path), hp, H.MODEL_KEYS, f"the checkpoint in {hp.logdir}",
+        H.check_same(H.load(path), hp, H.MODEL_KEYS + H.RESUME_KEYS,
+                     f"the checkpoint in {hp.logdir}",
                      "pass a new --logdir, or the same settings to resume it")
+    data_load.check_vocab_fingerprint(hp)
 
 
 class Trainer:
@@ -97,7 +101,11 @@ class Trainer:
         self.manager = tf.train.CheckpointManager(self.ckpt, hp.logdir, hp.keep_ckpts)
         self.best = tf.train.CheckpointManager(self.ckpt, os.path.join(hp.logdir, "best"), 1)
         spec = tf.TensorSpec([None, None], tf.int32)
-        self._step = tf.function(self._distributed_step, input_signature=[spec] * 3)
+        self.replicas = strategy.num_replicas_in_sync
+        # one trace for every batch shape (several replicas get per-replica values instead)
+        self._step = tf.function(self._distributed_step, input_signature=[spec] * 3) \
+            if self.replicas == 1 else tf.function(self._distributed_step,
+                                                   reduce_retracing=True)
         # gradient accumulation (single replica): accum_steps batches make one update;
         # updates happen only on batch boundaries so checkpoints never hold a partial sum
         self.pending = 0
@@ -122,11 +130,13 @@ class Trainer:
         path = self.manager.latest_checkpoint
         if not path:
             return False
+        import tensorflow as tf
         try:
             self.ckpt.restore(path).assert_existing_objects_matched()
-        except (ValueError, AssertionError) as e:
-            raise UserError(f"cannot restore {path}: {str(e).splitlines()[0]}; "
-                            f"use a new --logdir") from None
+        except (ValueError, AssertionError, IndexError, tf.errors.OpError) as e:
+            raise UserError(f"cannot restore {path} ({str(e).splitlines()[0][:160]}); the "
+                            f"checkpoint is damaged or was written with another --precision: "
+                            f"resume with the same settings or use a new --logdir") from None
         print(f"train: resumed from {path} at step {self.step}, epoch {int(self.epoch) + 1}, "
               f"batch {int(self.batch_in_epoch)}")
         return True
@@ -189,7 +199,10 @@ class Trainer:
         import tensorflow as tf
         with tf.GradientTape() as tape:
             loss_sum, nll_sum, ntok, correct = self.loss_terms(src, dec_in, labels, True)
-            scaled = self.optimizer.scale_loss(loss_sum) if self.loss_scaling else loss_sum
+            # divided by the token budget so that float16 gradients keep the magnitude
+            # of a per-token mean (the update divides by the real token count)
+            per_budget = loss_sum / float(self.hp.tokens_per_batch)
+            scaled = self.optimizer.scale_loss(per_budget) if self.loss_scaling else per_budget
         grads = tape.gradient(scaled, self.model.trainable_variables)
         for acc, grad in zip(self.accum, grads):
             acc.assign_add(tf.convert_to_tensor(grad))
@@ -199,7 +212,7 @@ class Trainer:
     def _apply_accumulated(self):
         """One update with the accumulated gradients over all their target tokens."""
         import tensorflow as tf
-        tokens = tf.maximum(self.accum_tokens, 1.0)
+        tokens = tf.maximum(self.accum_tokens, 1.0) / float(self.hp.tokens_per_batch)
         norm = self._clip_and_apply([acc / tokens for acc in self.accum])
         for acc in self.accum:
             acc.assign(tf.zeros_like(acc))
@@ -213,7 +226,18 @@ class Trainer:
             tf.constant([1, 1, 1, 1, self.strategy.num_replicas_in_sync], tf.float32)
 
     def train_step(self, src, dec_in, labels):
-        """One update; returns numpy [loss_sum, nll_sum, tokens, correct, grad_norm]."""
+        """One update; returns numpy [loss_sum, nll_sum, tokens, correct, grad_norm].
+
+        With several replicas the batch's rows are dealt out among them; each replica's
+        loss is divided by the global number of target tokens and the optimizer sums the
+        replicas' gradients, which gives the single-device update of the whole batch.
+        """
+        if self.replicas > 1:
+            n = self.replicas
+            shards = self.strategy.experimental_distribute_values_from_function(
+                lambda ctx: tuple(x[ctx.replica_id_in_sync_group::n]
+                                  for x in (src, dec_in, labels)))
+            return self._step(*shards).numpy()
         return self._step(src, dec_in, labels).numpy()
 
     def train_batch(self, src, dec_in, labels):
@@ -265,8 +289,9 @@ def attention_images(model, tok, src_text: str, ref_text: str, scale: int = 8):
     import numpy as np
     import tensorflow as tf
     import data_load
-    src = np.concatenate([tok.encode_src([src_text])[0], [3]]).astype(np.int32)[None]
-    tgt = np.concatenate([[2], tok.encode_tgt([ref_text])[0]]).astype(np.int32)[None]
+    from prepro import BOS_ID, EOS_ID
+    src = np.concatenate([tok.encode_src([src_text])[0], [EOS_ID]]).astype(np.int32)[None]
+    tgt = np.concatenate([[BOS_ID], tok.encode_tgt([ref_text])[0]]).astype(np.int32)[None]
     memory, mask, enc_w = model.encode(tf.constant(src), return_attention=True)
     _, dec_w = model.decode(tf.constant(tgt), memory, mask, return_attention=True)
     maps = {"encoder_self": enc_w[-1], "decoder_self": dec_w[-1][0],
@@ -302,12 +327,29 @@ def train(hp: H.Hparams) -> dict:
     trainer.restore()
     os.makedirs(hp.logdir, exist_ok=True)
     H.save(hp, os.path.join(hp.logdir, "hparams.json"))
+    data_load.write_vocab_fingerprint(hp)
     write_specs(model, os.path.join(hp.logdir, "specs"))
     print(f"train: {model.count_params():,} parameters; {len(data.keep):,} training pairs; "
           f"logdir {hp.logdir}")
     writer = tf.summary.create_file_writer(os.path.join(hp.logdir, "train"))
     decoder = E.Translator(model, tok, hp)
 
+    try:
+        return _train_loop(hp, tok, trainer, data, dev, dev_src[:n_dev], dev_ref[:n_dev],
+                           writer, decoder)
+    except KeyboardInterrupt:  # keep what was trained since the last checkpoint
+        if trainer.pending == 0:
+            path = trainer.manager.save(checkpoint_number=trainer.step)
+            print(f"train: interrupted; saved {path}", file=sys.stderr)
+        raise
+
+
+def _train_loop(hp, tok, trainer, data, dev, dev_src, dev_ref, writer, decoder) -> dict:
+    """The epochs of :func:`train`, from the restored position to the end."""
+    import numpy as np
+    import tensorflow as tf
+    from tqdm import tqdm
+    import data_load
     t_start, stop_reason, history = time.time(), None, []
     first_loss = last_loss = float("nan")  # running loss at this run's first and last log
     saved_step = trainer.step if trainer.manager.latest_checkpoint else -1
@@ -322,7 +364,7 @@ def train(hp: H.Hparams) -> dict:
             pad_s, pad_t = data_load.padding_fraction(plan, data.corpus, hp.pad_multiple)
             print(f"train: {len(plan):,} batches per epoch; padding {pad_s:.1%} of source "
                   f"and {pad_t:.1%} of target positions")
-        bar = tqdm(data.dataset(epoch, skip), total=len(plan), initial=skip,
+        bar = tqdm(data.dataset(epoch, skip, plan), total=len(plan), initial=skip,
                    desc=f"epoch {epoch + 1}/{hp.num_epochs}", unit="batch", dynamic_ncols=True)
         window = np.zeros(5)
         t_window = time.time()
@@ -365,8 +407,7 @@ def train(hp: H.Hparams) -> dict:
         trainer.flush()  # the epoch's last, partial accumulation
         trainer.epoch.assign_add(1)
         trainer.batch_in_epoch.assign(0)
-        result = end_of_epoch(trainer, hp, tok, decoder, dev, dev_src[:n_dev], dev_ref[:n_dev],
-                              writer)
+        result = end_of_epoch(trainer, hp, tok, decoder, dev, dev_src, dev_ref, writer)
         saved_step = trainer.step
         history.append(result)
         if hp.early_stopping and int(trainer.bad_epochs) >= hp.early_stopping:
@@ -408,14 +449,16 @@ def end_of_epoch(trainer: Trainer, hp, tok, decoder, dev, dev_src, dev_ref, writ
                                                dev_ref[0]).items():
                 tf.summary.image(f"attention/{key}", image, max_outputs=image.shape[0])
     writer.flush()
-    path = trainer.manager.save(checkpoint_number=step)
     improved = bleu > float(trainer.best_bleu)
     if improved:
         trainer.best_bleu.assign(bleu)
         trainer.bad_epochs.assign(0)
-        trainer.best.save(checkpoint_number=step)
     else:
         trainer.bad_epochs.assign_add(1)
+    # the counters are updated first, so that a resumed run knows the true best so far
+    path = trainer.manager.save(checkpoint_number=step)
+    if improved:
+        trainer.best.save(checkpoint_number=step)
     print(f"epoch {epoch}: dev loss {dev_loss:.3f}, dev BLEU {bleu:.2f}"
           f"{' (best)' if improved else ''}; e.g. {dev_src[0]!r} -> {hyps[0]!r}; {path}")
     return {"epoch": epoch, "step": step, "dev_loss": dev_loss, "dev_bleu": bleu}

@@ -31,11 +31,12 @@ def plot_attention(model, tok, sentence: str, path: str, max_len_extra: int) -> 
     import numpy as np
     import tensorflow as tf
     import model as MD
-    src_ids = tok.encode_src([sentence])[0] + [3]
+    from prepro import BOS_ID, EOS_ID, PAD_ID
+    src_ids = tok.encode_src([sentence])[0][:MD.source_limit(model) - 1] + [EOS_ID]
     src = tf.constant([src_ids], tf.int32)
     out = MD.greedy_decoder(model)(src, tf.constant(max_len_extra, tf.int32)).numpy()[0]
-    out = [int(t) for t in out if t != 0]
-    tgt_in = tf.constant([[2] + out[:-1] if out and out[-1] == 3 else [2] + out], tf.int32)
+    out = [int(t) for t in out if t != PAD_ID]
+    tgt_in = tf.constant([[BOS_ID] + out[:-1]], tf.int32)  # one row per output token
     memory, mask = model.encode(src)
     _, weights = model.decode(tgt_in, memory, mask, return_attention=True)
     attn = weights[-1][1].numpy()[0].mean(axis=0)               # (T2, T1)
@@ -46,6 +47,7 @@ def plot_attention(model, tok, sentence: str, path: str, max_len_extra: int) -> 
     ax.set_xlabel("source")
     ax.set_ylabel("translation")
     fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path + ".part.png")
     os.replace(path + ".part.png", path)
     plt.close(fig)
@@ -58,6 +60,8 @@ def main() -> None:
     overrides = {k: getattr(hp, k) for k in opts["_set"]}
     hp, tok, model, _ = E.load_run(hp.logdir, overrides, opts["ckpt"])
     n_best = opts["n_best"]
+    if n_best < 1:
+        raise UserError(f"--n_best must be at least 1; got {n_best}")
     if n_best > max(hp.beam_size, 1):
         raise UserError(f"--n_best {n_best} needs --beam_size of at least {n_best}")
     if opts["input"]:
@@ -66,7 +70,10 @@ def main() -> None:
     else:
         data = sys.stdin.buffer.read()
         try:
-            lines = [line.strip() for line in data.decode("utf-8").splitlines()]
+            text = data.decode("utf-8")
+            lines = [line.strip() for line in text.split("\n")]
+            if lines and lines[-1] == "" and text.endswith("\n"):
+                lines.pop()
         except UnicodeDecodeError as e:
             line = data[:e.start].count(b"\n") + 1
             raise UserError(f"stdin:{line}: not valid UTF-8; convert the input") from None
@@ -89,7 +96,7 @@ def translate_lines(model, tok, hp: H.Hparams, lines: list[str], n_best: int = 1
     from tqdm import tqdm
     import data_load
     import model as MD
-    limit = model.max_position if model.position == "learned" else 1024
+    limit = MD.source_limit(model)
     ids = tok.encode_src(lines)
     for n, seq in enumerate(ids, 1):
         if len(seq) + 1 > limit:

@@ -166,6 +166,11 @@ def test_malformed_vocab_files(tmp_path):
         D.load_tokenizer(hp)
     with open(de, "w", encoding="utf-8") as f:
         f.write(good + "der\t5\n")
+    # well-formed files, but prepro.py never finished (no stamp.json): refused
+    with pytest.raises(UserError, match="incomplete .* rerun prepro.py"):
+        D.load_tokenizer(hp)
+    with open(os.path.join(hp.prepro_dir, "stamp.json"), "w") as f:
+        f.write("{}")
     tok = D.load_tokenizer(hp)
     assert tok.src_vocab == {"<PAD>": 0, "<UNK>": 1, "<S>": 2, "</S>": 3, "der": 4}
 

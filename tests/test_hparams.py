@@ -374,3 +374,12 @@ def test_atomic_write_respects_umask(tmp_path):
     finally:
         os.umask(old)
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o644
+
+
+@pytest.mark.parametrize("key,value,expected", [
+    ("warmup_steps", "0", "positive integer"), ("pad_multiple", "0", "positive integer"),
+    ("beam_size", "0", "positive integer"), ("max_len_extra", "-20", "must not be negative"),
+    ("dropout_rate", "1.5", r"\[0, 1\)"), ("label_smoothing", "-0.1", r"\[0, 1\)")])
+def test_out_of_range_values_are_user_errors(key, value, expected):
+    with pytest.raises(H.UserError, match=expected):
+        H.parse_args([f"--{key}", value])

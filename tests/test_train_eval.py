@@ -205,3 +205,74 @@ def test_accumulating_run_counts_updates(tmp_path, run):
               accum_steps=3, num_epochs=1)
     batches = len(data_load.TrainData(hp).batches(0))
     assert T.train(hp)["step"] == math.ceil(batches / 3)
+
+
+def test_epoch_checkpoint_holds_the_updated_best(run):
+    """Each epoch's checkpoint already knows that epoch's dev BLEU (a resumed run never
+    takes a worse epoch for the best)."""
+    import tensorflow as tf
+    hp, summary, _ = run
+    latest = tf.train.latest_checkpoint(hp.logdir)
+    best = tf.train.load_checkpoint(latest).get_tensor("best_bleu/.ATTRIBUTES/VARIABLE_VALUE")
+    assert best == pytest.approx(max(h["dev_bleu"] for h in summary["history"]), abs=1e-4)
+
+
+def test_checkpoint_refuses_another_vocabulary(run, tmp_path):
+    import shutil
+    import eval as E
+    import train as T
+    hp, _, _ = run
+    logdir = tmp_path / "log"
+    shutil.copytree(hp.logdir, logdir)
+    (logdir / "vocab.sha256").write_text("0" * 64 + "\n")
+    with pytest.raises(H.UserError, match="another vocabulary"):
+        E.evaluate(str(logdir), {})
+    with pytest.raises(H.UserError, match="another vocabulary"):
+        T.train(H.apply(hp, {"logdir": str(logdir)}))
+
+
+def test_resume_refuses_another_batch_plan(run):
+    import train as T
+    hp, _, _ = run
+    with pytest.raises(H.UserError, match="tokens_per_batch=600"):
+        T.train(H.apply(hp, {"tokens_per_batch": 900}))
+
+
+MIRRORED = r"""
+import json, sys
+import numpy as np
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+import hparams as H, data_load, train as T
+hp = H.apply(H.Hparams(), json.loads(sys.argv[1]))
+tok = data_load.load_tokenizer(hp)
+data = data_load.TrainData(hp)
+batch = data_load.build_batch(data.corpus, data.batches(0)[0])
+single = T.Trainer(hp, tok, tf.distribute.get_strategy(), "float32")
+mirrored = T.Trainer(hp, tok, tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]), "float32")
+for a, b in zip(single.model.weights, mirrored.model.weights):
+    b.assign(a)
+s1, s2 = single.train_step(*batch), mirrored.train_step(*batch)
+diff = max(float(np.abs(a.numpy() - b.numpy()).max())
+           for a, b in zip(single.model.weights, mirrored.model.weights))
+print(json.dumps({"single": s1[:4].tolist(), "mirrored": s2[:4].tolist(), "diff": diff,
+                  "replicas": mirrored.replicas}))
+"""
+
+
+def test_mirrored_step_equals_single_device_step(run):
+    """With 2 logical CPU devices, a MirroredStrategy step on a fixed batch (rows dealt out
+    to the replicas) gives the loss and the updated weights of a single-device step."""
+    hp, _, _ = run
+    values = {k: getattr(hp, k) for k in ("prepro_dir", "vocab_size", "d_model", "d_ff",
+                                          "num_blocks", "num_heads", "tokens_per_batch")}
+    values["dropout_rate"] = 0.0
+    proc = subprocess.run([sys.executable, "-c", MIRRORED, json.dumps(values)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["replicas"] == 2
+    assert out["mirrored"][2] == out["single"][2]            # target tokens of the batch
+    assert out["mirrored"][0] == pytest.approx(out["single"][0], rel=1e-5)
+    assert out["diff"] < 1e-5
