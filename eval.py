@@ -36,39 +36,54 @@ DECODE_KEYS = ("beam_size", "length_penalty", "max_len_extra", "max_len", "eval_
 
 
 class Translator:
-    """Batched translation of raw sentences with one compiled decoding loop: greedy, or
-    beam search when ``hp.beam_size`` > 1 (then the best hypothesis is returned)."""
+    """Batched translation with one compiled decoding loop: greedy, or beam search when
+    ``hp.beam_size`` > 1. Used by train.py (dev BLEU), eval.py and translate.py."""
 
     def __init__(self, model, tok, hp: H.Hparams):
         import model as MD
         self.model, self.tok, self.hp = model, tok, hp
-        if hp.beam_size > 1:
-            beam = MD.beam_decoder(model, hp.beam_size, hp.length_penalty, hp.max_len)
-            self.decode = lambda src, extra: beam(src, extra)[0][:, 0]
+        self.k = max(hp.beam_size, 1)
+        if self.k > 1:
+            self.decode = MD.beam_decoder(model, self.k, hp.length_penalty, hp.max_len)
         else:
             self.decode = MD.greedy_decoder(model, hp.jit_compile, hp.max_len)
 
-    def translate_ids(self, src_ids: list) -> list:
-        """Source id lists (no </S>) -> output id arrays, in the input order; an empty
-        source gives an empty output. Sources are cut to :func:`model.source_limit`."""
+    def translate_ids(self, src_ids: list, progress: bool = False) -> list:
+        """Source id lists (no </S>) -> per sentence (ids (k, L), scores (k,)), best
+        first, in the input order; an empty source gives None. Sources are cut to
+        :func:`model.source_limit`; greedy scores are 0."""
         import numpy as np
         import tensorflow as tf
+        from tqdm import tqdm
         import data_load
         import model as MD
-        out: list = [np.zeros(0, np.int32)] * len(src_ids)
+        out: list = [None] * len(src_ids)
         real = [i for i, s in enumerate(src_ids) if len(s)]
         extra = tf.constant(self.hp.max_len_extra, tf.int32)
-        for idx, batch in data_load.eval_batches([src_ids[i] for i in real],
-                                                 self.hp.eval_batch_size,
-                                                 MD.source_limit(self.model)):
-            result = self.decode(tf.constant(batch), extra).numpy()
+        batches = list(data_load.eval_batches([src_ids[i] for i in real],
+                                              self.hp.eval_batch_size,
+                                              MD.source_limit(self.model)))
+        for idx, batch in tqdm(batches, disable=not progress, file=sys.stderr, unit="batch"):
+            result = self.decode(tf.constant(batch), extra)
+            if self.k > 1:
+                seqs, scores = result[0].numpy(), result[1].numpy()
+            else:
+                seqs, scores = result.numpy()[:, None], np.zeros((len(idx), 1), np.float32)
             for row, i in enumerate(idx):
-                out[real[i]] = result[row]
+                out[real[i]] = (seqs[row], scores[row])
         return out
 
+    def translate_nbest(self, sentences: list[str], n: int = 1, progress: bool = False
+                        ) -> list:
+        """Per sentence the n best (translation, score) pairs; [] for an empty line."""
+        outs = self.translate_ids(self.tok.encode_src(sentences), progress)
+        return [[] if o is None else
+                [(self.tok.decode_tgt(o[0][r]), float(o[1][r])) for r in range(n)]
+                for o in outs]
+
     def translate(self, sentences: list[str]) -> list[str]:
-        ids = self.translate_ids(self.tok.encode_src(sentences))
-        return [self.tok.decode_tgt(o) for o in ids]
+        """The best translation of each sentence; an empty line gives ''."""
+        return [best[0][0] if best else "" for best in self.translate_nbest(sentences)]
 
 
 def legacy_bleu(hyps: list[str], refs: list[str]) -> float:

@@ -91,41 +91,21 @@ def main() -> None:
 def translate_lines(model, tok, hp: H.Hparams, lines: list[str], n_best: int = 1,
                     progress: bool = False) -> list[str]:
     """Output lines for input lines (see the module docstring)."""
-    import numpy as np
-    import tensorflow as tf
-    from tqdm import tqdm
-    import data_load
+    import eval as E
     import model as MD
     limit = MD.source_limit(model)
-    ids = tok.encode_src(lines)
-    for n, seq in enumerate(ids, 1):
+    for n, seq in enumerate(tok.encode_src(lines), 1):
         if len(seq) + 1 > limit:
             print(f"translate: warning: line {n} has {len(seq)} tokens; only the first "
                   f"{limit - 1} are translated", file=sys.stderr)
-    k = max(hp.beam_size, 1)
-    decode = MD.beam_decoder(model, k, hp.length_penalty, max_len=hp.max_len) if k > 1 else \
-        MD.greedy_decoder(model, max_len=hp.max_len)
-    extra = tf.constant(hp.max_len_extra, tf.int32)
-    outputs: list = [None] * len(lines)
-    real = [i for i, seq in enumerate(ids) if seq]
-    batches = list(data_load.eval_batches([ids[i] for i in real], hp.eval_batch_size, limit))
-    for idx, batch in tqdm(batches, disable=not progress, file=sys.stderr, unit="batch"):
-        result = decode(tf.constant(batch), extra)
-        if k > 1:
-            seqs, scores = result[0].numpy(), result[1].numpy()
-        else:
-            seqs, scores = result.numpy()[:, None], np.zeros((len(idx), 1))
-        for row, j in enumerate(idx):
-            outputs[real[j]] = [(tok.decode_tgt(seqs[row, r]), float(scores[row, r]))
-                                for r in range(n_best)]
     lines_out = []
-    for out in outputs:
-        if out is None:  # empty input line
+    for best in E.Translator(model, tok, hp).translate_nbest(lines, n_best, progress):
+        if not best:  # empty input line
             lines_out.extend([""] if n_best == 1 else [f"{r + 1}\t\t" for r in range(n_best)])
         elif n_best == 1:
-            lines_out.append(out[0][0])
+            lines_out.append(best[0][0])
         else:
-            lines_out.extend(f"{r + 1}\t{s:.4f}\t{t}" for r, (t, s) in enumerate(out))
+            lines_out.extend(f"{r + 1}\t{s:.4f}\t{t}" for r, (t, s) in enumerate(best))
     return lines_out
 
 
