@@ -1573,7 +1573,6 @@ class _Gen:
                modal="auto", neg=None, time_p=0.45, mid_p=0.1, allow_front=True,
                force: dict | None = None) -> Clause | None:
         """A random simple clause for ``verb`` (random when None)."""
-        r = self.r
         force = force or {}
         if verb is None:
             frame = self.wchoice(["i", "m", "t", "d", "dt", "po", "pl", "ps", "cop", "ex"],

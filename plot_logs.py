@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import glob
 import os
-import sys
 
 import hparams as H
 from hparams import UserError

@@ -23,8 +23,6 @@ import os
 import time
 import xml.etree.ElementTree as ET
 
-import numpy as np
-
 import hparams as H
 from hparams import UserError
 

@@ -288,7 +288,6 @@ def attention_images(model, tok, src_text: str, ref_text: str, scale: int = 8):
     """
     import numpy as np
     import tensorflow as tf
-    import data_load
     from prepro import BOS_ID, EOS_ID
     src = np.concatenate([tok.encode_src([src_text])[0], [EOS_ID]]).astype(np.int32)[None]
     tgt = np.concatenate([[BOS_ID], tok.encode_tgt([ref_text])[0]]).astype(np.int32)[None]
@@ -306,9 +305,7 @@ def attention_images(model, tok, src_text: str, ref_text: str, scale: int = 8):
 
 def train(hp: H.Hparams) -> dict:
     """Run (or resume) training; returns a summary dict (steps, last dev BLEU, ...)."""
-    import numpy as np
     import tensorflow as tf
-    from tqdm import tqdm
     import data_load
     import eval as E
 

@@ -28,7 +28,6 @@ def plot_attention(model, tok, sentence: str, path: str, max_len_extra: int) -> 
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import numpy as np
     import tensorflow as tf
     import model as MD
     from prepro import BOS_ID, EOS_ID, PAD_ID

@@ -38,7 +38,6 @@ def timed(fn, batches):
 
 def keras_hub_decoder(model, extra: int):
     """fn(src (N, T1)) -> ids (N, L): the keras-hub reference with our weights."""
-    import keras
     import keras_hub
     import tensorflow as tf
     import modules as M
