@@ -73,10 +73,13 @@ class Translator:
                 out[real[i]] = (seqs[row], scores[row])
         return out
 
-    def translate_nbest(self, sentences: list[str], n: int = 1, progress: bool = False
-                        ) -> list:
-        """Per sentence the n best (translation, score) pairs; [] for an empty line."""
-        outs = self.translate_ids(self.tok.encode_src(sentences), progress)
+    def translate_nbest(self, sentences: list[str], n: int = 1, progress: bool = False,
+                        src_ids: list | None = None) -> list:
+        """Per sentence the n best (translation, score) pairs; [] for an empty line.
+        ``src_ids``, if given, are the sentences already encoded."""
+        if src_ids is None:
+            src_ids = self.tok.encode_src(sentences)
+        outs = self.translate_ids(src_ids, progress)
         return [[] if o is None else
                 [(self.tok.decode_tgt(o[0][r]), float(o[1][r])) for r in range(n)]
                 for o in outs]

@@ -93,12 +93,13 @@ def translate_lines(model, tok, hp: H.Hparams, lines: list[str], n_best: int = 1
     import eval as E
     import model as MD
     limit = MD.source_limit(model)
-    for n, seq in enumerate(tok.encode_src(lines), 1):
+    ids = tok.encode_src(lines)  # encoded once, for the warnings and the decoding
+    for n, seq in enumerate(ids, 1):
         if len(seq) + 1 > limit:
             print(f"translate: warning: line {n} has {len(seq)} tokens; only the first "
                   f"{limit - 1} are translated", file=sys.stderr)
     lines_out = []
-    for best in E.Translator(model, tok, hp).translate_nbest(lines, n_best, progress):
+    for best in E.Translator(model, tok, hp).translate_nbest(lines, n_best, progress, ids):
         if not best:  # empty input line
             lines_out.extend([""] if n_best == 1 else [f"{r + 1}\t\t" for r in range(n_best)])
         elif n_best == 1:
