@@ -59,7 +59,7 @@ class Hparams:
     eval_batch_size: int = 128        # sentences per decoding batch
 
     # ---- model (paper section 3) ----------------------------------------------------
-    model_type: str = "transformer"
+    model_type: str = "transformer"   # transformer | weighted (Ahmed et al. 2017: branched attention)
     d_model: int = 128
     d_ff: int = 512
     num_blocks: int = 2
@@ -75,6 +75,7 @@ class Hparams:
     lr_schedule: str = "noam"         # noam (5.3) | kyubyong (lr * warmup^0.5 * min(...)) | constant
     lr: float = 0.0005                # peak lr for kyubyong, fixed lr for constant; noam ignores it
     warmup_steps: int = 400
+    branch_warmup_steps: int = 400    # weighted: warmup of the kappa/alpha schedule (paper: 400)
     label_smoothing: float = 0.1
     adam_beta1: float = 0.9
     adam_beta2: float = 0.98
@@ -145,7 +146,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 CHOICES = {
     "corpus": ("demo", "iwslt2016", "parallel"),
     "vocab_type": ("bpe", "word"),
-    "model_type": ("transformer",),
+    "model_type": ("transformer", "weighted"),
     "position": ("sinusoid", "learned"),
     "norm": ("post", "pre"),
     "lr_schedule": ("noam", "kyubyong", "constant"),
@@ -203,7 +204,8 @@ def apply(hp: Hparams, overrides: dict[str, Any]) -> Hparams:
             raise UserError(f"--{key} must be one of {', '.join(allowed)}; got {values[key]!r}")
     for key in ("d_model", "d_ff", "num_blocks", "num_heads", "vocab_size", "maxlen1",
                 "maxlen2", "tokens_per_batch", "eval_batch_size", "max_position",
-                "accum_steps", "warmup_steps", "pad_multiple", "beam_size", "keep_ckpts"):
+                "accum_steps", "warmup_steps", "branch_warmup_steps", "pad_multiple",
+                "beam_size", "keep_ckpts"):
         if values[key] < 1:
             raise UserError(f"--{key} must be a positive integer; got {values[key]}")
     for key in ("max_len_extra", "max_len", "batch_size", "max_steps",
@@ -216,6 +218,9 @@ def apply(hp: Hparams, overrides: dict[str, Any]) -> Hparams:
     if values["d_model"] % values["num_heads"]:
         raise UserError(f"d_model ({values['d_model']}) must be divisible by num_heads "
                         f"({values['num_heads']})")
+    if values["model_type"] == "weighted" and values["d_ff"] % values["num_heads"]:
+        raise UserError(f"model_type=weighted splits d_ff ({values['d_ff']}) into num_heads "
+                        f"({values['num_heads']}) branch FFNs: d_ff must be divisible by it")
     if values["vocab_type"] == "word":
         values["share_embeddings"] = False  # two vocabularies cannot share one matrix
     return Hparams(**values)

@@ -27,16 +27,19 @@ class Transformer(keras.Model):
                  d_ff: int = 2048, num_blocks: int = 6, num_heads: int = 8,
                  dropout_rate: float = 0.1, position: str = "sinusoid",
                  max_position: int = 1024, norm: str = "post", share_embeddings: bool = True,
-                 attention_dropout: float = 0.0, **kwargs):
+                 attention_dropout: float = 0.0, model_type: str = "transformer", **kwargs):
         super().__init__(**kwargs)
         if share_embeddings and src_vocab_size != tgt_vocab_size:
             raise ValueError("share_embeddings needs one joint vocabulary")
+        if model_type not in ("transformer", "weighted"):
+            raise ValueError(f"model_type must be transformer or weighted, got {model_type!r}")
         self.args = dict(src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size,
                          d_model=d_model, d_ff=d_ff, num_blocks=num_blocks,
                          num_heads=num_heads, dropout_rate=dropout_rate, position=position,
                          max_position=max_position, norm=norm,
                          share_embeddings=share_embeddings,
-                         attention_dropout=attention_dropout)
+                         attention_dropout=attention_dropout, model_type=model_type)
+        self.model_type = model_type
         self.d_model, self.norm, self.position = d_model, norm, position
         self.max_position = max_position
         self.tgt_embedding = M.TokenEmbedding(tgt_vocab_size, d_model, name="tgt_embedding")
@@ -48,7 +51,8 @@ class Transformer(keras.Model):
                                                  name="tgt_position")
         self.src_dropout = keras.layers.Dropout(dropout_rate)
         self.tgt_dropout = keras.layers.Dropout(dropout_rate)
-        layer_args = (d_model, num_heads, d_ff, dropout_rate, norm, attention_dropout)
+        layer_args = (d_model, num_heads, d_ff, dropout_rate, norm, attention_dropout,
+                      model_type == "weighted")
         # Each layer is a direct attribute (not a list) so that tf.train.Checkpoint,
         # which does not follow Keras-tracked lists, saves its weights.
         for i in range(num_blocks):
@@ -74,7 +78,8 @@ class Transformer(keras.Model):
                     dropout_rate=hp.dropout_rate, position=hp.position,
                     max_position=hp.max_position, norm=hp.norm,
                     share_embeddings=hp.share_embeddings,
-                    attention_dropout=hp.attention_dropout, name="transformer")
+                    attention_dropout=hp.attention_dropout, model_type=hp.model_type,
+                    name="transformer")
         model.build_all()
         return model
 
@@ -164,9 +169,34 @@ class Transformer(keras.Model):
     def get_config(self):
         return {**super().get_config(), **self.args}
 
+    # -- Weighted Transformer branch weights --------------------------------------------
+    def branched_layers(self) -> dict:
+        """{'encoder_0': BranchedAttention, ...} (empty for model_type=transformer)."""
+        found = {}
+        for layer in self.encoder_layers + self.decoder_layers:
+            for sub in layer.branched():
+                found[layer.name] = sub
+        return found
+
+    @property
+    def branch_variables(self) -> list:
+        """kappa and alpha of every branched sublayer (their own optimizer trains them)."""
+        return [w for sub in self.branched_layers().values() for w in (sub.kappa, sub.alpha)]
+
+    def branch_weights(self) -> dict:
+        """{'encoder_0/kappa': (M,) numpy, 'encoder_0/alpha': ..., ...}."""
+        out = {}
+        for name, sub in self.branched_layers().items():
+            out[f"{name}/kappa"] = sub.kappa.numpy()
+            out[f"{name}/alpha"] = sub.alpha.numpy()
+        return out
+
     def summary_lines(self) -> list[str]:
-        """'name shape' for every variable, then the total parameter count (the specs)."""
+        """'name shape' for every variable, then the total parameter count (the specs);
+        a weighted model also lists its branch weights kappa and alpha per layer."""
         lines = [f"{v.path}\t{tuple(v.shape)}" for v in self.weights]
+        for name, value in self.branch_weights().items():
+            lines.append(f"{name}\t" + " ".join(f"{x:.4f}" for x in value))
         lines.append(f"total parameters: {self.count_params():,}")
         return lines
 

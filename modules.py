@@ -205,6 +205,109 @@ class MultiHeadAttention(keras.layers.Layer):
 
 
 # ---------------------------------------------------------------------------------------
+# Weighted Transformer: branched attention (Ahmed et al. 2017, arXiv 1711.02132, sec. 3)
+# ---------------------------------------------------------------------------------------
+def project_to_simplex(v):
+    """Euclidean projection of a vector (M,) onto {w : w_i >= 0, sum_i w_i = 1}.
+
+    The sort-based algorithm of Duchi et al. (2008): with u sorted in decreasing order,
+    rho = max{j : u_j - (sum_{i<=j} u_i - 1) / j > 0}, theta = (sum_{i<=rho} u_i - 1) / rho,
+    and w = max(v - theta, 0). A vector already on the simplex is returned unchanged.
+    """
+    v = tf.convert_to_tensor(v)
+    u = tf.sort(v, direction="DESCENDING")
+    css = tf.cumsum(u)
+    j = tf.range(1, tf.shape(v)[0] + 1, dtype=v.dtype)
+    rho = tf.reduce_sum(tf.cast(u - (css - 1.0) / j > 0, tf.int32))
+    theta = (css[rho - 1] - 1.0) / tf.cast(rho, v.dtype)
+    return tf.maximum(v - theta, 0.0)
+
+
+@keras.saving.register_keras_serializable(package="transformer")
+class SimplexProjection(keras.constraints.Constraint):
+    """Keeps a weight vector on the probability simplex: non-negative, summing to 1.
+
+    Keras optimizers apply a variable's constraint right after each update, so this is
+    projected gradient descent, exactly the constrained problem of the paper.
+    """
+
+    def __call__(self, w):
+        return project_to_simplex(w)
+
+
+def random_simplex(shape, dtype=None):
+    """Random positive values normalized to sum 1 (the reference initialization)."""
+    w = keras.random.uniform(shape, minval=0.1, maxval=1.0, dtype=dtype or "float32")
+    return w / keras.ops.sum(w)
+
+
+@keras.saving.register_keras_serializable(package="transformer")
+class BranchedAttention(MultiHeadAttention):
+    """Weighted multi-branch attention with the feed-forward folded in (Weighted
+    Transformer, Ahmed et al. 2017, eq. 3-5), for M = num_heads branches::
+
+        head_i    = Attention(Q W_i^Q, K W_i^K, V W_i^V)              (N, T_q, d_k)
+        headbar_i = head_i W^{O_i} * kappa_i                           (N, T_q, d_model)
+        Branched  = sum_i alpha_i FFN_i(headbar_i)                     (N, T_q, d_model)
+
+    W^{O_i} (d_k x d_model) are the rows of the usual W^O that belong to head i, so
+    W^Q, W^K, W^V and W^O are those of :class:`MultiHeadAttention`. FFN_i is a ReLU
+    network of inner size d_ff / M; the M branches together hold the d_model x d_ff and
+    d_ff x d_model matrices of the standard layer's FFN. The output bias b_2 is shared:
+    sum_i alpha_i b_2 = b_2 because the alphas sum to 1, so one bias is the same function
+    with the same parameter count as the standard FFN. kappa and alpha (M,) are
+    initialized random positive summing to 1 and kept on the probability simplex by
+    :class:`SimplexProjection` after every update.
+
+    The branches run as batched matmuls over a leading branch axis, not a loop of M
+    layers. The caller wraps this in Residual: LayerNorm(x + Dropout(Branched)).
+    """
+
+    def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout_rate: float = 0.0,
+                 scale: bool = True, **kwargs):
+        super().__init__(d_model, num_heads, dropout_rate, scale, **kwargs)
+        if d_ff % num_heads:
+            raise ValueError(f"d_ff ({d_ff}) must be divisible by the number of branches "
+                             f"({num_heads})")
+        self.d_ff = d_ff
+        self.d_branch = d_ff // num_heads
+
+    def build(self, query_shape=None, memory_shape=None):
+        super().build(query_shape, memory_shape)
+        m, d, f = self.num_heads, self.d_model, self.d_branch
+        init = keras.initializers.GlorotUniform()
+        self.ffn_w1 = self.add_weight(name="ffn_w1", shape=(m, d, f), initializer=init)
+        self.ffn_b1 = self.add_weight(name="ffn_b1", shape=(m, f), initializer="zeros")
+        self.ffn_w2 = self.add_weight(name="ffn_w2", shape=(m, f, d), initializer=init)
+        self.ffn_b2 = self.add_weight(name="ffn_b2", shape=(d,), initializer="zeros")
+        self.kappa = self.add_weight(name="kappa", shape=(m,), initializer=random_simplex,
+                                     constraint=SimplexProjection(), dtype="float32")
+        self.alpha = self.add_weight(name="alpha", shape=(m,), initializer=random_simplex,
+                                     constraint=SimplexProjection(), dtype="float32")
+
+    def _merge(self, heads):
+        """heads (N, M, T, d_k) -> sum_i alpha_i FFN_i(kappa_i head_i W^{O_i}) (N, T, d)."""
+        dt = self.compute_dtype
+        m, d, f = self.num_heads, self.d_model, self.d_branch
+        n, t = tf.shape(heads)[0], tf.shape(heads)[2]
+        # branch-major rows (M, N*T, d_k); kappa scales head_i before the projection
+        x = tf.reshape(tf.transpose(heads, (1, 0, 2, 3)), (m, n * t, self.d_k))
+        x = x * _cast(self.kappa.value, dt)[:, None, None]
+        w_o = tf.reshape(_cast(self.w_o.value, dt), (m, self.d_k, d))
+        headbar = tf.matmul(x, w_o)                                          # (M, NT, d)
+        hidden = tf.nn.relu(tf.matmul(headbar, _cast(self.ffn_w1.value, dt))
+                            + _cast(self.ffn_b1.value, dt)[:, None, :])      # (M, NT, f)
+        hidden = hidden * _cast(self.alpha.value, dt)[:, None, None]
+        # sum over branches and inner units in one matmul: (NT, M*f) @ (M*f, d)
+        hidden = tf.reshape(tf.transpose(hidden, (1, 0, 2)), (n * t, m * f))
+        out = tf.matmul(hidden, tf.reshape(_cast(self.ffn_w2.value, dt), (m * f, d)))
+        return tf.reshape(out + _cast(self.ffn_b2.value, dt), (n, t, d))
+
+    def get_config(self):
+        return {**super().get_config(), "d_ff": self.d_ff}
+
+
+# ---------------------------------------------------------------------------------------
 # Feed-forward (3.3) and residual + normalization (5.4)
 # ---------------------------------------------------------------------------------------
 @keras.saving.register_keras_serializable(package="transformer")
@@ -328,17 +431,39 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
 # ---------------------------------------------------------------------------------------
 class _Block(keras.layers.Layer):
     """What encoder and decoder layers share: their arguments, the self-attention and
-    the feed-forward sublayer."""
+    the feed-forward sublayer.
+
+    weighted=True makes the Weighted Transformer's layer (Ahmed et al. 2017): the last
+    attention sublayer is a :class:`BranchedAttention` whose branch FFNs replace the
+    separate feed-forward sublayer (``self.ffn`` is then None).
+    """
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout_rate: float,
-                 norm: str = "post", attention_dropout: float = 0.0, **kwargs):
+                 norm: str = "post", attention_dropout: float = 0.0, weighted: bool = False,
+                 **kwargs):
         super().__init__(**kwargs)
         self.args = dict(d_model=d_model, num_heads=num_heads, d_ff=d_ff,
                          dropout_rate=dropout_rate, norm=norm,
-                         attention_dropout=attention_dropout)
-        self.self_attn = MultiHeadAttention(d_model, num_heads, attention_dropout,
-                                            name="self_attn")
-        self.ffn = FeedForward(d_model, d_ff, name="ffn")
+                         attention_dropout=attention_dropout, weighted=weighted)
+        self.weighted = weighted
+        self.ffn = None if weighted else FeedForward(d_model, d_ff, name="ffn")
+
+    def attention(self, name: str, branched: bool):
+        a = self.args
+        if branched:
+            return BranchedAttention(a["d_model"], a["num_heads"], a["d_ff"],
+                                     a["attention_dropout"], name=name)
+        return MultiHeadAttention(a["d_model"], a["num_heads"], a["attention_dropout"],
+                                  name=name)
+
+    def branched(self) -> list:
+        """The layer's BranchedAttention sublayers (holding kappa and alpha)."""
+        return [x for x in (getattr(self, "self_attn", None), getattr(self, "cross_attn", None))
+                if isinstance(x, BranchedAttention)]
+
+    def feed_forward(self, x, residual, training=False):
+        """The FFN sublayer, absent in a weighted layer (its branches hold the FFN)."""
+        return x if self.ffn is None else residual(x, fn=self.ffn, training=training)
 
     def get_config(self):
         return {**super().get_config(), **self.args}
@@ -353,12 +478,15 @@ class EncoderLayer(_Block):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        self.self_attn = self.attention("self_attn", branched=self.weighted)
         self.res1 = Residual(self.args["dropout_rate"], self.args["norm"], name="res_attn")
-        self.res2 = Residual(self.args["dropout_rate"], self.args["norm"], name="res_ffn")
+        self.res2 = None if self.weighted else Residual(
+            self.args["dropout_rate"], self.args["norm"], name="res_ffn")
 
     def build(self, input_shape):
         for layer in (self.res1, self.res2, self.ffn):
-            layer.build(input_shape)
+            if layer is not None:
+                layer.build(input_shape)
         self.self_attn.build(input_shape, input_shape)
 
     def call(self, x, mask, training=False, return_attention=False):
@@ -370,7 +498,7 @@ class EncoderLayer(_Block):
             return out
 
         x = self.res1(x, fn=attend, training=training)
-        x = self.res2(x, fn=self.ffn, training=training)
+        x = self.feed_forward(x, self.res2, training)
         return (x, found["w"]) if return_attention else x
 
 
@@ -386,15 +514,19 @@ class DecoderLayer(_Block):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         a = self.args
-        self.cross_attn = MultiHeadAttention(a["d_model"], a["num_heads"],
-                                             a["attention_dropout"], name="cross_attn")
+        # the masked self-attention stays standard; in a weighted layer the
+        # encoder-decoder attention is branched and holds the FFN
+        self.self_attn = self.attention("self_attn", branched=False)
+        self.cross_attn = self.attention("cross_attn", branched=self.weighted)
         self.res1 = Residual(a["dropout_rate"], a["norm"], name="res_self")
         self.res2 = Residual(a["dropout_rate"], a["norm"], name="res_cross")
-        self.res3 = Residual(a["dropout_rate"], a["norm"], name="res_ffn")
+        self.res3 = None if self.weighted else Residual(a["dropout_rate"], a["norm"],
+                                                        name="res_ffn")
 
     def build(self, input_shape, memory_shape=None):
         for layer in (self.res1, self.res2, self.res3, self.ffn):
-            layer.build(input_shape)
+            if layer is not None:
+                layer.build(input_shape)
         self.self_attn.build(input_shape, input_shape)
         self.cross_attn.build(input_shape, memory_shape or input_shape)
 
@@ -413,7 +545,7 @@ class DecoderLayer(_Block):
 
         x = self.res1(x, fn=self_attend, training=training)
         x = self.res2(x, fn=cross_attend, training=training)
-        x = self.res3(x, fn=self.ffn, training=training)
+        x = self.feed_forward(x, self.res3, training)
         return (x, (found["self"], found["cross"])) if return_attention else x
 
     def init_cache(self, memory, max_len: int):
@@ -444,5 +576,5 @@ class DecoderLayer(_Block):
 
         x = self.res1(x, fn=self_attend)
         x = self.res2(x, fn=cross_attend)
-        x = self.res3(x, fn=self.ffn)
+        x = self.feed_forward(x, self.res3)
         return x, new

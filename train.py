@@ -89,15 +89,30 @@ class Trainer:
             if self.loss_scaling:
                 opt = keras.optimizers.LossScaleOptimizer(opt)
             self.optimizer = opt
-            self.optimizer.build(self.model.trainable_variables)
+            # Weighted Transformer: kappa and alpha have their own Adam and Noam schedule
+            # with a short warmup (Ahmed et al. 2017, sec. 4: 400 steps)
+            branch = {id(v) for v in self.model.branch_variables}
+            self.main_variables = [v for v in self.model.trainable_variables
+                                   if id(v) not in branch]
+            self.branch_optimizer = None
+            if branch:
+                self.branch_schedule = M.TransformerSchedule(
+                    hp.lr_schedule, hp.d_model, hp.branch_warmup_steps, hp.lr)
+                self.branch_optimizer = keras.optimizers.Adam(
+                    self.branch_schedule, beta_1=hp.adam_beta1, beta_2=hp.adam_beta2,
+                    epsilon=hp.adam_epsilon)
+                self.branch_optimizer.build(self.model.branch_variables)
+            self.optimizer.build(self.main_variables)
             self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
             self.batch_in_epoch = tf.Variable(0, dtype=tf.int64, trainable=False,
                                               name="batch_in_epoch")
             self.best_bleu = tf.Variable(-1.0, dtype=tf.float32, trainable=False)
             self.bad_epochs = tf.Variable(0, dtype=tf.int64, trainable=False)
+        extra = {"branch_optimizer": self.branch_optimizer} if self.branch_optimizer else {}
         self.ckpt = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer,
                                         epoch=self.epoch, batch_in_epoch=self.batch_in_epoch,
-                                        best_bleu=self.best_bleu, bad_epochs=self.bad_epochs)
+                                        best_bleu=self.best_bleu, bad_epochs=self.bad_epochs,
+                                        **extra)
         self.manager = tf.train.CheckpointManager(self.ckpt, hp.logdir, hp.keep_ckpts)
         self.best = tf.train.CheckpointManager(self.ckpt, os.path.join(hp.logdir, "best"), 1)
         spec = tf.TensorSpec([None, None], tf.int32)
@@ -178,7 +193,20 @@ class Trainer:
         if self.hp.clip_norm > 0:
             grads, _ = tf.clip_by_global_norm(grads, self.hp.clip_norm * scale,
                                               use_norm=norm * scale)
-        self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
+        if self.branch_optimizer is None:
+            self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
+            return norm
+        branch = {id(v) for v in self.model.branch_variables}
+        pairs = list(zip(grads, self.model.trainable_variables))
+        self.optimizer.apply_gradients([(g, v) for g, v in pairs if id(v) not in branch])
+        branch_grads = [(g, v) for g, v in pairs if id(v) in branch]
+        if self.loss_scaling:
+            # the LossScaleOptimizer unscales and skips the main update on overflow; the
+            # kappa/alpha gradients are unscaled here and zeroed on such a step
+            finite = tf.math.is_finite(norm)
+            branch_grads = [(tf.where(finite, g / scale, tf.zeros_like(g)), v)
+                            for g, v in branch_grads]
+        self.branch_optimizer.apply_gradients(branch_grads)
         return norm
 
     def _replica_step(self, src, dec_in, labels):
@@ -275,6 +303,19 @@ class Trainer:
         for start in range(0, len(order), batch_size):
             total += fn(*data_load.build_batch(corpus, order[start:start + batch_size])).numpy()
         return total[0] / max(total[2], 1), total[1] / max(total[2], 1)
+
+
+def log_branch_weights(trainer: Trainer, step: int) -> None:
+    """Weighted Transformer: kappa and alpha of every layer to TensorBoard, one scalar per
+    branch (branch/<layer>/kappa_<i>) and a histogram per layer, plus their lr."""
+    import tensorflow as tf
+    if trainer.branch_optimizer is None:
+        return
+    tf.summary.scalar("train/branch_lr", float(trainer.branch_schedule(step - 1)))
+    for name, value in trainer.model.branch_weights().items():
+        tf.summary.histogram(f"branch/{name}", value)
+        for i, x in enumerate(value):
+            tf.summary.scalar(f"branch/{name}_{i}", float(x))
 
 
 def write_specs(model, path: str) -> None:
@@ -387,6 +428,7 @@ def _train_loop(hp, tok, trainer, data, dev, dev_src, dev_ref, writer, decoder) 
                         tf.summary.scalar("train/grad_norm", stats[4])
                         tf.summary.scalar("train/lr", lr)
                         tf.summary.scalar("train/tokens_per_sec", window[2] / elapsed)
+                        log_branch_weights(trainer, step)
                     window[:] = 0
                     t_window = time.time()
             if hp.ckpt_every_steps and step % hp.ckpt_every_steps == 0:

@@ -242,15 +242,20 @@ def test_incremental_decoding_matches_full(norm, position):
     T2 = 6
     tgt = np.concatenate([np.full((3, 1), BOS_ID, np.int32), rand_ids(rng, (3, T2 - 1), V)],
                          axis=1)
+    check_cached_equals_full(m, src, tgt)
+
+
+def check_cached_equals_full(m, src, tgt):
+    """decode_step with the cache gives the logits of the full teacher-forced pass."""
     full = m((src, tgt)).numpy()
     memory, mask = m.encode(src)
-    cache = m.init_cache(memory, mask, T2)
-    for t in range(T2):
+    cache = m.init_cache(memory, mask, tgt.shape[1])
+    for t in range(tgt.shape[1]):
         logits, cache = m.decode_step(tf.constant(tgt[:, t]), cache)
-        assert logits.shape == (3, V) and logits.dtype == tf.float32
+        assert logits.shape == full[:, t].shape and logits.dtype == tf.float32
         np.testing.assert_allclose(logits.numpy(), full[:, t], atol=1e-5,
                                    err_msg=f"position {t}")
-    assert int(cache["step"]) == T2
+    assert int(cache["step"]) == tgt.shape[1]
 
 
 @pytest.mark.parametrize("position,max_position", [("sinusoid", 1024), ("learned", 6)])
