@@ -7,6 +7,7 @@ their own longest sequence (rounded up to ``pad_multiple``), seeded and determin
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 
@@ -267,22 +268,35 @@ def make_batches(src_lens: np.ndarray, tgt_lens: np.ndarray, hp: H.Hparams, epoc
     return [batches[j] for j in perm]
 
 
-def pad_batch(seqs: list[np.ndarray], multiple: int = 1) -> np.ndarray:
-    width = round_up(max(len(s) for s in seqs), multiple)
-    out = np.zeros((len(seqs), width), dtype=np.int32)
+def pad_batch(seqs: list[np.ndarray], multiple: int = 1, width: int = 0,
+              rows: int = 0) -> np.ndarray:
+    """Right-pad with PAD to the longest (rounded up to ``multiple``), or to ``width``;
+    ``rows`` > len(seqs) appends all-PAD rows."""
+    width = width or round_up(max(len(s) for s in seqs), multiple)
+    out = np.zeros((max(rows, len(seqs)), width), dtype=np.int32)
     for r, s in enumerate(seqs):
         out[r, :len(s)] = s
     return out
 
 
-def build_batch(corpus: Corpus, idx: np.ndarray, multiple: int = 1
+def build_batch(corpus: Corpus, idx: np.ndarray, multiple: int = 1, budget: int = 0
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(source [N, T1], decoder input [N, T2], labels [N, T2]) for the pairs in idx."""
+    """(source [N, T1], decoder input [N, T2], labels [N, T2]) for the pairs in idx.
+
+    budget > 0 gives static shapes for XLA: source and target both padded to the batch's
+    width W (the longer side, rounded up to ``multiple``) and all-PAD rows appended up
+    to budget // W rows, so that there is one shape per width, at most
+    max(maxlen1, maxlen2) / multiple shapes in all.
+    """
     eos, bos = np.array([EOS_ID], np.int32), np.array([BOS_ID], np.int32)
-    src = pad_batch([np.concatenate([corpus.src(i), eos]) for i in idx], multiple)
-    dec = pad_batch([np.concatenate([bos, corpus.tgt(i)]) for i in idx], multiple)
-    lab = pad_batch([np.concatenate([corpus.tgt(i), eos]) for i in idx], multiple)
-    return src, dec, lab
+    srcs = [np.concatenate([corpus.src(i), eos]) for i in idx]
+    decs = [np.concatenate([bos, corpus.tgt(i)]) for i in idx]
+    labs = [np.concatenate([corpus.tgt(i), eos]) for i in idx]
+    width = rows = 0
+    if budget:
+        width = round_up(max(len(s) for s in srcs + decs), multiple)
+        rows = budget // width
+    return tuple(pad_batch(x, multiple, width, rows) for x in (srcs, decs, labs))
 
 
 def padding_fraction(batches: list[np.ndarray], corpus: Corpus, multiple: int = 1
@@ -301,14 +315,18 @@ def padding_fraction(batches: list[np.ndarray], corpus: Corpus, multiple: int = 
 class TrainData:
     """The training split, filtered by length, with per-epoch batch plans."""
 
-    def __init__(self, hp: H.Hparams):
+    def __init__(self, hp: H.Hparams, replicas: int = 1):
+        """``replicas`` > 1: global batches of replicas x tokens_per_batch (or
+        replicas x batch_size rows), so that each replica gets about one budget."""
         self.hp = hp
+        self.plan_hp = dataclasses.replace(hp, tokens_per_batch=hp.tokens_per_batch * replicas,
+                                           batch_size=hp.batch_size * replicas)
         self.corpus = load_corpus(hp, "train")
         self.keep = keep_by_length(self.corpus, hp)
 
     def batches(self, epoch: int) -> list[np.ndarray]:
         plan = make_batches(self.corpus.src_lens[self.keep], self.corpus.tgt_lens[self.keep],
-                            self.hp, epoch)
+                            self.plan_hp, epoch)
         return [self.keep[b] for b in plan]
 
     def dataset(self, epoch: int, skip: int = 0, plan: list | None = None):
@@ -320,10 +338,13 @@ class TrainData:
         import tensorflow as tf
         plan = (self.batches(epoch) if plan is None else plan)[skip:]
         corpus, m = self.corpus, self.hp.pad_multiple
+        # XLA compiles one program per shape: give it few (see build_batch)
+        budget = self.plan_hp.tokens_per_batch if self.hp.jit_compile and \
+            self.hp.batch_size == 0 else 0
 
         def gen():
             for idx in plan:
-                yield build_batch(corpus, idx, m)
+                yield build_batch(corpus, idx, m, budget)
 
         spec = tf.TensorSpec([None, None], tf.int32)
         ds = tf.data.Dataset.from_generator(gen, output_signature=(spec, spec, spec))

@@ -34,16 +34,23 @@ class TokenEmbedding(keras.layers.Layer):
     Kyubyong zeroes the PAD row by concatenating a constant zero row; here the output at
     PAD positions is masked, which has the same effect and keeps one plain matrix.
 
+    The matrix has V8 = V rounded up to a multiple of 8 rows, so that the output
+    projection's matmul has a width that suits Tensor Cores (and vector units); the
+    extra rows belong to no token, and their logits are cut off after the matmul.
+
     call: ids (N, T) int -> (N, T, d_model).  logits: (..., d_model) -> (..., V) float32.
     """
+
+    ROW_MULTIPLE = 8
 
     def __init__(self, vocab_size: int, d_model: int, **kwargs):
         super().__init__(**kwargs)
         self.vocab_size, self.d_model = vocab_size, d_model
+        self.rows = -(-vocab_size // self.ROW_MULTIPLE) * self.ROW_MULTIPLE
 
     def build(self, input_shape=None):
         self.embeddings = self.add_weight(
-            name="embeddings", shape=(self.vocab_size, self.d_model),
+            name="embeddings", shape=(self.rows, self.d_model),
             initializer=keras.initializers.RandomNormal(stddev=self.d_model ** -0.5))
 
     def call(self, ids):
@@ -54,7 +61,8 @@ class TokenEmbedding(keras.layers.Layer):
     def logits(self, x):
         """Pre-softmax linear transformation with the shared weights; float32 output."""
         w = _cast(self.embeddings.value, self.compute_dtype)
-        return _cast(tf.matmul(_cast(x, w.dtype), w, transpose_b=True), tf.float32)
+        z = _cast(tf.matmul(_cast(x, w.dtype), w, transpose_b=True), tf.float32)
+        return z if self.rows == self.vocab_size else z[..., :self.vocab_size]
 
     def get_config(self):
         return {**super().get_config(), "vocab_size": self.vocab_size, "d_model": self.d_model}

@@ -38,11 +38,13 @@ def setup_devices(hp: H.Hparams):
             tf.config.experimental.set_memory_growth(gpu, True)
         except RuntimeError:  # already initialized
             pass
-    precision = hp.precision
+    precision, why = hp.precision, "set by --precision"
     if precision == "auto":
         caps = [tf.config.experimental.get_device_details(g).get("compute_capability", (0, 0))
                 for g in gpus]
         precision = "mixed_float16" if caps and min(caps) >= (7, 0) else "float32"
+        why = (f"auto: GPU compute capability {min(caps)[0]}.{min(caps)[1]}" if caps
+               else "auto: no GPU")
     keras.mixed_precision.set_global_policy(precision)
     if os.environ.get("TF_CONFIG"):
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
@@ -50,11 +52,30 @@ def setup_devices(hp: H.Hparams):
         strategy = tf.distribute.MirroredStrategy()
     else:
         strategy = tf.distribute.get_strategy()
-    names = [d.name for d in tf.config.list_logical_devices()]
-    print(f"train: devices {', '.join(names)}; precision {precision}; "
-          f"{type(strategy).__name__} with {strategy.num_replicas_in_sync} replica(s)",
+    kind = ("MultiWorkerMirroredStrategy"
+            if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+            else type(strategy).__name__)
+    seen = [f"{d.name} ({d.device_type})" for d in tf.config.list_physical_devices()]
+    try:
+        used = list(strategy.extended.worker_devices)
+    except RuntimeError:  # the default strategy
+        used = [gpus[0].name if gpus else "the CPU"]
+    print(f"train: TensorFlow sees {', '.join(seen)}; training on {', '.join(used)}; "
+          f"GPU memory growth {'on' if gpus else 'n/a'}; precision {precision} ({why}); "
+          f"{kind} with {strategy.num_replicas_in_sync} replica(s)",
           file=sys.stderr)
     return strategy, precision
+
+
+def is_chief(strategy) -> bool:
+    """True unless this is a non-chief worker of a multi-worker cluster (TF_CONFIG)."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or not resolver.task_type:
+        return True
+    if resolver.task_type == "chief":
+        return True
+    has_chief = "chief" in resolver.cluster_spec().as_dict()
+    return resolver.task_type == "worker" and resolver.task_id == 0 and not has_chief
 
 
 def check_logdir(hp: H.Hparams) -> None:
@@ -103,18 +124,25 @@ class Trainer:
                     epsilon=hp.adam_epsilon)
                 self.branch_optimizer.build(self.model.branch_variables)
             self.optimizer.build(self.main_variables)
-            self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
-            self.batch_in_epoch = tf.Variable(0, dtype=tf.int64, trainable=False,
-                                              name="batch_in_epoch")
-            self.best_bleu = tf.Variable(-1.0, dtype=tf.float32, trainable=False)
-            self.bad_epochs = tf.Variable(0, dtype=tf.int64, trainable=False)
+        # host-side counters, outside the strategy scope: every worker keeps the same ones
+        self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
+        self.batch_in_epoch = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                          name="batch_in_epoch")
+        self.best_bleu = tf.Variable(-1.0, dtype=tf.float32, trainable=False)
+        self.bad_epochs = tf.Variable(0, dtype=tf.int64, trainable=False)
         extra = {"branch_optimizer": self.branch_optimizer} if self.branch_optimizer else {}
         self.ckpt = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer,
                                         epoch=self.epoch, batch_in_epoch=self.batch_in_epoch,
                                         best_bleu=self.best_bleu, bad_epochs=self.bad_epochs,
                                         **extra)
-        self.manager = tf.train.CheckpointManager(self.ckpt, hp.logdir, hp.keep_ckpts)
-        self.best = tf.train.CheckpointManager(self.ckpt, os.path.join(hp.logdir, "best"), 1)
+        # Multi-worker: every worker takes part in a save (the variables may need a
+        # collective read), but only the chief writes into logdir; the others write to a
+        # private temporary folder that is deleted right after (see save()).
+        self.chief = is_chief(strategy)
+        target = hp.logdir if self.chief else os.path.join(
+            hp.logdir, f".worker-{strategy.cluster_resolver.task_id}-tmp")
+        self.manager = tf.train.CheckpointManager(self.ckpt, target, hp.keep_ckpts)
+        self.best = tf.train.CheckpointManager(self.ckpt, os.path.join(target, "best"), 1)
         spec = tf.TensorSpec([None, None], tf.int32)
         self.replicas = strategy.num_replicas_in_sync
         # one trace for every batch shape (several replicas get per-replica values instead)
@@ -141,8 +169,26 @@ class Trainer:
     def step(self) -> int:
         return int(self.optimizer.iterations.numpy())
 
+    def save(self, best: bool = False) -> str:
+        """Checkpoint at the current step (into logdir/best too when ``best``); returns the
+        chief's path. Non-chief workers save to their temporary folder and delete it."""
+        import shutil
+        path = self.manager.save(checkpoint_number=self.step)
+        if best:
+            self.best.save(checkpoint_number=self.step)
+        if not self.chief:
+            shutil.rmtree(self.manager.directory, ignore_errors=True)
+            path = os.path.join(self.hp.logdir, os.path.basename(path))
+        return path
+
+    @property
+    def latest_checkpoint(self):
+        """The newest checkpoint in logdir (the chief's, for every worker)."""
+        import tensorflow as tf
+        return tf.train.latest_checkpoint(self.hp.logdir)
+
     def restore(self) -> bool:
-        path = self.manager.latest_checkpoint
+        path = self.latest_checkpoint
         if not path:
             return False
         import tensorflow as tf
@@ -355,7 +401,9 @@ def train(hp: H.Hparams) -> dict:
     strategy, precision = setup_devices(hp)
     import keras
     keras.utils.set_random_seed(hp.seed)
-    data = data_load.TrainData(hp)
+    # tokens_per_batch is per replica: a global batch holds replicas x that budget and
+    # its rows are dealt out to the replicas
+    data = data_load.TrainData(hp, replicas=strategy.num_replicas_in_sync)
     dev = data_load.load_corpus(hp, "dev")
     dev_src, dev_ref = data_load.read_raw(hp, "dev")
     n_dev = len(dev_src) if hp.dev_bleu_sents <= 0 else min(hp.dev_bleu_sents, len(dev_src))
@@ -364,12 +412,15 @@ def train(hp: H.Hparams) -> dict:
     model = trainer.model
     trainer.restore()
     os.makedirs(hp.logdir, exist_ok=True)
-    H.save(hp, os.path.join(hp.logdir, "hparams.json"))
-    data_load.write_vocab_fingerprint(hp)
-    write_specs(model, os.path.join(hp.logdir, "specs"))
+    if trainer.chief:  # in a multi-worker run only the chief writes into logdir
+        H.save(hp, os.path.join(hp.logdir, "hparams.json"))
+        data_load.write_vocab_fingerprint(hp)
+        write_specs(model, os.path.join(hp.logdir, "specs"))
+        writer = tf.summary.create_file_writer(os.path.join(hp.logdir, "train"))
+    else:
+        writer = tf.summary.create_noop_writer()
     print(f"train: {model.count_params():,} parameters; {len(data.keep):,} training pairs; "
           f"logdir {hp.logdir}")
-    writer = tf.summary.create_file_writer(os.path.join(hp.logdir, "train"))
     decoder = E.Translator(model, tok, hp)
 
     try:
@@ -377,7 +428,7 @@ def train(hp: H.Hparams) -> dict:
                            writer, decoder)
     except KeyboardInterrupt:  # keep what was trained since the last checkpoint
         if trainer.pending == 0:
-            path = trainer.manager.save(checkpoint_number=trainer.step)
+            path = trainer.save()
             print(f"train: interrupted; saved {path}", file=sys.stderr)
         raise
 
@@ -390,7 +441,7 @@ def _train_loop(hp, tok, trainer, data, dev, dev_src, dev_ref, writer, decoder) 
     import data_load
     t_start, stop_reason, history = time.time(), None, []
     first_loss = last_loss = float("nan")  # running loss at this run's first and last log
-    saved_step = trainer.step if trainer.manager.latest_checkpoint else -1
+    saved_step = trainer.step if trainer.latest_checkpoint else -1
     if int(trainer.epoch) >= hp.num_epochs:
         print(f"train: {hp.logdir} has already finished {hp.num_epochs} epochs; raise "
               f"--num_epochs to train on")
@@ -432,7 +483,7 @@ def _train_loop(hp, tok, trainer, data, dev, dev_src, dev_ref, writer, decoder) 
                     window[:] = 0
                     t_window = time.time()
             if hp.ckpt_every_steps and step % hp.ckpt_every_steps == 0:
-                trainer.manager.save(checkpoint_number=step)
+                trainer.save()
                 saved_step = step
             if hp.max_steps and step >= hp.max_steps:
                 stop_reason = f"max_steps={hp.max_steps} reached"
@@ -454,8 +505,8 @@ def _train_loop(hp, tok, trainer, data, dev, dev_src, dev_ref, writer, decoder) 
         elif hp.max_steps and trainer.step >= hp.max_steps:
             stop_reason = f"max_steps={hp.max_steps} reached"
     if saved_step != trainer.step:
-        trainer.manager.save(checkpoint_number=trainer.step)
-    path = trainer.manager.latest_checkpoint
+        trainer.save()
+    path = trainer.latest_checkpoint
     writer.flush()
     print(f"train: {stop_reason or 'done'}; step {trainer.step}; checkpoint {path}")
     return {"step": trainer.step, "epoch": int(trainer.epoch), "history": history,
@@ -472,9 +523,10 @@ def end_of_epoch(trainer: Trainer, hp, tok, decoder, dev, dev_src, dev_ref, writ
     hyps = decoder.translate(dev_src)
     scores = E.scores(hyps, dev_ref)
     bleu = scores["sacrebleu"]
-    os.makedirs(hp.evaldir, exist_ok=True)
-    name = f"E{epoch:02d}L{dev_loss:.2f}"
-    H.atomic_write(os.path.join(hp.evaldir, name), "\n".join(hyps) + f"\nBLEU = {bleu:.2f}\n")
+    if trainer.chief:
+        name = f"E{epoch:02d}L{dev_loss:.2f}"
+        H.atomic_write(os.path.join(hp.evaldir, name),
+                       "\n".join(hyps) + f"\nBLEU = {bleu:.2f}\n")
     with writer.as_default(step=step):
         tf.summary.scalar("dev/loss", dev_loss)
         tf.summary.scalar("dev/nll", dev_nll)
@@ -495,9 +547,7 @@ def end_of_epoch(trainer: Trainer, hp, tok, decoder, dev, dev_src, dev_ref, writ
     else:
         trainer.bad_epochs.assign_add(1)
     # the counters are updated first, so that a resumed run knows the true best so far
-    path = trainer.manager.save(checkpoint_number=step)
-    if improved:
-        trainer.best.save(checkpoint_number=step)
+    path = trainer.save(best=improved)
     print(f"epoch {epoch}: dev loss {dev_loss:.3f}, dev BLEU {bleu:.2f}"
           f"{' (best)' if improved else ''}; e.g. {dev_src[0]!r} -> {hyps[0]!r}; {path}")
     return {"epoch": epoch, "step": step, "dev_loss": dev_loss, "dev_bleu": bleu}

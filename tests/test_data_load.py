@@ -353,6 +353,23 @@ def test_train_data_batches(prepped):
             assert len(b) * _widths(b, td.corpus.src_lens, td.corpus.tgt_lens, 1) <= 64
 
 
+def test_train_data_budget_is_per_replica(prepped):
+    """With 2 replicas a global batch holds up to 2 budgets; dealt out by rows, each
+    replica gets about one budget."""
+    hp = H.apply(prepped, {"tokens_per_batch": 96})
+    one, two = D.TrainData(hp).batches(0), D.TrainData(hp, replicas=2).batches(0)
+    c = D.TrainData(hp).corpus
+    widths = [len(b) * _widths(b, c.src_lens, c.tgt_lens, 1) for b in two if len(b) > 1]
+    assert max(widths) <= 192 and max(widths) > 96
+    assert len(two) < 0.6 * len(one)
+    assert sorted(np.concatenate(one)) == sorted(np.concatenate(two))
+    for b in two:
+        if len(b) > 1:   # rows r, r+2, ... go to replica r: each gets at most one budget
+            w = _widths(b, c.src_lens, c.tgt_lens, 1)
+            for r in range(2):   # (an odd row count gives one replica one row more)
+                assert len(b[r::2]) * w <= 96 + w
+
+
 def test_train_dataset_matches_plan(prepped):
     import tensorflow as tf
 
@@ -377,6 +394,27 @@ def test_train_dataset_matches_plan(prepped):
         assert np.array_equal(src, src2) and np.array_equal(lab, lab2)
     spec = td.dataset(0).element_spec
     assert all(s.dtype == tf.int32 and s.shape.rank == 2 for s in spec)
+
+
+def test_xla_batches_have_one_shape_per_width(prepped):
+    """jit_compile: source and target share the batch width and rows are padded to
+    budget // width, so the number of shapes is bounded by the number of widths."""
+    hp = H.apply(prepped, {"pad_multiple": 8, "tokens_per_batch": 96, "jit_compile": True})
+    td = D.TrainData(hp)
+    plan = td.batches(0)
+    shapes = set()
+    for (src, dec, lab), idx in zip(td.dataset(0).as_numpy_iterator(), plan):
+        width = src.shape[1]
+        assert dec.shape == lab.shape == src.shape and width % 8 == 0
+        assert len(src) == max(96 // width, len(idx))
+        small = D.build_batch(td.corpus, idx, 8)        # the dynamic-shape batch
+        for big, x in zip((src, dec, lab), small):
+            assert np.array_equal(big[:x.shape[0], :x.shape[1]], x)
+            assert not big[x.shape[0]:].any() and not big[:, x.shape[1]:].any()
+        shapes.add(src.shape)
+    widths = {s[1] for s in shapes}
+    assert len(shapes) == len(widths) <= -(-max(hp.maxlen1, hp.maxlen2) // 8) + 1
+    assert len(plan) > 3 * len(shapes)
 
 
 def test_eval_batches():

@@ -147,7 +147,8 @@ def test_sinusoid_encoding_formula(d_model):
 def test_token_embedding_scaling_pad_and_tied_logits():
     emb = M.TokenEmbedding(6, 4)
     emb.build()
-    table = np.arange(24, dtype=np.float32).reshape(6, 4) / 10.0
+    assert emb.embeddings.shape == (8, 4)      # rows rounded up to a multiple of 8
+    table = np.arange(32, dtype=np.float32).reshape(8, 4) / 10.0
     emb.embeddings.assign(table)
     ids = tf.constant([[3, 0, 5]])
     out = emb(ids).numpy()[0]
@@ -156,8 +157,12 @@ def test_token_embedding_scaling_pad_and_tied_logits():
     np.testing.assert_allclose(out[2], table[5] * 2.0, atol=1e-6)
     h = np.array([[1.0, -1.0, 0.5, 2.0]], np.float32)
     logits = emb.logits(tf.constant(h))
-    assert logits.dtype == tf.float32 and logits.shape == (1, 6)
-    np.testing.assert_allclose(logits.numpy(), h @ table.T, atol=1e-5)
+    assert logits.dtype == tf.float32 and logits.shape == (1, 6)   # the 6 real ids only
+    np.testing.assert_allclose(logits.numpy(), h @ table[:6].T, atol=1e-5)
+    # a vocabulary that is a multiple of 8 gets no extra rows
+    emb16 = M.TokenEmbedding(16, 4)
+    emb16.build()
+    assert emb16.embeddings.shape == (16, 4)
 
 
 def test_positional_encoding_layer_offset():
@@ -402,7 +407,9 @@ def analytic_count(src_vocab, tgt_vocab, d, d_ff, n, share=True, position="sinus
     ffn = d * d_ff + d_ff + d_ff * d + d              # two Dense layers with biases
     enc_layer = 4 * d * d + ffn + 2 * ln              # W^Q, W^K, W^V, W^O; no biases
     dec_layer = 8 * d * d + ffn + 3 * ln              # self + cross attention
-    emb = tgt_vocab * d if share else (src_vocab + tgt_vocab) * d   # output tied to tgt
+    def rows(v):                                      # rounded up to a multiple of 8
+        return -(-v // 8) * 8
+    emb = rows(tgt_vocab) * d if share else (rows(src_vocab) + rows(tgt_vocab)) * d
     pos = 2 * max_position * d if position == "learned" else 0      # src and tgt tables
     final = 2 * ln if norm == "pre" else 0
     return emb + pos + n * (enc_layer + dec_layer) + final
