@@ -4,11 +4,13 @@ same size, and against the machine's measured matmul peak.
     pip install -e ".[bench]"                           # keras-hub, for the reference rows
     python prepro.py --preset multi30k --data_dir ../shared/data/multi30k
     python bench/train_throughput.py --preset multi30k [--sizes small,base] [--quick]
+        [--configs "ours float32,ours weighted float32"]      # a subset of the rows
 
-One script run. The parent process measures the float32 and bfloat16 matmul peak with
-TensorFlow (2048 x 2048 x 2048, median of repeats), then runs every configuration in a
-fresh child process, one after the other (so a dtype policy or XLA setting never leaks
-and each peak RSS is its own), and prints one table with the ratios.
+One script run. Every configuration runs in a fresh child process, one after the other
+(so a dtype policy or XLA setting never leaks and each peak RSS is its own); right after
+its timed steps each child measures the machine's matmul peak with TensorFlow (best of
+single 2048^3 and 4096^3 matmuls, float32 and its own precision), because the speed of
+this shared machine drifts. The parent prints one table with the ratios.
 
 Both sides train on the same preprocessed data (the preset's BPE ids), the same model
 size (d_model, d_ff, heads, layers, vocabulary) and label smoothing 0.1 with dropout 0.1:
@@ -61,37 +63,49 @@ def matmul_flops(src_lens, tgt_lens, d, d_ff, n, vocab) -> float:
     return float(3 * np.sum(enc + dec + out))
 
 
-def matmul_peak(dtype: str, n: int = 2048, repeats: int = 7) -> float:
-    """GFLOP/s of an n x n x n matmul in TensorFlow (median of repeats of 5 matmuls)."""
+def matmul_peak(dtype: str, sizes=(2048, 4096), repeats: int = 5) -> float:
+    """The machine's matmul peak as TensorFlow reaches it: the best GFLOP/s of single
+    n x n x n matmuls over the sizes and repeats (the shared machine's speed drifts, so
+    every child process measures it again next to its own timed steps)."""
     import tensorflow as tf
-    a = tf.random.normal((n, n), dtype=tf.float32)
-    a, b = tf.cast(a, dtype), tf.cast(tf.transpose(a), dtype)
-
-    @tf.function
-    def five(a, b):
-        x = a
-        for _ in range(5):
-            x = tf.matmul(x, b) * 0.01
-        return tf.reduce_sum(tf.cast(x, tf.float32))
-
-    five(a, b).numpy()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        five(a, b).numpy()
-        times.append(time.perf_counter() - t0)
-    return 5 * 2 * n ** 3 / np.median(times) / 1e9
+    best = 0.0
+    for n in sizes:
+        a = tf.cast(tf.random.normal((n, n)), dtype)
+        b = tf.cast(tf.random.normal((n, n)), dtype)
+        mm = tf.function(lambda a, b: tf.reduce_sum(tf.cast(tf.matmul(a, b)[:1], tf.float32)))
+        mm(a, b).numpy()
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            mm(a, b).numpy()
+            best = max(best, 2 * n ** 3 / (time.perf_counter() - t0) / 1e9)
+    return best
 
 
 # ---------------------------------------------------------------------------------------
 # child processes: one configuration each
 # ---------------------------------------------------------------------------------------
-def windows(times, tokens, flops):
-    """Median over WINDOWS equal windows of (tokens/s, matmul FLOP/s)."""
+def windows(times, tokens, flops, first_seen):
+    """Median over WINDOWS equal windows of (tokens/s, matmul FLOP/s), and the tokens/s
+    of the steps whose batch shape had been seen before (no tracing or XLA compile)."""
     idx = np.array_split(np.arange(len(times)), WINDOWS)
     tok_s = [sum(tokens[i] for i in w) / sum(times[i] for i in w) for w in idx]
     flop_s = [sum(flops[i] for i in w) / sum(times[i] for i in w) for w in idx]
-    return float(np.median(tok_s)), float(np.median(flop_s))
+    seen = [i for i in range(len(times)) if not first_seen[i]]
+    steady = sum(tokens[i] for i in seen) / sum(times[i] for i in seen) if seen else 0.0
+    return float(np.median(tok_s)), float(np.median(flop_s)), float(steady)
+
+
+def timed_result(times, tokens, flops, first_seen, batches, precision) -> dict:
+    """What every child reports: throughput, padding, peak RSS and its own peak."""
+    tok_s, flop_s, steady = windows(times, tokens, flops, first_seen)
+    real = sum(int((lab != 0).sum()) for _, _, lab in batches)
+    allpos = sum(lab.size for _, _, lab in batches)
+    return {"tok_s": tok_s, "matmul_flop_s": flop_s, "steady_tok_s": steady,
+            "tgt_padding": 1 - real / allpos, "steps": len(batches),
+            "shapes": len({(b[0].shape, b[1].shape) for b in batches}),
+            "rss_mb": peak_rss_mb(),
+            "peak": matmul_peak("bfloat16" if precision == "mixed_bfloat16" else "float32"),
+            "peak_fp32": matmul_peak("float32")}
 
 
 def peak_rss_mb() -> float:
@@ -116,28 +130,26 @@ def run_ours(cfg: dict) -> dict:
     data = data_load.TrainData(hp)
     trainer = T.Trainer(hp, tok, strategy, precision)
     batches = batches_for(hp, data, cfg["warmup"] + cfg["steps"])
-    times, tokens, flops, shapes = [], [], [], set()
+    times, tokens, flops, first, shapes = [], [], [], [], set()
     vocab = trainer.model.tgt_embedding.vocab_size
     for i, (src, dec, lab) in enumerate(batches):
         t0 = time.perf_counter()
         stats, _ = trainer.train_batch(src, dec, lab)   # numpy: waits for the step
         dt = time.perf_counter() - t0
+        new = (src.shape, dec.shape) not in shapes
         shapes.add((src.shape, dec.shape))
         if i >= cfg["warmup"]:
             times.append(dt)
+            first.append(new)
             tokens.append(float(stats[2]))
             flops.append(matmul_flops((src != 0).sum(1), (lab != 0).sum(1), hp.d_model,
                                       hp.d_ff, hp.num_blocks, vocab))
-    tok_s, flop_s = windows(times, tokens, flops)
     traces = trainer._step.experimental_get_tracing_count()
     if hasattr(trainer._compiled, "experimental_get_tracing_count"):
         traces += trainer._compiled.experimental_get_tracing_count()
-    real = sum(int((lab != 0).sum()) for _, _, lab in batches)
-    allpos = sum(lab.size for _, _, lab in batches)
-    return {"tok_s": tok_s, "matmul_flop_s": flop_s,
+    return {**timed_result(times, tokens, flops, first, batches, precision),
             "params": trainer.model.count_params(), "traces": traces,
-            "shapes": len(shapes), "steps": len(batches), "rss_mb": peak_rss_mb(),
-            "tgt_padding": 1 - real / allpos, "loss": float(stats[0] / stats[2])}
+            "loss": float(stats[0] / stats[2])}
 
 
 def keras_hub_model(vocab, d, d_ff, n, h, max_len, dropout):
@@ -195,21 +207,19 @@ def run_keras_hub(cfg: dict) -> dict:
 
     hist = model.fit(ds.prefetch(2), epochs=1, verbose=0, callbacks=[Clock()])
     step_times = np.diff(ends)
-    times, tokens, flops = [], [], []
+    times, tokens, flops, first, shapes = [], [], [], [], set()
     for i, (src, dec, lab) in enumerate(batches):
+        new = (src.shape, dec.shape) not in shapes
+        shapes.add((src.shape, dec.shape))
         if i >= cfg["warmup"]:
             times.append(step_times[i])
+            first.append(new)
             tokens.append(float((lab != 0).sum()))
             flops.append(matmul_flops((src != 0).sum(1), (lab != 0).sum(1), hp.d_model,
                                       hp.d_ff, hp.num_blocks, vocab))
-    tok_s, flop_s = windows(times, tokens, flops)
-    real = sum(int((lab != 0).sum()) for _, _, lab in batches)
-    allpos = sum(lab.size for _, _, lab in batches)
-    return {"tok_s": tok_s, "matmul_flop_s": flop_s, "params": model.count_params(),
-            "traces": None, "shapes": len({(b[0].shape, b[1].shape) for b in batches}),
-            "steps": len(batches), "rss_mb": peak_rss_mb(), "tgt_padding": 1 - real / allpos,
-            "loss": float(hist.history["loss"][-1]),
-            "jit_compile": bool(model.jit_compile)}
+    return {**timed_result(times, tokens, flops, first, batches, "float32"),
+            "params": model.count_params(), "traces": None,
+            "loss": float(hist.history["loss"][-1]), "jit_compile": bool(model.jit_compile)}
 
 
 def child(cfg_json: str) -> None:
@@ -228,7 +238,7 @@ def configurations(preset: str, sizes: list[str], quick: bool) -> list[dict]:
         steps = {"small": 45, "base": 15}[size] if not quick else 9
         common = dict(preset=preset, size=size, warmup=WARMUP if not quick else 3,
                       steps=steps)
-        hp = dict(model, dropout_rate=0.1, label_smoothing=0.1, pad_multiple=8)
+        hp = dict(model, dropout_rate=0.1, label_smoothing=0.1)
         variants = [("float32", False), ("float32", True), ("mixed_bfloat16", False),
                     ("mixed_bfloat16", True)]
         if size == "base" and not quick:
@@ -236,14 +246,19 @@ def configurations(preset: str, sizes: list[str], quick: bool) -> list[dict]:
         for precision, xla in variants:
             out.append(dict(common, side="ours", name=f"ours {precision}"
                             f"{' XLA' if xla else ''}",
-                            hparams=dict(hp, precision=precision, jit_compile=xla)))
+                            hparams=dict(hp, precision=precision, jit_compile=xla,
+                                         # XLA: static shapes, one per width of 8
+                                         pad_multiple=8 if xla else 1)))
+        out.append(dict(common, side="ours", name="ours weighted float32",
+                        hparams=dict(hp, precision="float32", model_type="weighted")))
         kh = dict(hp, tokens_per_batch=model["tokens_per_batch"])
         out.append(dict(common, side="keras-hub", name="keras-hub fit float32", hparams=kh))
     return out
 
 
 def main() -> None:
-    hp, opts = H.parse_args(extra={"sizes": "small,base", "quick": False, "worker": ""})
+    hp, opts = H.parse_args(extra={"sizes": "small,base", "quick": False, "worker": "",
+                                   "configs": ""})
     if opts["worker"]:
         child(opts["worker"])
         return
@@ -251,11 +266,13 @@ def main() -> None:
     import tensorflow as tf
     print(f"TensorFlow {tf.__version__}; {os.cpu_count()} CPUs; preset {preset} "
           f"(prepro_dir {hp.prepro_dir})")
-    peak = {"float32": matmul_peak("float32"), "mixed_bfloat16": matmul_peak("bfloat16")}
-    print(f"matmul peak (2048^3, TensorFlow): float32 {peak['float32']:.0f} GFLOP/s, "
-          f"bfloat16 {peak['mixed_bfloat16']:.0f} GFLOP/s")
+    print(f"matmul peak (TensorFlow, best of 2048^3 and 4096^3) before the runs: float32 "
+          f"{matmul_peak('float32'):.0f} GFLOP/s, bfloat16 {matmul_peak('bfloat16'):.0f}")
     rows = []
+    wanted = [x.strip() for x in opts["configs"].split(",") if x.strip()]
     for cfg in configurations(preset, opts["sizes"].split(","), opts["quick"]):
+        if wanted and cfg["name"] not in wanted:
+            continue
         t0 = time.time()
         proc = subprocess.run([sys.executable, os.path.abspath(__file__),
                                "--worker", json.dumps(cfg)], cwd=ROOT, capture_output=True,
@@ -273,31 +290,38 @@ def main() -> None:
         group = [r for r in rows if r["cfg"]["size"] == size]
         ref = next((r for r in group if r["cfg"]["side"] == "keras-hub"), None)
         ours_params = next((r["params"] for r in group if r["cfg"]["side"] == "ours"), 0)
+        # without a keras-hub row, ratios are to the first row ("x first" column)
+        base_row = group[0] if ref is None else None
         m = SIZES[size]
         print(f"## {size}: d_model {m['d_model']}, d_ff {m['d_ff']}, {m['num_blocks']}+"
               f"{m['num_blocks']} layers, {m['num_heads']} heads; our params "
               f"{ours_params:,}")
-        print(f"{'configuration':28} {'real tgt tok/s':>14} {'x keras-hub':>11} "
-              f"{'6PT GFLOP/s':>11} {'matmul GFLOP/s':>14} {'of peak':>8} {'pad':>6} "
-              f"{'traces':>6} {'shapes':>6} {'peak RSS':>9}")
+        print(f"{'configuration':26} {'tgt tok/s':>9} {'steady':>7} {'ratio':>6} "
+              f"{'6PT GF/s':>8} {'mm GF/s':>8} {'fp32 pk':>8} {'of fp32':>7} {'own pk':>7} "
+              f"{'of own':>6} {'pad':>6} {'traces':>6} {'shapes':>6} {'RSS':>7}")
         for r in group:
-            precision = r["cfg"]["hparams"].get("precision", "float32")
-            p = peak["mixed_bfloat16" if precision == "mixed_bfloat16" else "float32"]
             six = 6 * ours_params * r["tok_s"] / 1e9
             mm = r["matmul_flop_s"] / 1e9
             ratio = r["tok_s"] / ref["tok_s"] if ref else float("nan")
+            if ref is None and base_row and r is not base_row:
+                ratio = r["tok_s"] / base_row["tok_s"]
             traces = "-" if r["traces"] is None else str(r["traces"])
             name = r["cfg"]["name"]
             if r["cfg"]["side"] == "keras-hub":
                 name += " (XLA)" if r.get("jit_compile") else ""
-            print(f"{name:28} {r['tok_s']:14,.0f} {ratio:11.2f} {six:11.1f} {mm:14.1f} "
-                  f"{mm / p:8.1%} {r['tgt_padding']:6.1%} {traces:>6} {r['shapes']:6d} "
-                  f"{r['rss_mb']:7.0f}MB")
+            print(f"{name:26} {r['tok_s']:9,.0f} {r['steady_tok_s']:7,.0f} {ratio:6.2f} "
+                  f"{six:8.1f} {mm:8.1f} {r['peak_fp32']:8.0f} {mm / r['peak_fp32']:7.1%} "
+                  f"{r['peak']:7.0f} {mm / r['peak']:6.1%} {r['tgt_padding']:6.1%} "
+                  f"{traces:>6} {r['shapes']:6d} {r['rss_mb']:5.0f}MB")
         print()
-    print("of peak: matmul GFLOP/s on real tokens / the matmul peak of the same precision; "
-          "pad: padded fraction of target positions; traces: tf.function traces of the "
-          "train step over all steps; shapes: distinct batch shapes (XLA compiles one "
-          "program per shape)")
+    print("tgt tok/s: real (non-PAD) target tokens per second, median of 3 windows; steady: "
+          "over the steps whose batch shape was seen before (no trace, no XLA compile); "
+          "ratio: to keras-hub (or to the first row); 6PT: 6 x params x tokens/s; mm: "
+          "matmul FLOPs of the real tokens per second; fp32 pk / own pk: the best float32 / "
+          "own-precision matmul GFLOP/s measured in the same child process right after "
+          "its steps; pad: padded fraction of target positions; traces: tf.function "
+          "traces of the train step; shapes: distinct batch shapes (XLA compiles one "
+          "program per shape); RSS: peak resident memory of the child process")
 
 
 if __name__ == "__main__":

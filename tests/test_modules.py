@@ -351,6 +351,33 @@ def test_smoothed_cross_entropy_matches_direct():
     assert np.all(np.abs(loss.numpy() - nll.numpy()) > 1e-4)   # smoothing does something
 
 
+@pytest.mark.parametrize("eps", [0.0, 0.1, 0.3])
+def test_smoothed_cross_entropy_gradient(eps):
+    """The hand-written gradient equals autodiff of the direct one-hot formula, for any
+    mix of the loss and nll outputs, and the analytic form p - (1-eps) onehot - eps/V."""
+    rng = np.random.default_rng(10)
+    V, n = 9, 12
+    logits = tf.constant(rng.normal(scale=3.0, size=(n, V)).astype(np.float32))
+    labels = tf.constant(rng.integers(0, V, size=n).astype(np.int32))
+    a = tf.constant(rng.uniform(0.5, 2.0, size=n).astype(np.float32))   # weights
+    b = tf.constant(rng.uniform(0.0, 1.0, size=n).astype(np.float32))
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(logits)
+        loss, nll = M.smoothed_cross_entropy(logits, labels, eps, with_nll=True)
+        ours = tf.reduce_sum(a * loss + b * nll)
+        logp = tf.nn.log_softmax(logits)
+        onehot = tf.one_hot(labels, V)
+        direct = tf.reduce_sum(-a * tf.reduce_sum(M.smooth_labels(onehot, eps) * logp, -1)
+                               - b * tf.reduce_sum(onehot * logp, -1))
+    g_ours, g_direct = tape.gradient(ours, logits), tape.gradient(direct, logits)
+    np.testing.assert_allclose(float(ours), float(direct), rtol=1e-5)
+    np.testing.assert_allclose(g_ours.numpy(), g_direct.numpy(), atol=1e-5)
+    p = tf.nn.softmax(logits).numpy()
+    analytic = a.numpy()[:, None] * (p - (1 - eps) * onehot.numpy() - eps / V) \
+        + b.numpy()[:, None] * (p - onehot.numpy())
+    np.testing.assert_allclose(g_ours.numpy(), analytic, atol=1e-5)
+
+
 # ---------------------------------------------------------------------------------------
 # 7. learning-rate schedules
 # ---------------------------------------------------------------------------------------
