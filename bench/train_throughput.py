@@ -309,7 +309,8 @@ def main() -> None:
             name = r["cfg"]["name"]
             if r["cfg"]["side"] == "keras-hub":
                 name += " (XLA)" if r.get("jit_compile") else ""
-            print(f"{name:26} {r['tok_s']:9,.0f} {r['steady_tok_s']:7,.0f} {ratio:6.2f} "
+            steady = f"{r['steady_tok_s']:7,.0f}" if r["steady_tok_s"] else "      -"
+            print(f"{name:26} {r['tok_s']:9,.0f} {steady} {ratio:6.2f} "
                   f"{six:8.1f} {mm:8.1f} {r['peak_fp32']:8.0f} {mm / r['peak_fp32']:7.1%} "
                   f"{r['peak']:7.0f} {mm / r['peak']:6.1%} {r['tgt_padding']:6.1%} "
                   f"{traces:>6} {r['shapes']:6d} {r['rss_mb']:5.0f}MB")
