@@ -176,6 +176,14 @@ def test_incremental_decoding_matches_full(norm):
     limits = (src != PAD_ID).sum(axis=1) + 4
     slow = MD.naive_greedy(m, src, L, limits)
     np.testing.assert_array_equal(fast, slow[:, :fast.shape[1]])
+    # beam search runs on the same cache: k = 1 is greedy, k = 3 ranks its hypotheses
+    beam, _ = MD.beam_decoder(m, 1)(tf.constant(src), tf.constant(4, tf.int32))
+    b = beam.numpy()[:, 0]
+    width = max(b.shape[1], fast.shape[1])
+    np.testing.assert_array_equal(np.pad(b, ((0, 0), (0, width - b.shape[1]))),
+                                  np.pad(fast, ((0, 0), (0, width - fast.shape[1]))))
+    beam3, scores = MD.beam_decoder(m, 3)(tf.constant(src), tf.constant(4, tf.int32))
+    assert beam3.shape[:2] == (3, 3) and np.all(np.diff(scores.numpy(), axis=1) <= 1e-6)
 
 
 def test_checkpoint_and_keras_round_trip(tmp_path):
