@@ -112,11 +112,11 @@ class Trainer:
             self.optimizer = opt
             # Weighted Transformer: kappa and alpha have their own Adam and Noam schedule
             # with a short warmup (Ahmed et al. 2017, sec. 4: 400 steps)
-            branch = {id(v) for v in self.model.branch_variables}
+            self.branch_ids = {id(v) for v in self.model.branch_variables}
             self.main_variables = [v for v in self.model.trainable_variables
-                                   if id(v) not in branch]
+                                   if id(v) not in self.branch_ids]
             self.branch_optimizer = None
-            if branch:
+            if self.branch_ids:
                 self.branch_schedule = M.TransformerSchedule(
                     hp.lr_schedule, hp.d_model, hp.branch_warmup_steps, hp.lr)
                 self.branch_optimizer = keras.optimizers.Adam(
@@ -242,10 +242,10 @@ class Trainer:
         if self.branch_optimizer is None:
             self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
             return norm
-        branch = {id(v) for v in self.model.branch_variables}
         pairs = list(zip(grads, self.model.trainable_variables))
-        self.optimizer.apply_gradients([(g, v) for g, v in pairs if id(v) not in branch])
-        branch_grads = [(g, v) for g, v in pairs if id(v) in branch]
+        self.optimizer.apply_gradients([(g, v) for g, v in pairs
+                                        if id(v) not in self.branch_ids])
+        branch_grads = [(g, v) for g, v in pairs if id(v) in self.branch_ids]
         if self.loss_scaling:
             # the LossScaleOptimizer unscales and skips the main update on overflow; the
             # kappa/alpha gradients are unscaled here and zeroed on such a step
