@@ -413,40 +413,82 @@ def smoothed_cross_entropy(logits, labels, epsilon: float = 0.1, with_nll: bool 
     + eps * (lse - mean_v z_v), where lse = logsumexp(z). Memory is O(M V) for the
     logits only.
     """
-    loss, nll = _smoothed_xent(_cast(logits, tf.float32), labels, float(epsilon))
+    loss, nll, _ = _smoothed_xent(_cast(logits, tf.float32), labels, float(epsilon))
     return (loss, nll) if with_nll else loss
 
 
+def cross_entropy_terms(logits, labels, epsilon: float = 0.1):
+    """(label-smoothed loss, plain cross-entropy, correct), each (M,) float32, from one
+    pass over logits (M, V): correct is 1.0 where the label's logit is the largest (ties
+    count as correct), 0.0 elsewhere; it has no gradient."""
+    return _smoothed_xent(_cast(logits, tf.float32), labels, float(epsilon))
+
+
 def _smoothed_xent(logits, labels, epsilon: float):
-    """(loss, nll), both (M,), with a hand-written gradient.
+    """(loss, nll, correct), all (M,), with a hand-written gradient.
 
     d loss / d z = p - (1 - eps) onehot(y) - eps / V and d nll / d z = p - onehot(y),
-    with p = softmax(z): one exp pass over the (M, V) logits and a scatter of M values,
-    instead of the gather, logsumexp and mean gradients that autodiff would chain (the
-    gather's alone densifies an (M, V) tensor through UnsortedSegmentSum).
+    with p = softmax(z). The forward pass keeps p (one fused softmax kernel) and reads
+    logsumexp off it: lse = max(z) - log(max(p)), exact because the largest logit has
+    the largest probability, which is at least 1/V and so never underflows. The gradient
+    is then a scale of p and a scatter of M values, instead of the gather, logsumexp and
+    mean gradients that autodiff would chain (the gather's alone densifies an (M, V)
+    tensor through UnsortedSegmentSum) or a second exp pass.
     """
     labels = tf.cast(labels, tf.int32)
 
     @tf.custom_gradient
     def fn(z):
-        lse = tf.reduce_logsumexp(z, axis=-1)
+        p = tf.nn.softmax(z, axis=-1)                                  # (M, V)
+        z_max = tf.reduce_max(z, axis=-1)
+        lse = z_max - tf.math.log(tf.reduce_max(p, axis=-1))
         z_y = tf.gather(z, labels, axis=-1, batch_dims=1)
         nll = lse - z_y
         loss = (1.0 - epsilon) * nll + epsilon * (lse - tf.reduce_mean(z, axis=-1)) \
             if epsilon else nll
+        correct = tf.cast(z_y >= z_max, tf.float32)
 
-        def grad(d_loss, d_nll):
+        def grad(d_loss, d_nll, d_correct=None):
             g = d_loss + d_nll                                         # (M,)
-            p = tf.exp(z - lse[:, None]) * g[:, None]
+            q = p * g[:, None]
             if epsilon:
-                p = p - (epsilon / tf.cast(tf.shape(z)[-1], z.dtype)) * d_loss[:, None]
+                q = q - (epsilon / tf.cast(tf.shape(z)[-1], z.dtype)) * d_loss[:, None]
             rows = tf.range(tf.shape(z)[0])
             at = tf.stack([rows, labels], axis=1)
-            return tf.tensor_scatter_nd_sub(p, at, (1.0 - epsilon) * d_loss + d_nll)
+            return tf.tensor_scatter_nd_sub(q, at, (1.0 - epsilon) * d_loss + d_nll)
 
-        return (loss, nll), grad
+        return (loss, nll, correct), grad
 
     return fn(logits)
+
+
+@keras.saving.register_keras_serializable(package="transformer")
+class FusedAdam(keras.optimizers.Adam):
+    """keras.optimizers.Adam (5.3) whose dense update is TensorFlow's fused
+    ResourceApplyAdam kernel: one pass over (variable, m, v, gradient) instead of the ten
+    elementwise ops and three assignments of Keras' generic update, the same arithmetic
+    (m += (g - m)(1 - beta_1); v += (g^2 - v)(1 - beta_2);
+    w -= lr sqrt(1 - beta_2^t) / (1 - beta_1^t) * m / (sqrt(v) + epsilon)), the same slot
+    variables and checkpoints. Sparse gradients and amsgrad take Keras' path."""
+
+    def __init__(self, *args, name: str = "adam", **kwargs):
+        super().__init__(*args, name=name, **kwargs)
+
+    def update_step(self, gradient, variable, learning_rate):
+        var = variable.value if isinstance(variable, keras.Variable) else variable
+        if self.amsgrad or isinstance(gradient, tf.IndexedSlices) \
+                or not hasattr(var, "handle"):
+            return super().update_step(gradient, variable, learning_rate)
+        index = self._get_variable_index(variable)
+        m, v = self._momentums[index].value, self._velocities[index].value
+        dtype = var.dtype
+        step = tf.cast(self.iterations + 1, dtype)
+        beta_1, beta_2 = tf.cast(self.beta_1, dtype), tf.cast(self.beta_2, dtype)
+        tf.raw_ops.ResourceApplyAdam(
+            var=var.handle, m=m.handle, v=v.handle, beta1_power=tf.pow(beta_1, step),
+            beta2_power=tf.pow(beta_2, step), lr=tf.cast(learning_rate, dtype),
+            beta1=beta_1, beta2=beta_2, epsilon=tf.cast(self.epsilon, dtype),
+            grad=tf.cast(gradient, dtype), use_locking=False)
 
 
 @keras.saving.register_keras_serializable(package="transformer")

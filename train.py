@@ -105,8 +105,8 @@ class Trainer:
                                                      tok.tgt_vocab_size)
             self.schedule = M.TransformerSchedule(hp.lr_schedule, hp.d_model,
                                                   hp.warmup_steps, hp.lr)
-            opt = keras.optimizers.Adam(self.schedule, beta_1=hp.adam_beta1,
-                                        beta_2=hp.adam_beta2, epsilon=hp.adam_epsilon)
+            opt = M.FusedAdam(self.schedule, beta_1=hp.adam_beta1,
+                              beta_2=hp.adam_beta2, epsilon=hp.adam_epsilon)
             if self.loss_scaling:
                 opt = keras.optimizers.LossScaleOptimizer(opt)
             self.optimizer = opt
@@ -119,7 +119,7 @@ class Trainer:
             if self.branch_ids:
                 self.branch_schedule = M.TransformerSchedule(
                     hp.lr_schedule, hp.d_model, hp.branch_warmup_steps, hp.lr)
-                self.branch_optimizer = keras.optimizers.Adam(
+                self.branch_optimizer = M.FusedAdam(
                     self.branch_schedule, beta_1=hp.adam_beta1, beta_2=hp.adam_beta2,
                     epsilon=hp.adam_epsilon)
                 self.branch_optimizer.build(self.model.branch_variables)
@@ -220,10 +220,7 @@ class Trainer:
             flat = self.model.logits(tf.boolean_mask(hidden, real))
             y = tf.boolean_mask(labels, real)
             weight = tf.ones_like(y, tf.float32)
-        losses, nll = M.smoothed_cross_entropy(flat, y, self.hp.label_smoothing, True)
-        # the label is the argmax when its logit is the largest (ties count as correct)
-        z_y = tf.gather(flat, y, axis=-1, batch_dims=1)
-        correct = tf.cast(z_y >= tf.reduce_max(flat, axis=-1), tf.float32)
+        losses, nll, correct = M.cross_entropy_terms(flat, y, self.hp.label_smoothing)
         return (tf.reduce_sum(losses * weight), tf.reduce_sum(nll * weight),
                 tf.reduce_sum(weight), tf.reduce_sum(correct * weight))
 

@@ -7,10 +7,12 @@ same size, and against the machine's measured matmul peak.
         [--configs "ours float32,ours weighted float32"]      # a subset of the rows
 
 One script run. Every configuration runs in a fresh child process, one after the other
-(so a dtype policy or XLA setting never leaks and each peak RSS is its own); right after
-its timed steps each child measures the machine's matmul peak with TensorFlow (best of
-single 2048^3 and 4096^3 matmuls, float32 and its own precision), because the speed of
-this shared machine drifts. The parent prints one table with the ratios.
+(so a dtype policy or XLA setting never leaks and each peak RSS is its own). The speed of
+this shared machine drifts by tens of percent within minutes, so each child probes the
+machine's matmul peak with TensorFlow (best of single 2048^3 and 4096^3 matmuls, float32
+and its own precision) before, between and after its three timed windows, and compares
+every window with the better of the two probes around it. The parent prints one table
+with the ratios.
 
 Both sides train on the same preprocessed data (the preset's BPE ids), the same model
 size (d_model, d_ff, heads, layers, vocabulary) and label smoothing 0.1 with dropout 0.1:
@@ -63,10 +65,9 @@ def matmul_flops(src_lens, tgt_lens, d, d_ff, n, vocab) -> float:
     return float(3 * np.sum(enc + dec + out))
 
 
-def matmul_peak(dtype: str, sizes=(2048, 4096), repeats: int = 5) -> float:
+def matmul_peak(dtype: str, sizes=(2048, 4096), repeats: int = 3) -> float:
     """The machine's matmul peak as TensorFlow reaches it: the best GFLOP/s of single
-    n x n x n matmuls over the sizes and repeats (the shared machine's speed drifts, so
-    every child process measures it again next to its own timed steps)."""
+    n x n x n matmuls over the sizes and repeats."""
     import tensorflow as tf
     best = 0.0
     for n in sizes:
@@ -81,31 +82,54 @@ def matmul_peak(dtype: str, sizes=(2048, 4096), repeats: int = 5) -> float:
     return best
 
 
-# ---------------------------------------------------------------------------------------
-# child processes: one configuration each
-# ---------------------------------------------------------------------------------------
-def windows(times, tokens, flops, first_seen):
-    """Median over WINDOWS equal windows of (tokens/s, matmul FLOP/s), and the tokens/s
-    of the steps whose batch shape had been seen before (no tracing or XLA compile)."""
-    idx = np.array_split(np.arange(len(times)), WINDOWS)
-    tok_s = [sum(tokens[i] for i in w) / sum(times[i] for i in w) for w in idx]
-    flop_s = [sum(flops[i] for i in w) / sum(times[i] for i in w) for w in idx]
+class Peaks:
+    """Matmul peaks probed between the timed windows of a child (before the first, between
+    each two, after the last): the shared machine's speed drifts by tens of percent within
+    minutes, so each window is compared with the better of the two probes around it."""
+
+    def __init__(self, precision: str):
+        self.own = "bfloat16" if precision == "mixed_bfloat16" else "float32"
+        self.fp32, self.own_peaks, self.seconds = [], [], 0.0
+
+    def probe(self):
+        t0 = time.perf_counter()
+        self.fp32.append(matmul_peak("float32"))
+        self.own_peaks.append(self.fp32[-1] if self.own == "float32"
+                              else matmul_peak(self.own))
+        self.seconds += time.perf_counter() - t0
+
+
+def window_bounds(count: int) -> list[int]:
+    """Start of each of the WINDOWS windows over ``count`` timed steps, and the end."""
+    idx = np.array_split(np.arange(count), WINDOWS)
+    return [int(w[0]) for w in idx] + [count]
+
+
+def timed_result(times, tokens, flops, first_seen, batches, peaks: Peaks) -> dict:
+    """What every child reports: throughput and matmul FLOP/s (medians over the windows),
+    each window's FLOP/s as a fraction of the better probe around it (median), the tokens/s
+    of the steps whose batch shape had been seen before (no tracing or XLA compile),
+    padding and peak RSS."""
+    bounds = window_bounds(len(times))
+    tok_s, flop_s, of_fp32, of_own = [], [], [], []
+    for k in range(WINDOWS):
+        w = range(bounds[k], bounds[k + 1])
+        dt = sum(times[i] for i in w)
+        tok_s.append(sum(tokens[i] for i in w) / dt)
+        flop_s.append(sum(flops[i] for i in w) / dt)
+        of_fp32.append(flop_s[-1] / 1e9 / max(peaks.fp32[k], peaks.fp32[k + 1]))
+        of_own.append(flop_s[-1] / 1e9 / max(peaks.own_peaks[k], peaks.own_peaks[k + 1]))
     seen = [i for i in range(len(times)) if not first_seen[i]]
     steady = sum(tokens[i] for i in seen) / sum(times[i] for i in seen) if seen else 0.0
-    return float(np.median(tok_s)), float(np.median(flop_s)), float(steady)
-
-
-def timed_result(times, tokens, flops, first_seen, batches, precision) -> dict:
-    """What every child reports: throughput, padding, peak RSS and its own peak."""
-    tok_s, flop_s, steady = windows(times, tokens, flops, first_seen)
     real = sum(int((lab != 0).sum()) for _, _, lab in batches)
     allpos = sum(lab.size for _, _, lab in batches)
-    return {"tok_s": tok_s, "matmul_flop_s": flop_s, "steady_tok_s": steady,
+    return {"tok_s": float(np.median(tok_s)), "matmul_flop_s": float(np.median(flop_s)),
+            "of_fp32": float(np.median(of_fp32)), "of_own": float(np.median(of_own)),
+            "of_fp32_windows": of_fp32, "steady_tok_s": float(steady),
             "tgt_padding": 1 - real / allpos, "steps": len(batches),
             "shapes": len({(b[0].shape, b[1].shape) for b in batches}),
-            "rss_mb": peak_rss_mb(),
-            "peak": matmul_peak("bfloat16" if precision == "mixed_bfloat16" else "float32"),
-            "peak_fp32": matmul_peak("float32")}
+            "rss_mb": peak_rss_mb(), "peak": max(peaks.own_peaks), "peak_fp32": max(peaks.fp32),
+            "probes_fp32": peaks.fp32}
 
 
 def peak_rss_mb() -> float:
@@ -132,7 +156,11 @@ def run_ours(cfg: dict) -> dict:
     batches = batches_for(hp, data, cfg["warmup"] + cfg["steps"])
     times, tokens, flops, first, shapes = [], [], [], [], set()
     vocab = trainer.model.tgt_embedding.vocab_size
+    peaks = Peaks(precision)
+    probe_at = {cfg["warmup"] + b for b in window_bounds(cfg["steps"])}
     for i, (src, dec, lab) in enumerate(batches):
+        if i in probe_at:
+            peaks.probe()
         t0 = time.perf_counter()
         stats, _ = trainer.train_batch(src, dec, lab)   # numpy: waits for the step
         dt = time.perf_counter() - t0
@@ -144,10 +172,11 @@ def run_ours(cfg: dict) -> dict:
             tokens.append(float(stats[2]))
             flops.append(matmul_flops((src != 0).sum(1), (lab != 0).sum(1), hp.d_model,
                                       hp.d_ff, hp.num_blocks, vocab))
+    peaks.probe()
     traces = trainer._step.experimental_get_tracing_count()
     if hasattr(trainer._compiled, "experimental_get_tracing_count"):
         traces += trainer._compiled.experimental_get_tracing_count()
-    return {**timed_result(times, tokens, flops, first, batches, precision),
+    return {**timed_result(times, tokens, flops, first, batches, peaks),
             "params": trainer.model.count_params(), "traces": traces,
             "loss": float(stats[0] / stats[2])}
 
@@ -194,19 +223,28 @@ def run_keras_hub(cfg: dict) -> dict:
             yield (src, dec), lab
 
     ds = tf.data.Dataset.from_generator(gen, output_signature=((spec, spec), spec))
-    ends = []
+    step_times, last = [], []
+    peaks = Peaks("float32")
+    probe_after = {cfg["warmup"] + b - 1 for b in window_bounds(cfg["steps"])}
 
     class Clock(keras.callbacks.Callback):
+        """Each step's time from the end of the one before (data, callbacks and all);
+        a peak probe at a window boundary restarts the clock."""
+
         def on_train_batch_begin(self, batch, logs=None):
-            if not ends:
-                ends.append(time.perf_counter())
+            if not last:
+                last.append(time.perf_counter())
 
         def on_train_batch_end(self, batch, logs=None):
             float(logs["loss"])  # wait for the step
-            ends.append(time.perf_counter())
+            now = time.perf_counter()
+            step_times.append(now - last[-1])
+            last.append(now)
+            if batch in probe_after:
+                peaks.probe()
+                last.append(time.perf_counter())
 
     hist = model.fit(ds.prefetch(2), epochs=1, verbose=0, callbacks=[Clock()])
-    step_times = np.diff(ends)
     times, tokens, flops, first, shapes = [], [], [], [], set()
     for i, (src, dec, lab) in enumerate(batches):
         new = (src.shape, dec.shape) not in shapes
@@ -217,7 +255,7 @@ def run_keras_hub(cfg: dict) -> dict:
             tokens.append(float((lab != 0).sum()))
             flops.append(matmul_flops((src != 0).sum(1), (lab != 0).sum(1), hp.d_model,
                                       hp.d_ff, hp.num_blocks, vocab))
-    return {**timed_result(times, tokens, flops, first, batches, "float32"),
+    return {**timed_result(times, tokens, flops, first, batches, peaks),
             "params": model.count_params(), "traces": None,
             "loss": float(hist.history["loss"][-1]), "jit_compile": bool(model.jit_compile)}
 
@@ -311,16 +349,17 @@ def main() -> None:
                 name += " (XLA)" if r.get("jit_compile") else ""
             steady = f"{r['steady_tok_s']:7,.0f}" if r["steady_tok_s"] else "      -"
             print(f"{name:26} {r['tok_s']:9,.0f} {steady} {ratio:6.2f} "
-                  f"{six:8.1f} {mm:8.1f} {r['peak_fp32']:8.0f} {mm / r['peak_fp32']:7.1%} "
-                  f"{r['peak']:7.0f} {mm / r['peak']:6.1%} {r['tgt_padding']:6.1%} "
+                  f"{six:8.1f} {mm:8.1f} {r['peak_fp32']:8.0f} {r['of_fp32']:7.1%} "
+                  f"{r['peak']:7.0f} {r['of_own']:6.1%} {r['tgt_padding']:6.1%} "
                   f"{traces:>6} {r['shapes']:6d} {r['rss_mb']:5.0f}MB")
         print()
     print("tgt tok/s: real (non-PAD) target tokens per second, median of 3 windows; steady: "
           "over the steps whose batch shape was seen before (no trace, no XLA compile); "
           "ratio: to keras-hub (or to the first row); 6PT: 6 x params x tokens/s; mm: "
           "matmul FLOPs of the real tokens per second; fp32 pk / own pk: the best float32 / "
-          "own-precision matmul GFLOP/s measured in the same child process right after "
-          "its steps; pad: padded fraction of target positions; traces: tf.function "
+          "own-precision matmul GFLOP/s probed in the same child process before, between "
+          "and after its timed windows; of fp32 / of own: median over the windows of the "
+          "window's mm GFLOP/s over the better of the two probes around it; pad: padded fraction of target positions; traces: tf.function "
           "traces of the train step; shapes: distinct batch shapes (XLA compiles one "
           "program per shape); RSS: peak resident memory of the child process")
 

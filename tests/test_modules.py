@@ -351,6 +351,33 @@ def test_smoothed_cross_entropy_matches_direct():
     assert np.all(np.abs(loss.numpy() - nll.numpy()) > 1e-4)   # smoothing does something
 
 
+def test_smoothed_cross_entropy_extreme_logits():
+    """lse is read off the softmax (max(z) - log(max(p))): still exact when the label's
+    probability underflows to 0 in float32, and for huge logits."""
+    logits = tf.constant([[0.0, 300.0, -50.0], [1e4, 1e4 - 150.0, 1e4 - 1.0]], tf.float32)
+    labels = tf.constant([2, 1], tf.int32)
+    loss, nll = M.smoothed_cross_entropy(logits, labels, 0.1, with_nll=True)
+    np.testing.assert_allclose(nll.numpy(), [350.0, 150.0 + np.log1p(np.exp(-1.0))],
+                               rtol=1e-5)
+    lse = np.array([300.0, 1e4 + np.log1p(np.exp(-1.0))])
+    mean = logits.numpy().astype(np.float64).mean(-1)
+    np.testing.assert_allclose(loss.numpy(), 0.9 * nll.numpy() + 0.1 * (lse - mean),
+                               rtol=1e-5)
+
+
+def test_cross_entropy_terms_correct():
+    """The third term is 1 where the label's logit is the largest (ties included), and
+    the first two are smoothed_cross_entropy's."""
+    logits = tf.constant([[1.0, 3.0, 2.0], [2.0, 2.0, 0.0], [5.0, 1.0, 4.9],
+                          [0.0, 0.0, 0.1]])
+    labels = tf.constant([1, 0, 2, 1])
+    loss, nll, correct = M.cross_entropy_terms(logits, labels, 0.1)
+    np.testing.assert_array_equal(correct.numpy(), [1.0, 1.0, 0.0, 0.0])
+    ref_loss, ref_nll = M.smoothed_cross_entropy(logits, labels, 0.1, with_nll=True)
+    np.testing.assert_allclose(loss.numpy(), ref_loss.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(nll.numpy(), ref_nll.numpy(), rtol=1e-6)
+
+
 @pytest.mark.parametrize("eps", [0.0, 0.1, 0.3])
 def test_smoothed_cross_entropy_gradient(eps):
     """The hand-written gradient equals autodiff of the direct one-hot formula, for any
@@ -634,3 +661,31 @@ def test_training_learns_toy_mapping():
         got = list(row[:len(y)])
         correct += got == y
     assert correct >= 18, (correct, out)
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_fused_adam_matches_keras_adam(jit):
+    """FusedAdam (ResourceApplyAdam) gives Keras Adam's updates step for step, with a
+    schedule, under tf.function and XLA, and keeps the same slot variables."""
+    rng = np.random.default_rng(11)
+    shapes = [(3, 4), (5,)]
+    init = [rng.normal(size=s).astype(np.float32) for s in shapes]
+    grads = [[rng.normal(size=s).astype(np.float32) for s in shapes] for _ in range(6)]
+    results = []
+    for cls in (keras.optimizers.Adam, M.FusedAdam):
+        params = [keras.Variable(x, name=f"w{i}") for i, x in enumerate(init)]
+        opt = cls(M.TransformerSchedule("noam", 64, 4), beta_1=0.9, beta_2=0.98,
+                  epsilon=1e-9)
+        opt.build(params)
+        step = tf.function(lambda gs: opt.apply_gradients(zip(gs, params)), jit_compile=jit)
+        for gs in grads:
+            step([tf.constant(g) for g in gs])
+        results.append(([p.numpy() for p in params],
+                        [(v.path.split("/", 1)[1], v.numpy()) for v in opt.variables]))
+    (p_keras, s_keras), (p_fused, s_fused) = results
+    for a, b, x in zip(p_keras, p_fused, init):
+        assert np.abs(a - x).max() > 1e-3                    # the parameters moved
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-7)
+    assert [n for n, _ in s_fused] == [n for n, _ in s_keras]
+    for (_, a), (_, b) in zip(s_keras, s_fused):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-9)
