@@ -49,8 +49,8 @@ class Transformer(keras.Model):
                                                  name="src_position")
         self.tgt_position = M.PositionalEncoding(d_model, position, max_position,
                                                  name="tgt_position")
-        self.src_dropout = keras.layers.Dropout(dropout_rate)
-        self.tgt_dropout = keras.layers.Dropout(dropout_rate)
+        self.src_dropout = M.Dropout(dropout_rate)
+        self.tgt_dropout = M.Dropout(dropout_rate)
         layer_args = (d_model, num_heads, d_ff, dropout_rate, norm, attention_dropout,
                       model_type == "weighted")
         # Each layer is a direct attribute (not a list) so that tf.train.Checkpoint,

@@ -38,6 +38,48 @@ def dense(x, w, transpose_b: bool = False):
     return tf.reshape(y, tf.concat([lead, tf.shape(y)[-1:]], 0))
 
 
+@keras.saving.register_keras_serializable(package="transformer")
+class Dropout(keras.layers.Layer):
+    """Inverted dropout (5.4, P_drop = rate) drawing 16 random bits per element.
+
+    keras.layers.Dropout draws a float32 uniform per element and applies the mask through
+    a select in both passes; here one Philox word feeds two elements (rate rounded to
+    1/65536: 0.1 keeps 58982/65536 of the values) and the mask is a single
+    multiplier, (0 or 1 / keep) per element, that the gradient reuses. Identity when not
+    training. x: any shape -> the same shape and dtype.
+    """
+
+    def __init__(self, rate: float, seed=None, **kwargs):
+        super().__init__(**kwargs)
+        if not 0.0 <= rate < 1.0:
+            raise ValueError(f"dropout rate must be in [0, 1), got {rate}")
+        self.rate, self.seed = float(rate), seed
+        self.seed_generator = keras.random.SeedGenerator(seed)
+        drop = round(self.rate * 65536)
+        self.threshold = drop - 32768           # keep where the int16 draw >= threshold
+        self.keep_scale = 65536.0 / (65536 - drop)
+        self.supports_masking = True
+
+    def call(self, x, training=False):
+        if not training or self.rate == 0.0:
+            return x
+        seed = tf.cast(tf.math.floormod(self.seed_generator.next(), tf.int32.max - 1),
+                       tf.int32)
+        n = tf.size(x)
+        bits = tf.random.stateless_uniform(((n + 1) // 2,), seed, minval=None, maxval=None,
+                                           dtype=tf.int32)
+        draws = tf.reshape(tf.bitcast(bits, tf.int16), (-1,))[:n]
+        keep = tf.reshape(draws >= self.threshold, tf.shape(x))
+        return x * tf.where(keep, tf.constant(self.keep_scale, x.dtype),
+                            tf.constant(0.0, x.dtype))
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        return {**super().get_config(), "rate": self.rate, "seed": self.seed}
+
+
 # ---------------------------------------------------------------------------------------
 # Embedding (3.4) and positional encoding (3.5)
 # ---------------------------------------------------------------------------------------
@@ -184,7 +226,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.d_model, self.num_heads, self.dropout_rate = d_model, num_heads, dropout_rate
         self.d_k = d_model // num_heads
         self.scale = scale
-        self.dropout = keras.layers.Dropout(dropout_rate) if dropout_rate > 0 else None
+        self.dropout = Dropout(dropout_rate) if dropout_rate > 0 else None
 
     def build(self, query_shape=None, memory_shape=None):
         init = keras.initializers.GlorotUniform()
@@ -376,7 +418,7 @@ class Residual(keras.layers.Layer):
     def __init__(self, dropout_rate: float, norm: str = "post", **kwargs):
         super().__init__(**kwargs)
         self.dropout_rate, self.norm = dropout_rate, norm
-        self.dropout = keras.layers.Dropout(dropout_rate)
+        self.dropout = Dropout(dropout_rate)
         self.ln = layer_norm("layer_norm")
 
     def build(self, input_shape):

@@ -139,6 +139,7 @@ class Trainer:
         # collective read), but only the chief writes into logdir; the others write to a
         # private temporary folder that is deleted right after (see save()).
         self.chief = is_chief(strategy)
+        self.last_saved = None  # the chief's path of this run's newest checkpoint
         target = hp.logdir if self.chief else os.path.join(
             hp.logdir, f".worker-{strategy.cluster_resolver.task_id}-tmp")
         self.manager = tf.train.CheckpointManager(self.ckpt, target, hp.keep_ckpts)
@@ -179,6 +180,7 @@ class Trainer:
         if not self.chief:
             shutil.rmtree(self.manager.directory, ignore_errors=True)
             path = os.path.join(self.hp.logdir, os.path.basename(path))
+        self.last_saved = path
         return path
 
     @property
@@ -503,7 +505,9 @@ def _train_loop(hp, tok, trainer, data, dev, dev_src, dev_ref, writer, decoder) 
             stop_reason = f"max_steps={hp.max_steps} reached"
     if saved_step != trainer.step:
         trainer.save()
-    path = trainer.latest_checkpoint
+    # the path this run saved (a non-chief worker may look before the chief's
+    # `checkpoint` file names it), else the one it resumed from
+    path = trainer.last_saved or trainer.latest_checkpoint
     writer.flush()
     print(f"train: {stop_reason or 'done'}; step {trainer.step}; checkpoint {path}")
     return {"step": trainer.step, "epoch": int(trainer.epoch), "history": history,

@@ -689,3 +689,31 @@ def test_fused_adam_matches_keras_adam(jit):
     assert [n for n, _ in s_fused] == [n for n, _ in s_keras]
     for (_, a), (_, b) in zip(s_keras, s_fused):
         np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-9)
+
+
+def test_dropout_statistics_and_gradient():
+    """Dropout keeps ~(1 - rate) of the values scaled by 1/keep, is the identity when not
+    training, draws a new mask on every call, and its gradient is the same mask."""
+    layer = M.Dropout(0.1, seed=3)
+    x = tf.ones((400, 513))                       # odd size: the last draw is half used
+    y1 = layer(x, training=True).numpy()
+    y2 = layer(x, training=True).numpy()
+    keep = 1 - round(0.1 * 65536) / 65536
+    for y in (y1, y2):
+        assert abs((y > 0).mean() - keep) < 0.004               # 205,200 draws: 4.7 sigma
+        np.testing.assert_allclose(np.unique(y), [0.0, 1 / keep], rtol=1e-6)
+        assert abs(y.mean() - 1.0) < 0.005
+    assert 0.75 < ((y1 > 0) == (y2 > 0)).mean() < 0.87         # independent masks: ~0.82
+    np.testing.assert_array_equal(layer(x, training=False).numpy(), x.numpy())
+    np.testing.assert_array_equal(M.Dropout(0.0)(x, training=True).numpy(), x.numpy())
+    v = tf.Variable(tf.random.normal((64, 32)))
+    with tf.GradientTape() as tape:
+        y = layer(v, training=True)
+        s = tf.reduce_sum(y * 3.0)
+    g = tape.gradient(s, v).numpy()
+    mask = (y.numpy() != 0) * (1 / keep)
+    np.testing.assert_allclose(g, 3.0 * mask, rtol=1e-6)
+    half = M.Dropout(0.5, dtype="mixed_bfloat16")(tf.ones((8, 64)), training=True)
+    assert half.dtype == tf.bfloat16
+    with pytest.raises(ValueError, match="dropout rate"):
+        M.Dropout(1.0)

@@ -9,7 +9,7 @@ import hparams as H
 import model as MD
 import modules as M
 from conftest import tiny
-from prepro import BOS_ID, PAD_ID
+from prepro import BOS_ID, EOS_ID, PAD_ID
 from test_modules import analytic_count, check_cached_equals_full
 
 
@@ -183,7 +183,13 @@ def test_incremental_decoding_matches_full(norm):
     np.testing.assert_array_equal(np.pad(b, ((0, 0), (0, width - b.shape[1]))),
                                   np.pad(fast, ((0, 0), (0, width - fast.shape[1]))))
     beam3, scores = MD.beam_decoder(m, 3)(tf.constant(src), tf.constant(4, tf.int32))
-    assert beam3.shape[:2] == (3, 3) and np.all(np.diff(scores.numpy(), axis=1) <= 1e-6)
+    assert beam3.shape[:2] == (3, 3)
+    # best first: finished hypotheses (with </S>) by score, then unfinished ones by score
+    ended = (beam3.numpy() == EOS_ID).any(axis=-1)
+    for row_ended, row_scores in zip(ended, scores.numpy()):
+        assert list(row_ended) == sorted(row_ended, reverse=True)
+        for group in (row_scores[row_ended], row_scores[~row_ended]):
+            assert np.all(np.diff(group) <= 1e-6)
 
 
 def test_checkpoint_and_keras_round_trip(tmp_path):
