@@ -455,7 +455,7 @@ def smoothed_cross_entropy(logits, labels, epsilon: float = 0.1, with_nll: bool 
     + eps * (lse - mean_v z_v), where lse = logsumexp(z). Memory is O(M V) for the
     logits only.
     """
-    loss, nll, _ = _smoothed_xent(_cast(logits, tf.float32), labels, float(epsilon))
+    loss, nll, _ = cross_entropy_terms(logits, labels, epsilon)
     return (loss, nll) if with_nll else loss
 
 

@@ -89,18 +89,15 @@ class Peaks:
 
     def __init__(self, precision: str):
         self.own = "bfloat16" if precision == "mixed_bfloat16" else "float32"
-        self.fp32, self.own_peaks, self.seconds = [], [], 0.0
-        self.train_rss_mb = 0.0
+        self.fp32, self.own_peaks, self.train_rss_mb = [], [], 0.0
 
     def probe(self):
         """Probe the peaks. The probe's own 4096^2 matrices must not count as training
         memory: the peak RSS so far is kept first and the kernel's peak is reset after."""
         self.train_rss_mb = max(self.train_rss_mb, peak_rss_mb())
-        t0 = time.perf_counter()
         self.fp32.append(matmul_peak("float32"))
         self.own_peaks.append(self.fp32[-1] if self.own == "float32"
                               else matmul_peak(self.own))
-        self.seconds += time.perf_counter() - t0
         reset_peak_rss()
 
 
@@ -108,6 +105,22 @@ def window_bounds(count: int) -> list[int]:
     """Start of each of the WINDOWS windows over ``count`` timed steps, and the end."""
     idx = np.array_split(np.arange(count), WINDOWS)
     return [int(w[0]) for w in idx] + [count]
+
+
+def per_step(batches, warmup: int, step_times, hp, vocab: int):
+    """(times, real target tokens, matmul FLOPs, first time its shape was seen) of each
+    timed step, i.e. of the batches after the ``warmup`` ones."""
+    times, tokens, flops, first, shapes = [], [], [], [], set()
+    for i, (src, dec, lab) in enumerate(batches):
+        new = (src.shape, dec.shape) not in shapes
+        shapes.add((src.shape, dec.shape))
+        if i >= warmup:
+            times.append(step_times[i])
+            first.append(new)
+            tokens.append(float((lab != 0).sum()))
+            flops.append(matmul_flops((src != 0).sum(1), (lab != 0).sum(1), hp.d_model,
+                                      hp.d_ff, hp.num_blocks, vocab))
+    return times, tokens, flops, first
 
 
 def timed_result(times, tokens, flops, first_seen, batches, peaks: Peaks) -> dict:
@@ -134,8 +147,7 @@ def timed_result(times, tokens, flops, first_seen, batches, peaks: Peaks) -> dic
             "tgt_padding": 1 - real / allpos, "steps": len(batches),
             "shapes": len({(b[0].shape, b[1].shape) for b in batches}),
             "rss_mb": peaks.train_rss_mb, "peak": max(peaks.own_peaks),
-            "peak_fp32": max(peaks.fp32),
-            "probes_fp32": peaks.fp32}
+            "peak_fp32": max(peaks.fp32)}
 
 
 def peak_rss_mb() -> float:
@@ -179,8 +191,7 @@ def run_ours(cfg: dict) -> dict:
     data = data_load.TrainData(hp)
     trainer = T.Trainer(hp, tok, strategy, precision)
     batches = batches_for(hp, data, cfg["warmup"] + cfg["steps"])
-    times, tokens, flops, first, shapes = [], [], [], [], set()
-    vocab = trainer.model.tgt_embedding.vocab_size
+    step_times = []
     peaks = Peaks(precision)
     probe_at = {cfg["warmup"] + b for b in window_bounds(cfg["steps"])}
     for i, (src, dec, lab) in enumerate(batches):
@@ -188,16 +199,10 @@ def run_ours(cfg: dict) -> dict:
             peaks.probe()
         t0 = time.perf_counter()
         stats, _ = trainer.train_batch(src, dec, lab)   # numpy: waits for the step
-        dt = time.perf_counter() - t0
-        new = (src.shape, dec.shape) not in shapes
-        shapes.add((src.shape, dec.shape))
-        if i >= cfg["warmup"]:
-            times.append(dt)
-            first.append(new)
-            tokens.append(float(stats[2]))
-            flops.append(matmul_flops((src != 0).sum(1), (lab != 0).sum(1), hp.d_model,
-                                      hp.d_ff, hp.num_blocks, vocab))
+        step_times.append(time.perf_counter() - t0)
     peaks.probe()
+    times, tokens, flops, first = per_step(batches, cfg["warmup"], step_times, hp,
+                                           trainer.model.tgt_embedding.vocab_size)
     traces = trainer._step.experimental_get_tracing_count()
     if hasattr(trainer._compiled, "experimental_get_tracing_count"):
         traces += trainer._compiled.experimental_get_tracing_count()
@@ -270,16 +275,7 @@ def run_keras_hub(cfg: dict) -> dict:
                 last.append(time.perf_counter())
 
     hist = model.fit(ds.prefetch(2), epochs=1, verbose=0, callbacks=[Clock()])
-    times, tokens, flops, first, shapes = [], [], [], [], set()
-    for i, (src, dec, lab) in enumerate(batches):
-        new = (src.shape, dec.shape) not in shapes
-        shapes.add((src.shape, dec.shape))
-        if i >= cfg["warmup"]:
-            times.append(step_times[i])
-            first.append(new)
-            tokens.append(float((lab != 0).sum()))
-            flops.append(matmul_flops((src != 0).sum(1), (lab != 0).sum(1), hp.d_model,
-                                      hp.d_ff, hp.num_blocks, vocab))
+    times, tokens, flops, first = per_step(batches, cfg["warmup"], step_times, hp, vocab)
     return {**timed_result(times, tokens, flops, first, batches, peaks),
             "params": model.count_params(), "traces": None,
             "loss": float(hist.history["loss"][-1]), "jit_compile": bool(model.jit_compile)}
@@ -384,9 +380,10 @@ def main() -> None:
           "matmul FLOPs of the real tokens per second; fp32 pk / own pk: the best float32 / "
           "own-precision matmul GFLOP/s probed in the same child process before, between "
           "and after its timed windows; of fp32 / of own: median over the windows of the "
-          "window's mm GFLOP/s over the better of the two probes around it; pad: padded fraction of target positions; traces: tf.function "
-          "traces of the train step; shapes: distinct batch shapes (XLA compiles one "
-          "program per shape); RSS: peak resident memory of the child process while it trains (the peak probes' "
+          "window's mm GFLOP/s over the better of the two probes around it; pad: padded "
+          "fraction of target positions; traces: tf.function traces of the train step; "
+          "shapes: distinct batch shapes (XLA compiles one program per shape); RSS: peak "
+          "resident memory of the child process while it trains (the peak probes' "
           "matrices excluded)")
 
 
