@@ -7,38 +7,41 @@ Averaging the last checkpoints (Vaswani et al. 2017, section 6.1, averaged the l
 for the base model) usually gains a little BLEU over the last one alone. Only the model
 weights are averaged; the result holds no optimizer state.
 """
+
 from __future__ import annotations
 
 import os
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # quiet TensorFlow's C++ start-up logs
 
-import hparams as H
+import numpy as np
+import tensorflow as tf
+
+import decoding
+import files
+import hparams
 from hparams import UserError
 
 
 def checkpoints(logdir: str) -> list[str]:
     """The run's checkpoint prefixes, oldest first (as CheckpointManager lists them)."""
-    import tensorflow as tf
     state = tf.train.get_checkpoint_state(logdir)
     paths = list(state.all_model_checkpoint_paths) if state else []
-    return [p if os.path.isabs(p) else os.path.join(logdir, os.path.basename(p))
-            for p in paths]
+    return [p if os.path.isabs(p) else os.path.join(logdir, os.path.basename(p)) for p in paths]
 
 
 def average(logdir: str, last: int, out: str = "") -> str:
     """Write the average of the last ``last`` checkpoints; returns its prefix."""
-    import numpy as np
-    import tensorflow as tf
-    import eval as E
     paths = checkpoints(logdir)
     if last < 1:
         raise UserError(f"--last must be at least 1; got {last}")
     if len(paths) < last:
-        raise UserError(f"{logdir} holds {len(paths)} checkpoint(s), fewer than --last "
-                        f"{last}; lower --last or raise --keep_ckpts when training")
+        raise UserError(
+            f"{logdir} holds {len(paths)} checkpoint(s), fewer than --last "
+            f"{last}; lower --last or raise --keep_ckpts when training"
+        )
     paths = paths[-last:]
-    hp, tok, model, _ = E.load_run(logdir, {}, paths[-1])
+    hp, tok, model, _ = decoding.load_run(logdir, {}, paths[-1], "average_checkpoints")
     ckpt = tf.train.Checkpoint(model=model)
     total = [np.zeros(w.shape, np.float64) for w in model.weights]
     for path in paths:
@@ -48,18 +51,16 @@ def average(logdir: str, last: int, out: str = "") -> str:
     for acc, w in zip(total, model.weights):
         w.assign((acc / len(paths)).astype(w.dtype))
     out = out or os.path.join(logdir, "averaged", f"avg-last{last}")
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    written = ckpt.write(out + ".part")
-    for name in tf.io.gfile.glob(written + "*"):  # .index and .data-* files
-        os.replace(name, name.replace(written, out, 1))
+    with files.atomic_path(out) as tmp:  # its .index and .data-* files
+        ckpt.write(tmp)
     print(f"average_checkpoints: {', '.join(os.path.basename(p) for p in paths)} -> {out}")
     return out
 
 
 def main() -> None:
-    hp, opts = H.parse_args(extra={"last": 5, "out": ""})
+    hp, opts = hparams.parse_args(extra={"last": 5, "out": ""})
     average(hp.logdir, opts["last"], opts["out"])
 
 
 if __name__ == "__main__":
-    H.run_main(main)
+    hparams.run_main(main)

@@ -1,24 +1,63 @@
-"""Vocabulary loading, encoding and the tf.data pipeline.
+"""Token ids, text reading and cleaning, vocabularies, encoding and the tf.data pipeline.
 
 Encoding follows the updated Kyubyong code: the source gets </S>; the target becomes
 ``<S> y </S>``, from which the decoder input ``<S> y`` and the labels ``y </S>`` are the
 shifted halves. Training batches are length-bucketed under a token budget, padded only to
 their own longest sequence (rounded up to ``pad_multiple``), seeded and deterministic.
 """
+
 from __future__ import annotations
 
 import dataclasses
+import gzip
+import hashlib
 import os
 from dataclasses import dataclass
 
 import numpy as np
 import regex
+import sentencepiece as spm
+import tensorflow as tf
 
-import hparams as H
+import files
+import hparams
 from hparams import UserError
-from prepro import BOS_ID, EOS_ID, PAD_ID, RESERVED, UNK_ID
+
+RESERVED = ("<PAD>", "<UNK>", "<S>", "</S>")  # ids 0..3 in every vocabulary
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 
 _LEGACY_CLEAN = regex.compile(r"[^\s\p{Latin}']")
+
+
+# ---------------------------------------------------------------------------------------
+# Reading text files
+# ---------------------------------------------------------------------------------------
+def read_text(path: str) -> str:
+    """The whole file as text (gunzipped if it ends in .gz); one clear error if not UTF-8."""
+    if not os.path.exists(path):
+        raise UserError(f"{path} not found")
+    opener = gzip.open if path.endswith(".gz") else open
+    try:
+        with opener(path, "rb") as f:
+            data = f.read()
+    except (OSError, EOFError) as e:
+        raise UserError(f"{path} could not be read ({e}); is it a complete .gz file?") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise UserError(
+            f"{path}:{line}: not valid UTF-8 (byte 0x{data[e.start]:02x}); "
+            f"convert the file, e.g. iconv -f latin1 -t utf-8"
+        ) from None
+
+
+def read_lines(path: str) -> list[str]:
+    """Lines of a plain text file with surrounding whitespace removed."""
+    lines = read_text(path).split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [line.strip() for line in lines]
 
 
 def clean(line: str) -> str:
@@ -29,11 +68,10 @@ def clean(line: str) -> str:
 class Tokenizer:
     """Maps sentences to ids and back, for a joint BPE model or two word vocabularies."""
 
-    def __init__(self, hp: H.Hparams):
+    def __init__(self, hp: hparams.Hparams):
         d = hp.prepro_dir
         self.kind = hp.vocab_type
         if self.kind == "bpe":
-            import sentencepiece as spm
             path = os.path.join(d, "bpe.model")
             _require(path, hp)
             self.sp = spm.SentencePieceProcessor(model_file=path)
@@ -83,13 +121,15 @@ class Tokenizer:
         return [words[int(i)] for i in ids]
 
 
-def _require(path: str, hp: H.Hparams) -> None:
+def _require(path: str, hp: hparams.Hparams) -> None:
     if not os.path.exists(path):
-        raise UserError(f"{path} not found: run `python prepro.py` with the same --preset "
-                        f"and --prepro_dir first")
+        raise UserError(
+            f"{path} not found: run `python prepro.py` with the same --preset "
+            f"and --prepro_dir first"
+        )
 
 
-def _read_vocab(path: str, hp: H.Hparams) -> dict[str, int]:
+def _read_vocab(path: str, hp: hparams.Hparams) -> dict[str, int]:
     _require(path, hp)
     vocab: dict[str, int] = {}
     with open(path, encoding="utf-8") as f:
@@ -99,34 +139,39 @@ def _read_vocab(path: str, hp: H.Hparams) -> dict[str, int]:
                 raise UserError(f"{path}:{n}: expected 'token<TAB>count'; rerun prepro.py")
             vocab.setdefault(parts[0], len(vocab))
     if list(vocab)[:4] != list(RESERVED):
-        raise UserError(f"{path}: the first four tokens must be {' '.join(RESERVED)}; "
-                        f"rerun prepro.py")
+        raise UserError(
+            f"{path}: the first four tokens must be {' '.join(RESERVED)}; rerun prepro.py"
+        )
     return vocab
 
 
-def load_tokenizer(hp: H.Hparams) -> Tokenizer:
+def load_tokenizer(hp: hparams.Hparams) -> Tokenizer:
     """The tokenizer of ``hp.prepro_dir``, after checking it was built for these hparams."""
     saved_path = os.path.join(hp.prepro_dir, "hparams.json")
-    saved = H.load(saved_path)
-    H.check_same(saved, hp, H.DATA_KEYS, f"the vocabulary in {hp.prepro_dir}",
-                 "rerun prepro.py with these settings or pass the matching --preset/--prepro_dir")
+    saved = hparams.load(saved_path)
+    hparams.check_same(
+        saved,
+        hp,
+        hparams.DATA_KEYS,
+        f"the vocabulary in {hp.prepro_dir}",
+        "rerun prepro.py with these settings or pass the matching --preset/--prepro_dir",
+    )
     tok = Tokenizer(hp)
     if not os.path.exists(os.path.join(hp.prepro_dir, "stamp.json")):
-        raise UserError(f"{hp.prepro_dir} is incomplete (preprocessing was interrupted); "
-                        f"rerun prepro.py")
+        raise UserError(
+            f"{hp.prepro_dir} is incomplete (preprocessing was interrupted); rerun prepro.py"
+        )
     return tok
 
 
-def vocab_files(hp: H.Hparams) -> list[str]:
+def vocab_files(hp: hparams.Hparams) -> list[str]:
     if hp.vocab_type == "bpe":
         return [os.path.join(hp.prepro_dir, "bpe.model")]
-    return [os.path.join(hp.prepro_dir, f"vocab.{lang}.tsv") for lang in (hp.src_lang,
-                                                                          hp.tgt_lang)]
+    return [os.path.join(hp.prepro_dir, f"vocab.{lang}.tsv") for lang in (hp.src_lang, hp.tgt_lang)]
 
 
-def vocab_fingerprint(hp: H.Hparams) -> str:
+def vocab_fingerprint(hp: hparams.Hparams) -> str:
     """sha256 of the vocabulary files: ties a checkpoint to the ids it was trained on."""
-    import hashlib
     digest = hashlib.sha256()
     for path in vocab_files(hp):
         _require(path, hp)
@@ -135,22 +180,24 @@ def vocab_fingerprint(hp: H.Hparams) -> str:
     return digest.hexdigest()
 
 
-def write_vocab_fingerprint(hp: H.Hparams) -> None:
+def write_vocab_fingerprint(hp: hparams.Hparams) -> None:
     path = os.path.join(hp.logdir, "vocab.sha256")
     if not os.path.exists(path):
-        H.atomic_write(path, vocab_fingerprint(hp) + "\n")
+        files.atomic_write(path, vocab_fingerprint(hp) + "\n")
 
 
-def check_vocab_fingerprint(hp: H.Hparams) -> None:
+def check_vocab_fingerprint(hp: hparams.Hparams) -> None:
     """A checkpoint trained on another vocabulary than ``hp.prepro_dir``'s is an error."""
     path = os.path.join(hp.logdir, "vocab.sha256")
     if os.path.exists(path):
         with open(path, encoding="utf-8") as f:
             saved = f.read().strip()
         if saved != vocab_fingerprint(hp):
-            raise UserError(f"the checkpoint in {hp.logdir} was trained on another vocabulary "
-                            f"than the one in {hp.prepro_dir} (prepro.py was rerun with other "
-                            f"data or settings); use the original {hp.prepro_dir} or retrain")
+            raise UserError(
+                f"the checkpoint in {hp.logdir} was trained on another vocabulary "
+                f"than the one in {hp.prepro_dir} (prepro.py was rerun with other "
+                f"data or settings); use the original {hp.prepro_dir} or retrain"
+            )
 
 
 # ---------------------------------------------------------------------------------------
@@ -172,14 +219,14 @@ def encode_pairs(tok: Tokenizer, src: list[str], tgt: list[str]) -> dict[str, np
 
 
 def save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
-    tmp = path + ".part.npz"
-    np.savez(tmp, **arrays)
-    os.replace(tmp, path)
+    with files.atomic_path(path) as tmp, open(tmp, "wb") as f:
+        np.savez(f, **arrays)
 
 
 @dataclass
 class Corpus:
     """An encoded split. ``src(i)``/``tgt(i)`` are the raw ids of pair i (no specials)."""
+
     src_ids: np.ndarray
     src_off: np.ndarray
     tgt_ids: np.ndarray
@@ -189,10 +236,10 @@ class Corpus:
         return len(self.src_off) - 1
 
     def src(self, i: int) -> np.ndarray:
-        return self.src_ids[self.src_off[i]:self.src_off[i + 1]]
+        return self.src_ids[self.src_off[i] : self.src_off[i + 1]]
 
     def tgt(self, i: int) -> np.ndarray:
-        return self.tgt_ids[self.tgt_off[i]:self.tgt_off[i + 1]]
+        return self.tgt_ids[self.tgt_off[i] : self.tgt_off[i + 1]]
 
     @property
     def src_lens(self) -> np.ndarray:
@@ -205,14 +252,14 @@ class Corpus:
         return np.diff(self.tgt_off) + 1
 
 
-def load_corpus(hp: H.Hparams, split: str) -> Corpus:
+def load_corpus(hp: hparams.Hparams, split: str) -> Corpus:
     path = os.path.join(hp.prepro_dir, f"{split}.npz")
     _require(path, hp)
     with np.load(path) as z:
         return Corpus(**{k: z[k] for k in ("src_ids", "src_off", "tgt_ids", "tgt_off")})
 
 
-def read_raw(hp: H.Hparams, split: str) -> tuple[list[str], list[str]]:
+def read_raw(hp: hparams.Hparams, split: str) -> tuple[list[str], list[str]]:
     """The raw (source, reference) sentences of a split, as prepro.py wrote them."""
     out = []
     for side in ("src", "tgt"):
@@ -223,17 +270,21 @@ def read_raw(hp: H.Hparams, split: str) -> tuple[list[str], list[str]]:
     return out[0], out[1]
 
 
-def keep_by_length(corpus: Corpus, hp: H.Hparams, split: str = "train") -> np.ndarray:
+def keep_by_length(corpus: Corpus, hp: hparams.Hparams, split: str = "train") -> np.ndarray:
     """Indices of pairs within maxlen1/maxlen2; logs how many were dropped."""
     keep = (corpus.src_lens <= hp.maxlen1) & (corpus.tgt_lens <= hp.maxlen2)
     dropped = len(corpus) - int(keep.sum())
     if dropped:
-        print(f"data: dropped {dropped:,} of {len(corpus):,} {split} pairs longer than "
-              f"maxlen1={hp.maxlen1} / maxlen2={hp.maxlen2}")
+        print(
+            f"data: dropped {dropped:,} of {len(corpus):,} {split} pairs longer than "
+            f"maxlen1={hp.maxlen1} / maxlen2={hp.maxlen2}"
+        )
     idx = np.flatnonzero(keep)
     if not len(idx):
-        raise UserError(f"no {split} pair in {hp.prepro_dir} fits maxlen1={hp.maxlen1} and "
-                        f"maxlen2={hp.maxlen2}; raise them")
+        raise UserError(
+            f"no {split} pair in {hp.prepro_dir} fits maxlen1={hp.maxlen1} and "
+            f"maxlen2={hp.maxlen2}; raise them"
+        )
     return idx
 
 
@@ -241,8 +292,9 @@ def round_up(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
 
 
-def make_batches(src_lens: np.ndarray, tgt_lens: np.ndarray, hp: H.Hparams, epoch: int
-                 ) -> list[np.ndarray]:
+def make_batches(
+    src_lens: np.ndarray, tgt_lens: np.ndarray, hp: hparams.Hparams, epoch: int
+) -> list[np.ndarray]:
     """Group pair indices into batches of similar length; the order is seeded by epoch.
 
     Pairs are shuffled, then stably sorted by (target, source) length, cut greedily into
@@ -268,19 +320,21 @@ def make_batches(src_lens: np.ndarray, tgt_lens: np.ndarray, hp: H.Hparams, epoc
     return [batches[j] for j in perm]
 
 
-def pad_batch(seqs: list[np.ndarray], multiple: int = 1, width: int = 0,
-              rows: int = 0) -> np.ndarray:
+def pad_batch(
+    seqs: list[np.ndarray], multiple: int = 1, width: int = 0, rows: int = 0
+) -> np.ndarray:
     """Right-pad with PAD to the longest (rounded up to ``multiple``), or to ``width``;
     ``rows`` > len(seqs) appends all-PAD rows."""
     width = width or round_up(max(len(s) for s in seqs), multiple)
     out = np.zeros((max(rows, len(seqs)), width), dtype=np.int32)
     for r, s in enumerate(seqs):
-        out[r, :len(s)] = s
+        out[r, : len(s)] = s
     return out
 
 
-def build_batch(corpus: Corpus, idx: np.ndarray, multiple: int = 1, budget: int = 0
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def build_batch(
+    corpus: Corpus, idx: np.ndarray, multiple: int = 1, budget: int = 0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(source [N, T1], decoder input [N, T2], labels [N, T2]) for the pairs in idx.
 
     budget > 0 gives static shapes for XLA: source and target both padded to the batch's
@@ -299,8 +353,9 @@ def build_batch(corpus: Corpus, idx: np.ndarray, multiple: int = 1, budget: int 
     return tuple(pad_batch(x, multiple, width, rows) for x in (srcs, decs, labs))
 
 
-def padding_fraction(batches: list[np.ndarray], corpus: Corpus, multiple: int = 1
-                     ) -> tuple[float, float]:
+def padding_fraction(
+    batches: list[np.ndarray], corpus: Corpus, multiple: int = 1
+) -> tuple[float, float]:
     """Fractions of padded (source, target) positions over the given batches."""
     s_real = t_real = s_all = t_all = 0
     sl, tl = corpus.src_lens, corpus.tgt_lens
@@ -315,18 +370,20 @@ def padding_fraction(batches: list[np.ndarray], corpus: Corpus, multiple: int = 
 class TrainData:
     """The training split, filtered by length, with per-epoch batch plans."""
 
-    def __init__(self, hp: H.Hparams, replicas: int = 1):
+    def __init__(self, hp: hparams.Hparams, replicas: int = 1):
         """``replicas`` > 1: global batches of replicas x tokens_per_batch (or
         replicas x batch_size rows), so that each replica gets about one budget."""
         self.hp = hp
-        self.plan_hp = dataclasses.replace(hp, tokens_per_batch=hp.tokens_per_batch * replicas,
-                                           batch_size=hp.batch_size * replicas)
+        self.plan_hp = dataclasses.replace(
+            hp, tokens_per_batch=hp.tokens_per_batch * replicas, batch_size=hp.batch_size * replicas
+        )
         self.corpus = load_corpus(hp, "train")
         self.keep = keep_by_length(self.corpus, hp)
 
     def batches(self, epoch: int) -> list[np.ndarray]:
-        plan = make_batches(self.corpus.src_lens[self.keep], self.corpus.tgt_lens[self.keep],
-                            self.plan_hp, epoch)
+        plan = make_batches(
+            self.corpus.src_lens[self.keep], self.corpus.tgt_lens[self.keep], self.plan_hp, epoch
+        )
         return [self.keep[b] for b in plan]
 
     def dataset(self, epoch: int, skip: int = 0, plan: list | None = None):
@@ -335,12 +392,12 @@ class TrainData:
         ``skip`` leaves out the first batches (those already trained on before a resume);
         ``plan`` is the epoch's :meth:`batches`, if the caller has it already.
         """
-        import tensorflow as tf
         plan = (self.batches(epoch) if plan is None else plan)[skip:]
         corpus, m = self.corpus, self.hp.pad_multiple
         # XLA compiles one program per shape: give it few (see build_batch)
-        budget = self.plan_hp.tokens_per_batch if self.hp.jit_compile and \
-            self.hp.batch_size == 0 else 0
+        budget = (
+            self.plan_hp.tokens_per_batch if self.hp.jit_compile and self.hp.batch_size == 0 else 0
+        )
 
         def gen():
             for idx in plan:
@@ -359,8 +416,8 @@ def eval_batches(src_ids: list[np.ndarray], batch_size: int, max_src_len: int):
     (</S> included) are truncated.
     """
     eos = np.array([EOS_ID], np.int32)
-    seqs = [np.concatenate([np.asarray(s[:max_src_len - 1], np.int32), eos]) for s in src_ids]
+    seqs = [np.concatenate([np.asarray(s[: max_src_len - 1], np.int32), eos]) for s in src_ids]
     order = np.argsort([len(s) for s in seqs], kind="stable")
     for start in range(0, len(order), batch_size):
-        idx = order[start:start + batch_size]
+        idx = order[start : start + batch_size]
         yield idx, pad_batch([seqs[i] for i in idx])

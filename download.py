@@ -1,14 +1,16 @@
 """Fetch the public corpora used by ``prepro.py --download``.
 
-Standard library only, plus ``tqdm`` for the progress bar.  Nothing happens at
-import time; the entry points are :func:`fetch` (one URL to one file) and
-:func:`download_corpus` (a named corpus from :data:`SOURCES` into a directory).
+Standard library only, plus ``tqdm`` for the progress bar and the project's
+:mod:`files`.  Nothing happens at import time; the entry points are :func:`fetch`
+(one URL to one file) and :func:`download_corpus` (a named corpus from
+:data:`SOURCES` into a directory).
 
 Every failure is reported as :class:`DownloadError` whose message is a single
 line naming what failed (URL or file) and what the user can do about it.
-Downloads and extractions are written to ``<dest>.part`` first and renamed into
-place only when complete, so an interrupted run never leaves a half file under
-the final name.
+Downloads and extractions go through :func:`files.atomic_path`: they are written
+under a temporary name beside the destination and renamed into place only when
+complete, so an interrupted or failed run never leaves a half file under the
+final name, nor a temporary file behind.
 """
 
 import gzip
@@ -16,7 +18,6 @@ import hashlib
 import http.client
 import os
 import shutil
-import socket
 import sys
 import tarfile
 import urllib.error
@@ -24,6 +25,8 @@ import urllib.request
 import zlib
 
 from tqdm import tqdm
+
+import files
 
 __all__ = ["DownloadError", "SOURCES", "fetch", "download_corpus"]
 
@@ -77,15 +80,6 @@ def _oneline(x):
     return " ".join(str(x).split())
 
 
-def _remove_quietly(path):
-    try:
-        os.remove(path)
-    except FileNotFoundError:
-        pass
-    except OSError:
-        pass
-
-
 def _sha256_file(path):
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -94,11 +88,71 @@ def _sha256_file(path):
     return h.hexdigest()
 
 
-def _open_part(path):
-    """Open ``path + '.part'`` for writing (truncating a stale one); mode honours umask."""
-    part = path + ".part"
-    fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
-    return part, os.fdopen(fd, "wb")
+def _check_existing(url, dest, expected):
+    """Return ``dest`` if it matches ``expected`` (or none is given); else DownloadError."""
+    if expected is None:
+        return dest
+    try:
+        actual = _sha256_file(dest)
+    except OSError as e:
+        raise DownloadError(
+            f"could not read existing file {dest}: {_oneline(e)}; "
+            f"delete it and rerun to download it again"
+        ) from None
+    if actual == expected:
+        return dest
+    raise DownloadError(
+        f"existing file {dest} has sha256 {actual} but {expected} was expected; "
+        f"delete it and rerun to download it again from {url}"
+    )
+
+
+def _create(tmp, dest_dir):
+    """Open the temporary file ``tmp`` for writing (mode honours umask)."""
+    try:
+        return open(tmp, "wb")
+    except OSError as e:
+        raise DownloadError(
+            f"could not create a file in {dest_dir}: {_oneline(e)}; "
+            f"check that {dest_dir} is writable"
+        ) from None
+
+
+def _stream(url, out, dest, timeout, hint):
+    """Stream the body of ``url`` into the open file ``out`` with a progress bar on
+    stderr; return its sha256.  A body shorter than its Content-Length is an error."""
+    req = urllib.request.Request(url, headers={"User-Agent": _USER_AGENT})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        length = resp.headers.get("Content-Length")
+        try:
+            total = int(length) if length is not None else None
+        except ValueError:
+            total = None
+        h = hashlib.sha256()
+        got = 0
+        with tqdm(
+            total=total,
+            unit="B",
+            unit_scale=True,
+            unit_divisor=1024,
+            desc=os.path.basename(dest),
+            file=sys.stderr,
+            leave=False,
+        ) as bar:
+            while True:
+                chunk = resp.read(_CHUNK)
+                if not chunk:
+                    break
+                out.write(chunk)
+                h.update(chunk)
+                got += len(chunk)
+                bar.update(len(chunk))
+        if total is not None and got != total:
+            raise DownloadError(
+                f"could not download {url}: connection closed after {got} of {total} bytes; "
+                f"rerun to retry, or {hint}"
+            )
+    return h.hexdigest()
 
 
 def fetch(url, dest, sha256=None, timeout=60.0):
@@ -107,101 +161,61 @@ def fetch(url, dest, sha256=None, timeout=60.0):
     If ``dest`` already exists it is returned without any network access,
     provided it matches ``sha256`` when one is given (a mismatching existing
     file is never overwritten: DownloadError asks the user to delete it).
-    Otherwise the body is streamed into ``dest + '.part'`` with a progress bar
-    on stderr, checked against ``sha256`` and renamed onto ``dest``.  On any
-    failure the partial file is removed and DownloadError is raised.
+    Otherwise the body is streamed, with a progress bar on stderr, into a
+    temporary file beside ``dest`` (:func:`files.atomic_path`), checked against
+    ``sha256`` and renamed onto ``dest``.  On any failure, an interrupt included,
+    the temporary file is removed; failures raise DownloadError.
     """
     dest_dir = os.path.dirname(os.path.abspath(dest))
     expected = sha256.strip().lower() if sha256 else None
 
     if os.path.exists(dest):
-        if expected is None:
-            return dest
-        try:
-            actual = _sha256_file(dest)
-        except OSError as e:
-            raise DownloadError(
-                f"could not read existing file {dest}: {_oneline(e)}; delete it and rerun to download it again"
-            ) from None
-        if actual == expected:
-            return dest
-        raise DownloadError(
-            f"existing file {dest} has sha256 {actual} but {expected} was expected; "
-            f"delete it and rerun to download it again from {url}"
-        )
+        return _check_existing(url, dest, expected)
 
     hint = f"check the URL and your connection, or download it by hand to {dest}"
     try:
         os.makedirs(dest_dir, exist_ok=True)
-        part, out = _open_part(dest)
     except OSError as e:
-        raise DownloadError(f"could not create {dest}.part: {_oneline(e)}; check that {dest_dir} is writable") from None
+        raise DownloadError(
+            f"could not create directory {dest_dir}: {_oneline(e)}; check the path and permissions"
+        ) from None
 
-    done = False
     try:
-        with out:
-            req = urllib.request.Request(url, headers={"User-Agent": _USER_AGENT})
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
-                length = resp.headers.get("Content-Length")
-                try:
-                    total = int(length) if length is not None else None
-                except ValueError:
-                    total = None
-                h = hashlib.sha256()
-                got = 0
-                with tqdm(
-                    total=total,
-                    unit="B",
-                    unit_scale=True,
-                    unit_divisor=1024,
-                    desc=os.path.basename(dest),
-                    file=sys.stderr,
-                    leave=False,
-                ) as bar:
-                    while True:
-                        chunk = resp.read(_CHUNK)
-                        if not chunk:
-                            break
-                        out.write(chunk)
-                        h.update(chunk)
-                        got += len(chunk)
-                        bar.update(len(chunk))
-                if total is not None and got != total:
-                    raise DownloadError(
-                        f"could not download {url}: connection closed after {got} of {total} bytes; rerun to retry, or {hint}"
-                    )
-        if expected is not None:
-            actual = h.hexdigest()
-            if actual != expected:
+        with files.atomic_path(dest) as tmp:
+            with _create(tmp, dest_dir) as out:
+                actual = _stream(url, out, dest, timeout, hint)
+            if expected is not None and actual != expected:
                 raise DownloadError(
                     f"checksum mismatch for {url}: expected sha256 {expected}, got {actual}; "
                     f"the file was discarded -- check the URL or the expected checksum"
                 )
-        os.replace(part, dest)
-        done = True
         return dest
     except DownloadError:
         raise
     except urllib.error.HTTPError as e:
-        raise DownloadError(f"could not download {url}: HTTP {e.code} {_oneline(e.reason)}; {hint}") from None
+        raise DownloadError(
+            f"could not download {url}: HTTP {e.code} {_oneline(e.reason)}; {hint}"
+        ) from None
     except urllib.error.URLError as e:
         reason = e.reason
-        if isinstance(reason, (socket.timeout, TimeoutError)):
+        if isinstance(reason, TimeoutError):
             reason = f"timed out after {timeout:g}s"
         raise DownloadError(f"could not download {url}: {_oneline(reason)}; {hint}") from None
-    except (socket.timeout, TimeoutError):
-        raise DownloadError(f"could not download {url}: timed out after {timeout:g}s; rerun to retry, or {hint}") from None
+    except TimeoutError:
+        raise DownloadError(
+            f"could not download {url}: timed out after {timeout:g}s; rerun to retry, or {hint}"
+        ) from None
     except http.client.HTTPException as e:  # IncompleteRead, BadStatusLine, ...
         msg = _oneline(e) or type(e).__name__
-        raise DownloadError(f"could not download {url}: {type(e).__name__} {msg}; rerun to retry, or {hint}") from None
+        raise DownloadError(
+            f"could not download {url}: {type(e).__name__} {msg}; rerun to retry, or {hint}"
+        ) from None
     except ValueError as e:  # malformed URL
         raise DownloadError(f"could not download {url}: {_oneline(e)}; check the URL") from None
     except OSError as e:  # connection reset, disk full, ...
-        raise DownloadError(f"could not download {url} to {dest}: {_oneline(e)}; rerun to retry, or {hint}") from None
-    finally:
-        # Also runs on KeyboardInterrupt, which is re-raised unchanged.
-        if not done:
-            _remove_quietly(part)
+        raise DownloadError(
+            f"could not download {url} to {dest}: {_oneline(e)}; rerun to retry, or {hint}"
+        ) from None
 
 
 def _url_for(source, name, base_url):
@@ -213,17 +227,21 @@ def _check_member_name(member, archive, data_dir):
     """Reject absolute paths, drive letters and ``..`` components anywhere in the archive."""
     name = member.name
     parts = name.replace("\\", "/").split("/")
-    if name.startswith(("/", "\\")) or os.path.isabs(name) or (len(name) > 1 and name[1] == ":") or ".." in parts:
+    drive = len(name) > 1 and name[1] == ":"
+    if name.startswith(("/", "\\")) or os.path.isabs(name) or drive or ".." in parts:
         raise DownloadError(
-            f"refusing to extract {archive}: unsafe member path {name!r}; the archive is corrupt or malicious -- delete it"
+            f"refusing to extract {archive}: unsafe member path {name!r}; "
+            f"the archive is corrupt or malicious -- delete it"
         )
     data_filter = getattr(tarfile, "data_filter", None)
-    if data_filter is not None and (member.isfile() or member.isdir() or member.issym() or member.islnk()):
+    extractable = member.isfile() or member.isdir() or member.issym() or member.islnk()
+    if data_filter is not None and extractable:
         try:
             data_filter(member, data_dir)
         except tarfile.FilterError as e:
             raise DownloadError(
-                f"refusing to extract {archive}: unsafe member {name!r} ({_oneline(e)}); the archive is corrupt or malicious -- delete it"
+                f"refusing to extract {archive}: unsafe member {name!r} ({_oneline(e)}); "
+                f"the archive is corrupt or malicious -- delete it"
             ) from None
 
 
@@ -245,13 +263,15 @@ def _extract_flat(archive, prefix, data_dir):
         tar = tarfile.open(archive, "r:*")
     except tarfile.ReadError:
         raise DownloadError(
-            f"could not read archive {archive}: not a gzip/tar archive (maybe an HTML error page or an incomplete download); "
-            f"delete it and rerun to download it again"
+            f"could not read archive {archive}: not a gzip/tar archive (maybe an HTML error "
+            f"page or an incomplete download); delete it and rerun to download it again"
         ) from None
     except corrupt_errors as e:
         raise _corrupt(archive, e) from None
     except OSError as e:
-        raise DownloadError(f"could not open {archive}: {_oneline(e)}; delete it and rerun to download it again") from None
+        raise DownloadError(
+            f"could not open {archive}: {_oneline(e)}; delete it and rerun to download it again"
+        ) from None
 
     paths = []
     with tar:
@@ -270,34 +290,26 @@ def _extract_flat(archive, prefix, data_dir):
                 name = name[2:]
             if not name.startswith(prefix) or not m.isfile():
                 continue
-            rel = name[len(prefix):]
+            rel = name[len(prefix) :]
             if not rel or "/" in rel:
                 continue  # only direct children, extracted flat
             target = os.path.join(data_dir, rel)
             if os.path.exists(target):
                 paths.append(target)
                 continue
-            part = None
-            done = False
             try:
-                part, out = _open_part(target)
-                with out:
-                    src = tar.extractfile(m)
-                    if src is None:
-                        continue
-                    with src:
-                        shutil.copyfileobj(src, out, _CHUNK)
-                os.replace(part, target)
-                done = True
+                src = tar.extractfile(m)
+                if src is None:
+                    continue
+                with src, files.atomic_path(target) as tmp, open(tmp, "wb") as out:
+                    shutil.copyfileobj(src, out, _CHUNK)
             except corrupt_errors as e:
                 raise _corrupt(archive, e) from None
             except OSError as e:
                 raise DownloadError(
-                    f"could not extract {m.name} from {archive} to {target}: {_oneline(e)}; check free space and permissions in {data_dir}"
+                    f"could not extract {m.name} from {archive} to {target}: {_oneline(e)}; "
+                    f"check free space and permissions in {data_dir}"
                 ) from None
-            finally:
-                if part is not None and not done:
-                    _remove_quietly(part)
             paths.append(target)
     return paths
 
@@ -318,13 +330,16 @@ def download_corpus(kind, data_dir, base_url=None):
     try:
         os.makedirs(data_dir, exist_ok=True)
     except OSError as e:
-        raise DownloadError(f"could not create directory {data_dir}: {_oneline(e)}; check the path and permissions") from None
+        raise DownloadError(
+            f"could not create directory {data_dir}: {_oneline(e)}; check the path and permissions"
+        ) from None
 
     archive_name = source.get("archive")
     if archive_name is None:
         paths = []
         for name, sha in source["files"].items():
-            paths.append(fetch(_url_for(source, name, base_url), os.path.join(data_dir, name), sha256=sha))
+            url = _url_for(source, name, base_url)
+            paths.append(fetch(url, os.path.join(data_dir, name), sha256=sha))
         return sorted(paths)
 
     expected = [os.path.join(data_dir, n) for n in source.get("expected", [])]
@@ -333,9 +348,12 @@ def download_corpus(kind, data_dir, base_url=None):
         # Already extracted and the archive was removed: nothing to do.
         return sorted(expected)
 
-    fetch(_url_for(source, archive_name, base_url), archive, sha256=source["files"].get(archive_name))
+    url = _url_for(source, archive_name, base_url)
+    fetch(url, archive, sha256=source["files"].get(archive_name))
     paths = _extract_flat(archive, source["member_prefix"], data_dir)
-    missing = [n for n in source.get("required", []) if not os.path.exists(os.path.join(data_dir, n))]
+    missing = [
+        n for n in source.get("required", []) if not os.path.exists(os.path.join(data_dir, n))
+    ]
     if missing:
         raise DownloadError(
             f"archive {archive} does not contain {source['member_prefix']}{missing[0]}; "

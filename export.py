@@ -10,26 +10,27 @@ split and a lookup table for word vocabularies), greedy decoding (or beam search
 ``import tensorflow_text`` (which registers the tokenizer ops) and
 ``tf.saved_model.load(DIR)``; the project's code is not needed.
 """
+
 from __future__ import annotations
 
 import os
-import shutil
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # quiet TensorFlow's C++ start-up logs
 
-import hparams as H
+import tensorflow as tf
+
+import data_load
+import decoding
+import files
+import hparams
 from hparams import UserError
 
 LEGACY_CLEAN_RE2 = r"[^\s\p{Z}\p{Latin}']"  # data_load.clean in RE2 (whose \s is ASCII)
 
 
-def build_module(model, tok, hp: H.Hparams):
+def build_module(model, tok, hp: hparams.Hparams):
     """A tf.Module with a ``translate(strings [N]) -> {"translations": strings [N]}``."""
-    import tensorflow as tf
-    import model as MD
-    from prepro import EOS_ID, PAD_ID, UNK_ID
-
-    limit = MD.source_limit(model)
+    limit = decoding.source_limit(model)
     beam = max(hp.beam_size, 1)
 
     class Translator(tf.Module):
@@ -40,13 +41,17 @@ def build_module(model, tok, hp: H.Hparams):
             self.weights = [w.value for w in model.weights]
             if tok.kind == "bpe":
                 import tensorflow_text as tft
+
                 proto = open(os.path.join(hp.prepro_dir, "bpe.model"), "rb").read()
                 self.sp = tft.SentencepieceTokenizer(model=proto)
             else:
                 src_words = tf.constant(list(tok.src_vocab))
                 self.src_table = tf.lookup.StaticHashTable(
                     tf.lookup.KeyValueTensorInitializer(
-                        src_words, tf.range(tf.size(src_words), dtype=tf.int32)), UNK_ID)
+                        src_words, tf.range(tf.size(src_words), dtype=tf.int32)
+                    ),
+                    data_load.UNK_ID,
+                )
                 self.tgt_words = tf.Variable(tf.constant(tok.tgt_words), trainable=False)
 
         def encode(self, sentences):
@@ -58,7 +63,9 @@ def build_module(model, tok, hp: H.Hparams):
 
         def decode(self, ids):
             """(N, L) ids, PAD after </S> -> strings (N,)."""
-            keep = tf.logical_and(tf.not_equal(ids, PAD_ID), tf.not_equal(ids, EOS_ID))
+            keep = tf.logical_and(
+                tf.not_equal(ids, data_load.PAD_ID), tf.not_equal(ids, data_load.EOS_ID)
+            )
             ragged = tf.ragged.boolean_mask(ids, keep)
             if tok.kind == "bpe":
                 return self.sp.detokenize(ragged)
@@ -67,16 +74,19 @@ def build_module(model, tok, hp: H.Hparams):
 
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
         def translate(self, sentences):
-            ids = tf.cast(self.encode(tf.strings.strip(sentences)), tf.int32)[:, :limit - 1]
+            ids = tf.cast(self.encode(tf.strings.strip(sentences)), tf.int32)[:, : limit - 1]
             empty = tf.equal(ids.row_lengths(), 0)
-            eos = tf.fill([ids.nrows(), 1], EOS_ID)
-            src = tf.concat([ids, tf.RaggedTensor.from_tensor(eos)], axis=1).to_tensor(PAD_ID)
+            eos = tf.fill([ids.nrows(), 1], data_load.EOS_ID)
+            src = tf.concat([ids, tf.RaggedTensor.from_tensor(eos)], axis=1).to_tensor(
+                data_load.PAD_ID
+            )
             extra = tf.constant(hp.max_len_extra, tf.int32)
             if beam > 1:
-                out = MD.beam_loop(model, src, extra, beam, hp.length_penalty,
-                                   hp.max_len)[0][:, 0]
+                out = decoding.beam_loop(model, src, extra, beam, hp.length_penalty, hp.max_len)[0][
+                    :, 0
+                ]
             else:
-                out = MD.greedy_loop(model, src, extra, hp.max_len)
+                out = decoding.greedy_loop(model, src, extra, hp.max_len)
             text = self.decode(out)
             return {"translations": tf.where(empty, tf.constant(""), text)}
 
@@ -85,37 +95,31 @@ def build_module(model, tok, hp: H.Hparams):
 
 def export(logdir: str, export_dir: str, overrides: dict, ckpt: str = "") -> str:
     """Write the SavedModel (via a temp folder, renamed when complete)."""
-    import tensorflow as tf
-    import eval as E
-    hp, tok, model, path = E.load_run(logdir, overrides, ckpt)
+    hp, tok, model, path = decoding.load_run(logdir, overrides, ckpt, "export")
     if tok.kind == "bpe":
         try:
             import tensorflow_text  # noqa: F401
         except ImportError:
-            raise UserError("exporting a BPE model needs tensorflow-text: "
-                            "pip install tensorflow-text") from None
+            raise UserError(
+                "exporting a BPE model needs tensorflow-text: pip install tensorflow-text"
+            ) from None
+    if os.path.exists(export_dir) and not os.path.isdir(export_dir):
+        raise UserError(f"{export_dir} exists and is not a folder; choose another --export_dir")
     module = build_module(model, tok, hp)
-    tmp = export_dir.rstrip("/") + ".part"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tf.saved_model.save(module, tmp, signatures={"serving_default": module.translate})
-    if os.path.isdir(export_dir):
-        shutil.rmtree(export_dir)
-    elif os.path.exists(export_dir):
-        raise UserError(f"{export_dir} exists and is not a folder; choose another "
-                        f"--export_dir")
-    os.replace(tmp, export_dir)
-    print(f"export: {path} -> {export_dir} (signature serving_default: "
-          f"sentences -> translations)")
+    with files.atomic_path(export_dir) as tmp:
+        tf.saved_model.save(module, tmp, signatures={"serving_default": module.translate})
+    print(f"export: {path} -> {export_dir} (signature serving_default: sentences -> translations)")
     return export_dir
 
 
 def main() -> None:
-    hp, opts = H.parse_args(extra={"ckpt": "", "export_dir": ""})
+    hp, opts = hparams.parse_args(extra={"ckpt": "", "export_dir": ""})
     overrides = {k: getattr(hp, k) for k in opts["_set"]}
     out = opts["export_dir"] or os.path.join(
-        "exported", os.path.basename(os.path.normpath(hp.logdir)))
+        "exported", os.path.basename(os.path.normpath(hp.logdir))
+    )
     export(hp.logdir, out, overrides, opts["ckpt"])
 
 
 if __name__ == "__main__":
-    H.run_main(main)
+    hparams.run_main(main)

@@ -9,6 +9,7 @@ The effective values are saved as JSON next to the preprocessed data
 (``<prepro_dir>/hparams.json``) and next to the checkpoints (``<logdir>/hparams.json``);
 later scripts reload them, so eval.py always decodes with the model's own settings.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -16,8 +17,9 @@ import difflib
 import json
 import os
 import sys
-import tempfile
 from typing import Any
+
+import files
 
 
 class UserError(Exception):
@@ -31,9 +33,9 @@ class UserError(Exception):
 @dataclasses.dataclass
 class Hparams:
     # ---- data -----------------------------------------------------------------------
-    corpus: str = "demo"              # demo | iwslt2016 | parallel (plain text, e.g. Multi30k)
-    data_dir: str = "data/demo"       # raw corpus files
-    prepro_dir: str = "prepro/demo"   # vocabularies, cleaned text, encoded ids, hparams.json
+    corpus: str = "demo"  # demo | iwslt2016 | parallel (plain text, e.g. Multi30k)
+    data_dir: str = "data/demo"  # raw corpus files
+    prepro_dir: str = "prepro/demo"  # vocabularies, cleaned text, encoded ids, hparams.json
     src_lang: str = "de"
     tgt_lang: str = "en"
     # file stems for corpus=parallel: <data_dir>/<stem>.<lang>[.gz]
@@ -43,104 +45,171 @@ class Hparams:
     # IWSLT 2016 dev and test sets (IWSLT16.TED.<name>.de-en.<lang>.xml)
     iwslt_dev: str = "tst2013"
     iwslt_test: str = "tst2014"
-    demo_size: int = 20000            # training pairs of the synthetic demo corpus
+    demo_size: int = 20000  # training pairs of the synthetic demo corpus
 
     # ---- vocabulary -----------------------------------------------------------------
-    vocab_type: str = "bpe"           # bpe (joint sentencepiece) | word (legacy, two vocabularies)
-    vocab_size: int = 1000            # BPE: joint vocabulary size (keep it a multiple of 8)
-    min_cnt: int = 1                  # word: keep words seen at least this often
-    maxlen1: int = 100                # max source tokens in training, </S> included
-    maxlen2: int = 100                # max target tokens in training, <S> or </S> included
+    vocab_type: str = "bpe"  # bpe (joint sentencepiece) | word (legacy, two vocabularies)
+    vocab_size: int = 1000  # BPE: joint vocabulary size (keep it a multiple of 8)
+    min_cnt: int = 1  # word: keep words seen at least this often
+    maxlen1: int = 100  # max source tokens in training, </S> included
+    maxlen2: int = 100  # max target tokens in training, <S> or </S> included
 
     # ---- batching -------------------------------------------------------------------
-    tokens_per_batch: int = 2048      # token budget: batch_rows * padded_length <= this
-    batch_size: int = 0               # >0: fixed sentences per batch instead of the token budget
-    pad_multiple: int = 1             # pad lengths to a multiple of this (8 bounds XLA shapes)
-    eval_batch_size: int = 128        # sentences per decoding batch
+    tokens_per_batch: int = 2048  # token budget: batch_rows * padded_length <= this
+    batch_size: int = 0  # >0: fixed sentences per batch instead of the token budget
+    pad_multiple: int = 1  # pad lengths to a multiple of this (8 bounds XLA shapes)
+    eval_batch_size: int = 128  # sentences per decoding batch
 
     # ---- model (paper section 3) ----------------------------------------------------
-    model_type: str = "transformer"   # transformer | weighted (Ahmed et al. 2017: branched attention)
+    model_type: str = (
+        "transformer"  # transformer | weighted (Ahmed et al. 2017: branched attention)
+    )
     d_model: int = 128
     d_ff: int = 512
     num_blocks: int = 2
     num_heads: int = 4
-    dropout_rate: float = 0.1         # residual and embedding dropout (5.4)
-    attention_dropout: float = 0.0    # on attention weights (Kyubyong/tensor2tensor; not in the paper)
-    position: str = "sinusoid"        # sinusoid (3.5) | learned (legacy sinusoid=False)
-    max_position: int = 1024          # rows of the learned position table
-    norm: str = "post"                # post (paper) | pre (LayerNorm before each sublayer)
-    share_embeddings: bool = True     # tie source and target embeddings (joint BPE vocab only)
+    dropout_rate: float = 0.1  # residual and embedding dropout (5.4)
+    attention_dropout: float = (
+        0.0  # on attention weights (Kyubyong/tensor2tensor; not in the paper)
+    )
+    position: str = "sinusoid"  # sinusoid (3.5) | learned (legacy sinusoid=False)
+    max_position: int = 1024  # rows of the learned position table
+    norm: str = "post"  # post (paper) | pre (LayerNorm before each sublayer)
+    share_embeddings: bool = True  # tie source and target embeddings (joint BPE vocab only)
 
     # ---- training (paper section 5) -------------------------------------------------
-    lr_schedule: str = "noam"         # noam (5.3) | kyubyong (lr * warmup^0.5 * min(...)) | constant
-    lr: float = 0.0005                # peak lr for kyubyong, fixed lr for constant; noam ignores it
+    lr_schedule: str = "noam"  # noam (5.3) | kyubyong (lr * warmup^0.5 * min(...)) | constant
+    lr: float = 0.0005  # peak lr for kyubyong, fixed lr for constant; noam ignores it
     warmup_steps: int = 400
-    branch_warmup_steps: int = 400    # weighted: warmup of the kappa/alpha schedule (paper: 400)
+    branch_warmup_steps: int = 400  # weighted: warmup of the kappa/alpha schedule (paper: 400)
     label_smoothing: float = 0.1
     adam_beta1: float = 0.9
     adam_beta2: float = 0.98
     adam_epsilon: float = 1e-9
-    clip_norm: float = 0.0            # >0: clip gradients to this global norm
-    accum_steps: int = 1              # >1: accumulate this many batches per update
+    clip_norm: float = 0.0  # >0: clip gradients to this global norm
+    accum_steps: int = 1  # >1: accumulate this many batches per update
     num_epochs: int = 6
-    max_steps: int = 0                # >0: stop after this many steps (checkpointed)
-    max_minutes: float = 0.0          # >0: stop after this wall time (checkpointed)
+    max_steps: int = 0  # >0: stop after this many steps (checkpointed)
+    max_minutes: float = 0.0  # >0: stop after this wall time (checkpointed)
     seed: int = 42
-    precision: str = "auto"           # auto | float32 | mixed_float16 | mixed_bfloat16
-    jit_compile: bool = False         # XLA-compile the train step
-    logdir: str = "log/demo"          # checkpoints, TensorBoard events, hparams.json, specs
-    ckpt_every_steps: int = 0         # >0: also checkpoint every K steps
+    precision: str = "auto"  # auto | float32 | mixed_float16 | mixed_bfloat16
+    jit_compile: bool = False  # XLA-compile the train step
+    logdir: str = "log/demo"  # checkpoints, TensorBoard events, hparams.json, specs
+    ckpt_every_steps: int = 0  # >0: also checkpoint every K steps
     keep_ckpts: int = 3
-    early_stopping: int = 0           # >0: stop after this many epochs without a better dev BLEU
-    dev_bleu_sents: int = 200         # dev sentences decoded after each epoch (0 = all)
-    evaldir: str = "eval/demo"        # dev translations written after each epoch
+    early_stopping: int = 0  # >0: stop after this many epochs without a better dev BLEU
+    dev_bleu_sents: int = 200  # dev sentences decoded after each epoch (0 = all)
+    evaldir: str = "eval/demo"  # dev translations written after each epoch
 
     # ---- decoding -------------------------------------------------------------------
     results_dir: str = "results"
     beam_size: int = 1
-    length_penalty: float = 0.6       # alpha of Wu et al. 2016 (beam search)
-    max_len_extra: int = 50           # decode at most source length + this many tokens
-    max_len: int = 0                  # >0: and never more than this many tokens
+    length_penalty: float = 0.6  # alpha of Wu et al. 2016 (beam search)
+    max_len_extra: int = 50  # decode at most source length + this many tokens
+    max_len: int = 0  # >0: and never more than this many tokens
 
 
 # Fields that must agree between preprocessing and training, and between a checkpoint
 # and the model built to load it.
 DATA_KEYS = ("corpus", "src_lang", "tgt_lang", "vocab_type", "vocab_size", "min_cnt")
-MODEL_KEYS = ("model_type", "vocab_type", "vocab_size", "min_cnt", "d_model", "d_ff",
-              "num_blocks", "num_heads", "position", "max_position", "norm",
-              "share_embeddings")
+MODEL_KEYS = (
+    "model_type",
+    "vocab_type",
+    "vocab_size",
+    "min_cnt",
+    "d_model",
+    "d_ff",
+    "num_blocks",
+    "num_heads",
+    "position",
+    "max_position",
+    "norm",
+    "share_embeddings",
+)
 
 # Fields that fix the batch plan and the position within an epoch: a resumed run must
 # keep them, or it would skip some pairs and repeat others.
-RESUME_KEYS = ("seed", "tokens_per_batch", "batch_size", "pad_multiple", "maxlen1", "maxlen2",
-               "accum_steps")
+RESUME_KEYS = (
+    "seed",
+    "tokens_per_batch",
+    "batch_size",
+    "pad_multiple",
+    "maxlen1",
+    "maxlen2",
+    "accum_steps",
+)
 
 PRESETS: dict[str, dict[str, Any]] = {
     # Tiny model on the embedded synthetic corpus: prepro -> train -> eval in ~5 min on 2 CPUs.
     "demo": {},
     # A small model sized for Multi30k (29k pairs).
     "multi30k": dict(
-        corpus="parallel", data_dir="data/multi30k", prepro_dir="prepro/multi30k",
-        logdir="log/multi30k", evaldir="eval/multi30k",
-        vocab_size=8000, d_model=256, d_ff=1024, num_blocks=3, num_heads=8,
-        dropout_rate=0.1, lr_schedule="kyubyong", lr=0.0015, warmup_steps=400,
-        num_epochs=30, tokens_per_batch=2048, dev_bleu_sents=0),
+        corpus="parallel",
+        data_dir="data/multi30k",
+        prepro_dir="prepro/multi30k",
+        logdir="log/multi30k",
+        evaldir="eval/multi30k",
+        vocab_size=8000,
+        d_model=256,
+        d_ff=1024,
+        num_blocks=3,
+        num_heads=8,
+        dropout_rate=0.1,
+        lr_schedule="kyubyong",
+        lr=0.0015,
+        warmup_steps=400,
+        num_epochs=30,
+        tokens_per_batch=2048,
+        dev_bleu_sents=0,
+    ),
     # The updated (2019) Kyubyong defaults for IWSLT 2016 de-en.
     "iwslt2016": dict(
-        corpus="iwslt2016", data_dir="data/iwslt2016", prepro_dir="prepro/iwslt2016",
-        logdir="log/iwslt2016", evaldir="eval/iwslt2016",
-        vocab_size=32000, d_model=512, d_ff=2048, num_blocks=6, num_heads=8,
-        dropout_rate=0.3, label_smoothing=0.1, lr_schedule="kyubyong", lr=0.0003,
-        warmup_steps=4000, num_epochs=20, maxlen1=100, maxlen2=100, tokens_per_batch=8192,
-        dev_bleu_sents=500),
+        corpus="iwslt2016",
+        data_dir="data/iwslt2016",
+        prepro_dir="prepro/iwslt2016",
+        logdir="log/iwslt2016",
+        evaldir="eval/iwslt2016",
+        vocab_size=32000,
+        d_model=512,
+        d_ff=2048,
+        num_blocks=6,
+        num_heads=8,
+        dropout_rate=0.3,
+        label_smoothing=0.1,
+        lr_schedule="kyubyong",
+        lr=0.0003,
+        warmup_steps=4000,
+        num_epochs=20,
+        maxlen1=100,
+        maxlen2=100,
+        tokens_per_batch=8192,
+        dev_bleu_sents=500,
+    ),
     # The tf1.2 legacy settings: word vocabulary, short sentences, learned positions.
     "iwslt2016_legacy": dict(
-        corpus="iwslt2016", data_dir="data/iwslt2016", prepro_dir="prepro/iwslt2016_legacy",
-        logdir="log/iwslt2016_legacy", evaldir="eval/iwslt2016_legacy",
-        vocab_type="word", min_cnt=20, maxlen1=10, maxlen2=10, position="learned",
-        share_embeddings=False, lr_schedule="constant", lr=0.0001, batch_size=32,
-        d_model=512, d_ff=2048, num_blocks=6, num_heads=8, dropout_rate=0.1,
-        label_smoothing=0.1, num_epochs=20, dev_bleu_sents=500),
+        corpus="iwslt2016",
+        data_dir="data/iwslt2016",
+        prepro_dir="prepro/iwslt2016_legacy",
+        logdir="log/iwslt2016_legacy",
+        evaldir="eval/iwslt2016_legacy",
+        vocab_type="word",
+        min_cnt=20,
+        maxlen1=10,
+        maxlen2=10,
+        position="learned",
+        share_embeddings=False,
+        lr_schedule="constant",
+        lr=0.0001,
+        batch_size=32,
+        d_model=512,
+        d_ff=2048,
+        num_blocks=6,
+        num_heads=8,
+        dropout_rate=0.1,
+        label_smoothing=0.1,
+        num_epochs=20,
+        dev_bleu_sents=500,
+    ),
 }
 
 CHOICES = {
@@ -202,25 +271,49 @@ def apply(hp: Hparams, overrides: dict[str, Any]) -> Hparams:
     for key, allowed in CHOICES.items():
         if values[key] not in allowed:
             raise UserError(f"--{key} must be one of {', '.join(allowed)}; got {values[key]!r}")
-    for key in ("d_model", "d_ff", "num_blocks", "num_heads", "vocab_size", "maxlen1",
-                "maxlen2", "tokens_per_batch", "eval_batch_size", "max_position",
-                "accum_steps", "warmup_steps", "branch_warmup_steps", "pad_multiple",
-                "beam_size", "keep_ckpts"):
+    for key in (
+        "d_model",
+        "d_ff",
+        "num_blocks",
+        "num_heads",
+        "vocab_size",
+        "maxlen1",
+        "maxlen2",
+        "tokens_per_batch",
+        "eval_batch_size",
+        "max_position",
+        "accum_steps",
+        "warmup_steps",
+        "branch_warmup_steps",
+        "pad_multiple",
+        "beam_size",
+        "keep_ckpts",
+    ):
         if values[key] < 1:
             raise UserError(f"--{key} must be a positive integer; got {values[key]}")
-    for key in ("max_len_extra", "max_len", "batch_size", "max_steps",
-                "ckpt_every_steps", "early_stopping", "dev_bleu_sents"):
+    for key in (
+        "max_len_extra",
+        "max_len",
+        "batch_size",
+        "max_steps",
+        "ckpt_every_steps",
+        "early_stopping",
+        "dev_bleu_sents",
+    ):
         if values[key] < 0:
             raise UserError(f"--{key} must not be negative; got {values[key]}")
     for key in ("dropout_rate", "attention_dropout", "label_smoothing"):
         if not 0 <= values[key] < 1:
             raise UserError(f"--{key} must be in [0, 1); got {values[key]}")
     if values["d_model"] % values["num_heads"]:
-        raise UserError(f"d_model ({values['d_model']}) must be divisible by num_heads "
-                        f"({values['num_heads']})")
+        raise UserError(
+            f"d_model ({values['d_model']}) must be divisible by num_heads ({values['num_heads']})"
+        )
     if values["model_type"] == "weighted" and values["d_ff"] % values["num_heads"]:
-        raise UserError(f"model_type=weighted splits d_ff ({values['d_ff']}) into num_heads "
-                        f"({values['num_heads']}) branch FFNs: d_ff must be divisible by it")
+        raise UserError(
+            f"model_type=weighted splits d_ff ({values['d_ff']}) into num_heads "
+            f"({values['num_heads']}) branch FFNs: d_ff must be divisible by it"
+        )
     if values["vocab_type"] == "word":
         values["share_embeddings"] = False  # two vocabularies cannot share one matrix
     return Hparams(**values)
@@ -234,8 +327,9 @@ def preset(name: str) -> Hparams:
     return apply(Hparams(), PRESETS[name])
 
 
-def parse_args(argv: list[str] | None = None, extra: dict[str, Any] | None = None
-               ) -> tuple[Hparams, dict[str, Any]]:
+def parse_args(
+    argv: list[str] | None = None, extra: dict[str, Any] | None = None
+) -> tuple[Hparams, dict[str, Any]]:
     """Parse ``--preset NAME`` and ``--key value`` pairs (also ``--key=value``).
 
     ``extra`` maps script-specific options (not hyperparameters) to their defaults, e.g.
@@ -255,8 +349,12 @@ def parse_args(argv: list[str] | None = None, extra: dict[str, Any] | None = Non
         key = key.replace("-", "_")
         if eq:
             pass
-        elif key in ("help", "h") or key in extra and isinstance(extra[key], bool) and (
-                i + 1 == len(argv) or argv[i + 1].startswith("--")):
+        elif (
+            key in ("help", "h")
+            or key in extra
+            and isinstance(extra[key], bool)
+            and (i + 1 == len(argv) or argv[i + 1].startswith("--"))
+        ):
             value = "true"  # bare switch such as --download or --help
         else:
             if i + 1 == len(argv):
@@ -290,35 +388,23 @@ def parse_args(argv: list[str] | None = None, extra: dict[str, Any] | None = Non
             overrides[key] = value
     hp = apply(preset(name), overrides)
     extra["_preset"] = name
-    extra["_set"] = set(overrides) - {"sinusoid"} | ({"position"} if "sinusoid" in overrides else set())
+    extra["_set"] = set(overrides) - {"sinusoid"} | (
+        {"position"} if "sinusoid" in overrides else set()
+    )
     return hp, extra
 
 
-def atomic_write(path: str, data: str | bytes) -> None:
-    """Write a file via a temp file in the same directory and rename it into place."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix="-" + os.path.basename(path))
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode("utf-8") if isinstance(data, str) else data)
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600 files
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-
-
 def save(hp: Hparams, path: str) -> None:
-    atomic_write(path, json.dumps(dataclasses.asdict(hp), indent=2, sort_keys=True) + "\n")
+    files.atomic_write(path, json.dumps(dataclasses.asdict(hp), indent=2, sort_keys=True) + "\n")
 
 
 def load(path: str) -> Hparams:
     """Load hparams saved by :func:`save`. Unknown keys from a newer version are an error."""
     if not os.path.exists(path):
-        raise UserError(f"{path} not found: run the previous step (prepro.py, then train.py) "
-                        f"with the same --preset and directories first")
+        raise UserError(
+            f"{path} not found: run the previous step (prepro.py, then train.py) "
+            f"with the same --preset and directories first"
+        )
     try:
         with open(path, encoding="utf-8") as f:
             values = json.load(f)
@@ -327,11 +413,15 @@ def load(path: str) -> Hparams:
     return apply(Hparams(), values)
 
 
-def check_same(saved: Hparams, wanted: Hparams, keys: tuple[str, ...], where: str,
-               what_to_do: str) -> None:
+def check_same(
+    saved: Hparams, wanted: Hparams, keys: tuple[str, ...], where: str, what_to_do: str
+) -> None:
     """Raise a one-line UserError if any of ``keys`` differs between saved and wanted."""
-    diff = [f"{k}={getattr(saved, k)!r} (you asked for {getattr(wanted, k)!r})"
-            for k in keys if getattr(saved, k) != getattr(wanted, k)]
+    diff = [
+        f"{k}={getattr(saved, k)!r} (you asked for {getattr(wanted, k)!r})"
+        for k in keys
+        if getattr(saved, k) != getattr(wanted, k)
+    ]
     if diff:
         raise UserError(f"{where} was built with {', '.join(diff)}; {what_to_do}")
 

@@ -5,13 +5,22 @@
 Writes ``<out>_loss.png``, ``<out>_lr.png`` and ``<out>_bleu.png`` and prints the dev BLEU
 curve per epoch.
 """
+
 from __future__ import annotations
 
 import glob
 import os
 
-import hparams as H
+import matplotlib
+import tensorflow as tf
+from tensorboard.backend.event_processing import event_accumulator
+
+import files
+import hparams
 from hparams import UserError
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (after choosing the Agg backend)
 
 PLOTS = {
     "loss": (("train/loss", "train loss"), ("dev/loss", "dev loss")),
@@ -22,13 +31,11 @@ PLOTS = {
 
 def read_scalars(logdir: str) -> dict[str, list[tuple[int, float]]]:
     """tag -> [(step, value)] from every event file under ``logdir/train``."""
-    from tensorboard.backend.event_processing import event_accumulator
-    import tensorflow as tf
-    files = sorted(glob.glob(os.path.join(logdir, "train", "events.out.tfevents.*")))
-    if not files:
+    paths = sorted(glob.glob(os.path.join(logdir, "train", "events.out.tfevents.*")))
+    if not paths:
         raise UserError(f"no TensorBoard event files in {logdir}/train: train a model first")
     series: dict[str, dict[int, float]] = {}
-    for path in files:
+    for path in paths:
         acc = event_accumulator.EventAccumulator(path, size_guidance={"tensors": 0})
         acc.Reload()
         for tag in acc.Tags()["tensors"]:
@@ -41,9 +48,6 @@ def read_scalars(logdir: str) -> dict[str, list[tuple[int, float]]]:
 
 
 def plot(logdir: str, out: str) -> list[str]:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     series = read_scalars(logdir)
     written = []
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
@@ -52,16 +56,21 @@ def plot(logdir: str, out: str) -> list[str]:
         for tag, label in curves:
             if tag in series:
                 steps, values = zip(*series[tag])
-                ax.plot(steps, values, marker="o" if tag.startswith("dev") else None,
-                        markersize=3, label=label)
+                ax.plot(
+                    steps,
+                    values,
+                    marker="o" if tag.startswith("dev") else None,
+                    markersize=3,
+                    label=label,
+                )
         ax.set_xlabel("step")
         ax.set_title(f"{os.path.basename(os.path.normpath(logdir))}: {name}")
         ax.grid(alpha=0.3)
         ax.legend()
         fig.tight_layout()
         path = f"{out}_{name}.png"
-        fig.savefig(path + ".part.png")
-        os.replace(path + ".part.png", path)
+        with files.atomic_path(path) as tmp:
+            fig.savefig(tmp, format="png")
         plt.close(fig)
         written.append(path)
     for step, bleu in series.get("dev/bleu", []):
@@ -70,11 +79,11 @@ def plot(logdir: str, out: str) -> list[str]:
 
 
 def main() -> None:
-    hp, opts = H.parse_args(extra={"out": ""})
+    hp, opts = hparams.parse_args(extra={"out": ""})
     out = opts["out"] or os.path.join("figures", os.path.basename(os.path.normpath(hp.logdir)))
     for path in plot(hp.logdir, out):
         print(f"wrote {path}")
 
 
 if __name__ == "__main__":
-    H.run_main(main)
+    hparams.run_main(main)

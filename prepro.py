@@ -14,101 +14,88 @@ the vocabulary (``bpe.model`` for a joint sentencepiece BPE, or ``vocab.<lang>.t
 ``token<TAB>count`` lines for the legacy word level, <PAD>=0 <UNK>=1 <S>=2 </S>=3),
 ``{train,dev,test}.npz`` (token ids, encoded once) and ``hparams.json``.
 """
+
 from __future__ import annotations
 
 import collections
-import gzip
+import io
 import json
 import os
 import time
 import xml.etree.ElementTree as ET
 
-import hparams as H
+import sentencepiece as spm
+
+import data_load
+import demo_corpus
+import download
+import files
+import hparams
 from hparams import UserError
 
 SPLITS = ("train", "dev", "test")
-RESERVED = ("<PAD>", "<UNK>", "<S>", "</S>")  # ids 0..3
-PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 
 
 # ---------------------------------------------------------------------------------------
 # Reading files
 # ---------------------------------------------------------------------------------------
-def read_text(path: str) -> str:
-    """The whole file as text (gunzipped if it ends in .gz); one clear error if not UTF-8."""
-    if not os.path.exists(path):
-        raise UserError(f"{path} not found")
-    opener = gzip.open if path.endswith(".gz") else open
-    try:
-        with opener(path, "rb") as f:
-            data = f.read()
-    except (OSError, EOFError) as e:
-        raise UserError(f"{path} could not be read ({e}); is it a complete .gz file?") from None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data[:e.start].count(b"\n") + 1
-        raise UserError(f"{path}:{line}: not valid UTF-8 (byte 0x{data[e.start]:02x}); "
-                        f"convert the file, e.g. iconv -f latin1 -t utf-8") from None
-
-
-def read_lines(path: str) -> list[str]:
-    """Lines of a plain text file with surrounding whitespace removed."""
-    text = read_text(path)
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return [line.strip() for line in lines]
-
-
 def read_iwslt_train(path: str) -> list[str]:
     """Text lines of ``train.tags.de-en.*``: lines starting with '<' are talk metadata."""
-    return [line for line in read_lines(path) if not line.startswith("<")]
+    return [line for line in data_load.read_lines(path) if not line.startswith("<")]
 
 
 def read_iwslt_xml(path: str) -> list[str]:
     """The ``<seg>`` texts of an IWSLT ``.xml`` file in document order, entities unescaped."""
-    text = read_text(path)
+    text = data_load.read_text(path)
     try:
         root = ET.fromstring(text)
     except ET.ParseError as e:
         line, col = e.position
-        raise UserError(f"{path}:{line}:{col}: malformed XML ({str(e).split(':')[0]}); "
-                        f"check that every <seg> is closed by </seg>") from None
+        raise UserError(
+            f"{path}:{line}:{col}: malformed XML ({str(e).split(':')[0]}); "
+            f"check that every <seg> is closed by </seg>"
+        ) from None
     return [" ".join((seg.text or "").split()) for seg in root.iter("seg")]
 
 
-def _parallel_path(hp: H.Hparams, stem: str, lang: str) -> str:
+def _parallel_path(hp: hparams.Hparams, stem: str, lang: str) -> str:
     base = os.path.join(hp.data_dir, f"{stem}.{lang}")
     return base + ".gz" if not os.path.exists(base) and os.path.exists(base + ".gz") else base
 
 
-def corpus_files(hp: H.Hparams) -> dict[str, tuple[str, str]]:
+def corpus_files(hp: hparams.Hparams) -> dict[str, tuple[str, str]]:
     """split -> (source path, target path) for the configured corpus."""
     s, t = hp.src_lang, hp.tgt_lang
     if hp.corpus == "parallel":
         stems = dict(train=hp.train_stem, dev=hp.dev_stem, test=hp.test_stem)
         return {k: (_parallel_path(hp, v, s), _parallel_path(hp, v, t)) for k, v in stems.items()}
     pair, d = f"{s}-{t}", hp.data_dir
-    files = {"train": (os.path.join(d, f"train.tags.{pair}.{s}"),
-                       os.path.join(d, f"train.tags.{pair}.{t}"))}
+    paths = {
+        "train": (
+            os.path.join(d, f"train.tags.{pair}.{s}"),
+            os.path.join(d, f"train.tags.{pair}.{t}"),
+        )
+    }
     for split, name in (("dev", hp.iwslt_dev), ("test", hp.iwslt_test)):
-        files[split] = tuple(os.path.join(d, f"IWSLT16.TED.{name}.{pair}.{lang}.xml")
-                             for lang in (s, t))
-    return files
+        paths[split] = tuple(
+            os.path.join(d, f"IWSLT16.TED.{name}.{pair}.{lang}.xml") for lang in (s, t)
+        )
+    return paths
 
 
-def read_split(hp: H.Hparams, split: str) -> tuple[list[str], list[str]]:
+def read_split(hp: hparams.Hparams, split: str) -> tuple[list[str], list[str]]:
     """Aligned (source, target) sentences of one split; a count mismatch is an error."""
     src_path, tgt_path = corpus_files(hp)[split]
     if hp.corpus == "parallel":
-        reader = read_lines
+        reader = data_load.read_lines
     else:
         reader = read_iwslt_train if split == "train" else read_iwslt_xml
     src, tgt = reader(src_path), reader(tgt_path)
     if len(src) != len(tgt):
-        raise UserError(f"{src_path} has {len(src)} sentences but {tgt_path} has {len(tgt)}; "
-                        f"the two sides must be aligned line by line")
+        raise UserError(
+            f"{src_path} has {len(src)} sentences but {tgt_path} has {len(tgt)}; "
+            f"the two sides must be aligned line by line"
+        )
     if split == "train":  # drop pairs with an empty side (IWSLT has a few)
         pairs = [(a, b) for a, b in zip(src, tgt) if a and b]
         src, tgt = [a for a, _ in pairs], [b for _, b in pairs]
@@ -126,59 +113,82 @@ def build_word_vocab(sentences: list[str], min_cnt: int) -> list[tuple[str, int]
     Words are what :func:`data_load.clean` leaves (``[^\\s\\p{Latin}']`` removed), split on
     whitespace; words seen fewer than ``min_cnt`` times are left out (they become <UNK>).
     """
-    from data_load import clean
-    counts = collections.Counter(w for line in sentences for w in clean(line).split())
+    counts = collections.Counter(w for line in sentences for w in data_load.clean(line).split())
     words = [(w, c) for w, c in counts.most_common() if c >= min_cnt]
-    return [(tok, 1_000_000_000) for tok in RESERVED] + words
+    return [(tok, 1_000_000_000) for tok in data_load.RESERVED] + words
 
 
 def write_word_vocab(path: str, vocab: list[tuple[str, int]]) -> None:
-    H.atomic_write(path, "".join(f"{w}\t{c}\n" for w, c in vocab))
+    files.atomic_write(path, "".join(f"{w}\t{c}\n" for w, c in vocab))
 
 
 def train_bpe(sentences: list[str], prefix: str, vocab_size: int, seed: int) -> None:
     """Train a joint BPE sentencepiece model with the reserved ids of the word vocabulary."""
-    import sentencepiece as spm
     spm.set_random_generator_seed(seed)
-    tmp_prefix = prefix + ".part"
+    model = io.BytesIO()
     try:
         spm.SentencePieceTrainer.train(
-            sentence_iterator=iter(sentences), model_prefix=tmp_prefix, model_type="bpe",
-            vocab_size=vocab_size, hard_vocab_limit=False, character_coverage=1.0,
-            pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
-            pad_piece=RESERVED[0], unk_piece=RESERVED[1], bos_piece=RESERVED[2],
-            eos_piece=RESERVED[3], input_sentence_size=400_000, shuffle_input_sentence=True,
-            num_threads=os.cpu_count() or 1, minloglevel=2)
+            sentence_iterator=iter(sentences),
+            model_writer=model,
+            model_type="bpe",
+            vocab_size=vocab_size,
+            hard_vocab_limit=False,
+            character_coverage=1.0,
+            pad_id=data_load.PAD_ID,
+            unk_id=data_load.UNK_ID,
+            bos_id=data_load.BOS_ID,
+            eos_id=data_load.EOS_ID,
+            pad_piece=data_load.RESERVED[0],
+            unk_piece=data_load.RESERVED[1],
+            bos_piece=data_load.RESERVED[2],
+            eos_piece=data_load.RESERVED[3],
+            input_sentence_size=400_000,
+            shuffle_input_sentence=True,
+            num_threads=os.cpu_count() or 1,
+            minloglevel=2,
+        )
     except RuntimeError as e:
-        raise UserError(f"sentencepiece could not build a {vocab_size}-piece BPE model "
-                        f"({e}); try a smaller --vocab_size") from None
-    for ext in (".model", ".vocab"):
-        os.replace(tmp_prefix + ext, prefix + ext)
+        raise UserError(
+            f"sentencepiece could not build a {vocab_size}-piece BPE model "
+            f"({e}); try a smaller --vocab_size"
+        ) from None
+    files.atomic_write(prefix + ".model", model.getvalue())
+    sp = spm.SentencePieceProcessor(model_proto=model.getvalue())
+    files.atomic_write(
+        prefix + ".vocab",
+        "".join(f"{sp.id_to_piece(i)}\t{sp.get_score(i):g}\n" for i in range(sp.get_piece_size())),
+    )
 
 
 # ---------------------------------------------------------------------------------------
 # The pipeline
 # ---------------------------------------------------------------------------------------
-def _stamp(hp: H.Hparams) -> dict:
+def _stamp(hp: hparams.Hparams) -> dict:
     """What the outputs depend on: the data hparams and the input files' sizes and times."""
     inputs = {}
     for src, tgt in corpus_files(hp).values():
         for p in (src, tgt):
             st = os.stat(p)
             inputs[os.path.abspath(p)] = [st.st_size, int(st.st_mtime)]
-    keys = H.DATA_KEYS + ("data_dir", "train_stem", "dev_stem", "test_stem", "iwslt_dev",
-                          "iwslt_test", "seed")
+    keys = hparams.DATA_KEYS + (
+        "data_dir",
+        "train_stem",
+        "dev_stem",
+        "test_stem",
+        "iwslt_dev",
+        "iwslt_test",
+        "seed",
+    )
     return {"hparams": {k: getattr(hp, k) for k in keys}, "inputs": inputs}
 
 
-def outputs(hp: H.Hparams) -> list[str]:
-    from data_load import vocab_files
+def outputs(hp: hparams.Hparams) -> list[str]:
     d = hp.prepro_dir
     text = [os.path.join(d, f"{s}.{side}") for s in SPLITS for side in ("src", "tgt")]
-    return vocab_files(hp) + text + [os.path.join(d, f"{s}.npz") for s in SPLITS]
+    return data_load.vocab_files(hp) + text + [os.path.join(d, f"{s}.npz") for s in SPLITS]
 
 
-def ensure_corpus(hp: H.Hparams, download: bool) -> None:
+def ensure_corpus(hp: hparams.Hparams, fetch: bool) -> None:
     """Make the raw corpus present: generate the demo corpus, or download if asked."""
     missing = [p for pair in corpus_files(hp).values() for p in pair if not os.path.exists(p)]
     if hp.corpus == "demo":
@@ -186,39 +196,38 @@ def ensure_corpus(hp: H.Hparams, download: bool) -> None:
         wanted = json.dumps({"seed": hp.seed, "demo_size": hp.demo_size})
         current = open(marker, encoding="utf-8").read() if os.path.exists(marker) else ""
         if missing or current != wanted:
-            import demo_corpus
             print(f"prepro: generating the demo corpus in {hp.data_dir}")
             demo_corpus.write_demo_corpus(hp.data_dir, seed=hp.seed, n_train=hp.demo_size)
-            H.atomic_write(marker, wanted)
+            files.atomic_write(marker, wanted)
         return
     if not missing:
         return
-    if download:
-        import download as dl
+    if fetch:
         kind = "iwslt2016" if hp.corpus == "iwslt2016" else "multi30k"
         try:
-            dl.download_corpus(kind, hp.data_dir)
-        except dl.DownloadError as e:
+            download.download_corpus(kind, hp.data_dir)
+        except download.DownloadError as e:
             raise UserError(str(e)) from None
         missing = [p for p in missing if not os.path.exists(p)]
         if not missing:
             return
-    raise UserError(f"{missing[0]} not found: pass --data_dir DIR holding the corpus, or add "
-                    f"--download to fetch it")
+    raise UserError(
+        f"{missing[0]} not found: pass --data_dir DIR holding the corpus, or add "
+        f"--download to fetch it"
+    )
 
 
-def preprocess(hp: H.Hparams, download: bool = False, force: bool = False) -> H.Hparams:
+def preprocess(hp: hparams.Hparams, fetch: bool = False, force: bool = False) -> hparams.Hparams:
     """Run the whole preprocessing step; returns the hparams it saved."""
-    import data_load
     t0 = time.time()
-    ensure_corpus(hp, download)
+    ensure_corpus(hp, fetch)
     stamp = _stamp(hp)
     stamp_path = os.path.join(hp.prepro_dir, "stamp.json")
     if not force and all(os.path.exists(p) for p in outputs(hp)) and os.path.exists(stamp_path):
         with open(stamp_path, encoding="utf-8") as f:
             if json.load(f) == stamp:
                 print(f"prepro: {hp.prepro_dir} is up to date")
-                H.save(hp, os.path.join(hp.prepro_dir, "hparams.json"))
+                hparams.save(hp, os.path.join(hp.prepro_dir, "hparams.json"))
                 return hp
     if os.path.exists(stamp_path):  # outputs are about to change: never "up to date" midway
         os.remove(stamp_path)
@@ -226,33 +235,34 @@ def preprocess(hp: H.Hparams, download: bool = False, force: bool = False) -> H.
     data = {split: read_split(hp, split) for split in SPLITS}
     for split, (src, tgt) in data.items():
         print(f"prepro: {split}: {len(src):,} sentence pairs")
-        H.atomic_write(os.path.join(hp.prepro_dir, f"{split}.src"), "\n".join(src) + "\n")
-        H.atomic_write(os.path.join(hp.prepro_dir, f"{split}.tgt"), "\n".join(tgt) + "\n")
+        files.atomic_write(os.path.join(hp.prepro_dir, f"{split}.src"), "\n".join(src) + "\n")
+        files.atomic_write(os.path.join(hp.prepro_dir, f"{split}.tgt"), "\n".join(tgt) + "\n")
 
     train_src, train_tgt = data["train"]
     if hp.vocab_type == "bpe":
-        train_bpe(train_src + train_tgt, os.path.join(hp.prepro_dir, "bpe"), hp.vocab_size,
-                  hp.seed)
+        train_bpe(train_src + train_tgt, os.path.join(hp.prepro_dir, "bpe"), hp.vocab_size, hp.seed)
     else:
         for lang, sents in ((hp.src_lang, train_src), (hp.tgt_lang, train_tgt)):
             vocab = build_word_vocab(sents, hp.min_cnt)
             write_word_vocab(os.path.join(hp.prepro_dir, f"vocab.{lang}.tsv"), vocab)
-    H.save(hp, os.path.join(hp.prepro_dir, "hparams.json"))
+    hparams.save(hp, os.path.join(hp.prepro_dir, "hparams.json"))
 
     tok = data_load.Tokenizer(hp)
     for split, (src, tgt) in data.items():
         arrays = data_load.encode_pairs(tok, src, tgt)
         data_load.save_npz(os.path.join(hp.prepro_dir, f"{split}.npz"), arrays)
-    print(f"prepro: vocabulary {tok.src_vocab_size:,} (source) / {tok.tgt_vocab_size:,} "
-          f"(target) types, written to {hp.prepro_dir} in {time.time() - t0:.1f}s")
-    H.atomic_write(stamp_path, json.dumps(stamp, indent=1, sort_keys=True))
+    print(
+        f"prepro: vocabulary {tok.src_vocab_size:,} (source) / {tok.tgt_vocab_size:,} "
+        f"(target) types, written to {hp.prepro_dir} in {time.time() - t0:.1f}s"
+    )
+    files.atomic_write(stamp_path, json.dumps(stamp, indent=1, sort_keys=True))
     return hp
 
 
 def main() -> None:
-    hp, opts = H.parse_args(extra={"download": False, "force": False})
-    preprocess(hp, download=opts["download"], force=opts["force"])
+    hp, opts = hparams.parse_args(extra={"download": False, "force": False})
+    preprocess(hp, fetch=opts["download"], force=opts["force"])
 
 
 if __name__ == "__main__":
-    H.run_main(main)
+    hparams.run_main(main)

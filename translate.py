@@ -11,34 +11,40 @@ the input order. An empty line gives an empty line; a line longer than the model
 take is truncated, with a warning on stderr. With --n_best N (beam search), each input
 gives N lines ``rank<TAB>score<TAB>translation``.
 """
+
 from __future__ import annotations
 
 import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # quiet TensorFlow's C++ start-up logs
+
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import matplotlib
+import tensorflow as tf
 
-import hparams as H
+import data_load
+import decoding
+import files
+import hparams
 from hparams import UserError
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (after choosing the Agg backend)
 
 
 def plot_attention(model, tok, sentence: str, path: str, max_len_extra: int) -> str:
     """Cross-attention of the last decoder layer (mean over heads) for one sentence,
     target tokens down, source tokens across; returns the translation."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import tensorflow as tf
-    import model as MD
-    from prepro import BOS_ID, EOS_ID, PAD_ID
-    src_ids = tok.encode_src([sentence])[0][:MD.source_limit(model) - 1] + [EOS_ID]
+    limit = decoding.source_limit(model)
+    src_ids = tok.encode_src([sentence])[0][: limit - 1] + [data_load.EOS_ID]
     src = tf.constant([src_ids], tf.int32)
-    out = MD.greedy_decoder(model)(src, tf.constant(max_len_extra, tf.int32)).numpy()[0]
-    out = [int(t) for t in out if t != PAD_ID]
-    tgt_in = tf.constant([[BOS_ID] + out[:-1]], tf.int32)  # one row per output token
+    out = decoding.greedy_decoder(model)(src, tf.constant(max_len_extra, tf.int32)).numpy()[0]
+    out = [int(t) for t in out if t != data_load.PAD_ID]
+    tgt_in = tf.constant([[data_load.BOS_ID] + out[:-1]], tf.int32)  # one row per output token
     memory, mask = model.encode(src)
     _, weights = model.decode(tgt_in, memory, mask, return_attention=True)
-    attn = weights[-1][1].numpy()[0].mean(axis=0)               # (T2, T1)
+    attn = weights[-1][1].numpy()[0].mean(axis=0)  # (T2, T1)
     fig, ax = plt.subplots(figsize=(0.5 * len(src_ids) + 2, 0.45 * len(out) + 2), dpi=100)
     ax.imshow(attn, cmap="viridis", aspect="auto", vmin=0.0)
     ax.set_xticks(range(len(src_ids)), tok.src_tokens(src_ids), rotation=90)
@@ -46,26 +52,23 @@ def plot_attention(model, tok, sentence: str, path: str, max_len_extra: int) -> 
     ax.set_xlabel("source")
     ax.set_ylabel("translation")
     fig.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path + ".part.png")
-    os.replace(path + ".part.png", path)
+    with files.atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png")
     plt.close(fig)
     return tok.decode_tgt(out)
 
 
 def main() -> None:
-    import eval as E
-    hp, opts = H.parse_args(extra={"ckpt": "", "input": "", "n_best": 1, "attention": ""})
+    hp, opts = hparams.parse_args(extra={"ckpt": "", "input": "", "n_best": 1, "attention": ""})
     overrides = {k: getattr(hp, k) for k in opts["_set"]}
-    hp, tok, model, _ = E.load_run(hp.logdir, overrides, opts["ckpt"])
+    hp, tok, model, _ = decoding.load_run(hp.logdir, overrides, opts["ckpt"], "translate")
     n_best = opts["n_best"]
     if n_best < 1:
         raise UserError(f"--n_best must be at least 1; got {n_best}")
     if n_best > max(hp.beam_size, 1):
         raise UserError(f"--n_best {n_best} needs --beam_size of at least {n_best}")
     if opts["input"]:
-        import prepro
-        lines = prepro.read_lines(opts["input"])
+        lines = data_load.read_lines(opts["input"])
     else:
         data = sys.stdin.buffer.read()
         try:
@@ -74,32 +77,37 @@ def main() -> None:
             if lines and lines[-1] == "" and text.endswith("\n"):
                 lines.pop()
         except UnicodeDecodeError as e:
-            line = data[:e.start].count(b"\n") + 1
+            line = data[: e.start].count(b"\n") + 1
             raise UserError(f"stdin:{line}: not valid UTF-8; convert the input") from None
     if opts["attention"]:
         if len([s for s in lines if s]) != 1:
             raise UserError("--attention takes exactly one sentence")
-        print(plot_attention(model, tok, next(s for s in lines if s), opts["attention"],
-                             hp.max_len_extra))
+        print(
+            plot_attention(
+                model, tok, next(s for s in lines if s), opts["attention"], hp.max_len_extra
+            )
+        )
         print(f"translate: attention written to {opts['attention']}", file=sys.stderr)
         return
     for line in translate_lines(model, tok, hp, lines, n_best, progress=bool(opts["input"])):
         print(line)
 
 
-def translate_lines(model, tok, hp: H.Hparams, lines: list[str], n_best: int = 1,
-                    progress: bool = False) -> list[str]:
+def translate_lines(
+    model, tok, hp: hparams.Hparams, lines: list[str], n_best: int = 1, progress: bool = False
+) -> list[str]:
     """Output lines for input lines (see the module docstring)."""
-    import eval as E
-    import model as MD
-    limit = MD.source_limit(model)
+    limit = decoding.source_limit(model)
     ids = tok.encode_src(lines)  # encoded once, for the warnings and the decoding
     for n, seq in enumerate(ids, 1):
         if len(seq) + 1 > limit:
-            print(f"translate: warning: line {n} has {len(seq)} tokens; only the first "
-                  f"{limit - 1} are translated", file=sys.stderr)
+            print(
+                f"translate: warning: line {n} has {len(seq)} tokens; only the first "
+                f"{limit - 1} are translated",
+                file=sys.stderr,
+            )
     lines_out = []
-    for best in E.Translator(model, tok, hp).translate_nbest(lines, n_best, progress, ids):
+    for best in decoding.Translator(model, tok, hp).translate_nbest(lines, n_best, progress, ids):
         if not best:  # empty input line
             lines_out.extend([""] if n_best == 1 else [f"{r + 1}\t\t" for r in range(n_best)])
         elif n_best == 1:
@@ -110,4 +118,4 @@ def translate_lines(model, tok, hp: H.Hparams, lines: list[str], n_best: int = 1
 
 
 if __name__ == "__main__":
-    H.run_main(main)
+    hparams.run_main(main)

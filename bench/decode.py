@@ -16,6 +16,7 @@ One run, one process, one trained model (the run's latest checkpoint), the test 
 Prints sentences/s, the speed ratios, whether naive and cached outputs are identical,
 and sacreBLEU of greedy and beam.
 """
+
 import os
 import sys
 import time
@@ -25,7 +26,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np
 
-import hparams as H
+import hparams
 
 
 def timed(fn, batches):
@@ -40,32 +41,49 @@ def keras_hub_decoder(model, extra: int):
     """fn(src (N, T1)) -> ids (N, L): the keras-hub reference with our weights."""
     import keras_hub
     import tensorflow as tf
-    import modules as M
-    from prepro import BOS_ID, EOS_ID
+
+    import data_load
+    import modules
+
+    BOS_ID, EOS_ID = data_load.BOS_ID, data_load.EOS_ID
     d = model.d_model
     ours = model.decoder_layers
     h, dk = ours[0].self_attn.num_heads, ours[0].self_attn.d_k
     layers = []
     for layer in ours:
         kh = keras_hub.layers.TransformerDecoder(
-            intermediate_dim=layer.args["d_ff"], num_heads=h, dropout=0.0, activation="relu",
-            layer_norm_epsilon=1e-6, normalize_first=False)
+            intermediate_dim=layer.args["d_ff"],
+            num_heads=h,
+            dropout=0.0,
+            activation="relu",
+            layer_norm_epsilon=1e-6,
+            normalize_first=False,
+        )
         kh.build((None, None, d), (None, None, d))
-        for theirs, mine in ((kh._self_attention_layer, layer.self_attn),
-                             (kh._cross_attention_layer, layer.cross_attn)):
-            for dense, w in ((theirs._query_dense, mine.w_q), (theirs._key_dense, mine.w_k),
-                             (theirs._value_dense, mine.w_v)):
+        for theirs, mine in (
+            (kh._self_attention_layer, layer.self_attn),
+            (kh._cross_attention_layer, layer.cross_attn),
+        ):
+            for dense, w in (
+                (theirs._query_dense, mine.w_q),
+                (theirs._key_dense, mine.w_k),
+                (theirs._value_dense, mine.w_v),
+            ):
                 dense.kernel.assign(tf.reshape(w, (d, h, dk)))
                 dense.bias.assign(tf.zeros_like(dense.bias))
             theirs._output_dense.kernel.assign(tf.reshape(mine.w_o, (h, dk, d)))
             theirs._output_dense.bias.assign(tf.zeros_like(theirs._output_dense.bias))
-        for norm, res in ((kh._self_attention_layer_norm, layer.res1),
-                          (kh._cross_attention_layer_norm, layer.res2),
-                          (kh._feedforward_layer_norm, layer.res3)):
+        for norm, res in (
+            (kh._self_attention_layer_norm, layer.res1),
+            (kh._cross_attention_layer_norm, layer.res2),
+            (kh._feedforward_layer_norm, layer.res3),
+        ):
             norm.gamma.assign(res.ln.gamma)
             norm.beta.assign(res.ln.beta)
-        for dense, mine in ((kh._feedforward_intermediate_dense, layer.ffn.inner),
-                            (kh._feedforward_output_dense, layer.ffn.outer)):
+        for dense, mine in (
+            (kh._feedforward_intermediate_dense, layer.ffn.inner),
+            (kh._feedforward_output_dense, layer.ffn.outer),
+        ):
             dense.kernel.assign(mine.kernel)
             dense.bias.assign(mine.bias)
         layers.append(kh)
@@ -76,31 +94,52 @@ def keras_hub_decoder(model, extra: int):
         memory, mask = model.encode(src)
         n, max_len = tf.shape(src)[0], tf.shape(src)[1] + extra + 1
         src_mask = tf.not_equal(src, 0)
-        cross = tf.stack([tf.stack([kh._cross_attention_layer._key_dense(memory),
-                                    kh._cross_attention_layer._value_dense(memory)], 1)
-                          for kh in layers], 1)          # (N, layers, 2, T1, h, d_k)
+        cross = tf.stack(
+            [
+                tf.stack(
+                    [
+                        kh._cross_attention_layer._key_dense(memory),
+                        kh._cross_attention_layer._value_dense(memory),
+                    ],
+                    1,
+                )
+                for kh in layers
+            ],
+            1,
+        )  # (N, layers, 2, T1, h, d_k)
         self_cache = tf.zeros((n, len(layers), 2, max_len, h, dk))
         prompt = tf.concat([tf.fill((n, 1), BOS_ID), tf.zeros((n, max_len - 1), tf.int32)], 1)
-        prompt_mask = tf.concat([tf.ones((n, 1), tf.bool), tf.zeros((n, max_len - 1), tf.bool)],
-                                1)
+        prompt_mask = tf.concat([tf.ones((n, 1), tf.bool), tf.zeros((n, max_len - 1), tf.bool)], 1)
 
         def next_fn(prompt, cache, index):
             self_cache, cross = cache
-            tok = prompt[:, index - 1:index]
-            x = model.tgt_embedding(tok) + M.sinusoid_encoding(
-                tf.reshape(index - 1, (1,)), d)[None]
+            tok = prompt[:, index - 1 : index]
+            x = (
+                model.tgt_embedding(tok)
+                + modules.sinusoid_encoding(tf.reshape(index - 1, (1,)), d)[None]
+            )
             updated = []
             for i, kh in enumerate(layers):
-                x, sc, _ = kh(x, encoder_sequence=memory, encoder_padding_mask=src_mask,
-                              self_attention_cache=self_cache[:, i],
-                              self_attention_cache_update_index=index - 1,
-                              cross_attention_cache=cross[:, i],
-                              cross_attention_cache_update_index=None)
+                x, sc, _ = kh(
+                    x,
+                    encoder_sequence=memory,
+                    encoder_padding_mask=src_mask,
+                    self_attention_cache=self_cache[:, i],
+                    self_attention_cache_update_index=index - 1,
+                    cross_attention_cache=cross[:, i],
+                    cross_attention_cache_update_index=None,
+                )
                 updated.append(sc)
             return model.logits(x[:, 0]), None, (tf.stack(updated, 1), cross)
 
-        out = sampler(next=next_fn, prompt=prompt, cache=(self_cache, cross), index=1,
-                      mask=prompt_mask, stop_token_ids=[EOS_ID])
+        out = sampler(
+            next=next_fn,
+            prompt=prompt,
+            cache=(self_cache, cross),
+            index=1,
+            mask=prompt_mask,
+            stop_token_ids=[EOS_ID],
+        )
         return out[:, 1:]
 
     return decode
@@ -108,22 +147,25 @@ def keras_hub_decoder(model, extra: int):
 
 def main() -> None:
     import tensorflow as tf
+
     import data_load
-    import eval as E
-    import model as MD
-    hp, opts = H.parse_args(extra={"sents": 1000, "naive_sents": 200, "batch": 64})
-    hp, tok, model, path = E.load_run(hp.logdir, {})
+    import decoding
+
+    hp, opts = hparams.parse_args(extra={"sents": 1000, "naive_sents": 200, "batch": 64})
+    hp, tok, model, path = decoding.load_run(hp.logdir, {}, who="bench")
     src_txt, refs = data_load.read_raw(hp, "test")
-    src_txt, refs = src_txt[:opts["sents"]], refs[:opts["sents"]]
+    src_txt, refs = src_txt[: opts["sents"]], refs[: opts["sents"]]
     ids = tok.encode_src(src_txt)
     extra = tf.constant(hp.max_len_extra, tf.int32)
     batches = list(data_load.eval_batches(ids, opts["batch"], 1 << 30))
-    print(f"model {path}: {model.count_params():,} parameters; {len(ids)} test sentences, "
-          f"batches of {opts['batch']}, max length = source length + {hp.max_len_extra}")
+    print(
+        f"model {path}: {model.count_params():,} parameters; {len(ids)} test sentences, "
+        f"batches of {opts['batch']}, max length = source length + {hp.max_len_extra}"
+    )
 
-    greedy = MD.greedy_decoder(model)
+    greedy = decoding.greedy_decoder(model)
     t_greedy, g_out = timed(lambda b: greedy(tf.constant(b), extra).numpy(), batches)
-    beam = MD.beam_decoder(model, 4, 0.6)
+    beam = decoding.beam_decoder(model, 4, 0.6)
     t_beam, b_out = timed(lambda b: beam(tf.constant(b), extra)[0].numpy()[:, 0], batches)
 
     try:
@@ -136,12 +178,17 @@ def main() -> None:
 
     n_naive = min(opts["naive_sents"], len(ids))
     naive_batches = list(data_load.eval_batches(ids[:n_naive], opts["batch"], 1 << 30))
-    naive = lambda b: MD.naive_greedy(model, tf.constant(b), b.shape[1] + hp.max_len_extra,
-                                      (b != 0).sum(axis=1) + hp.max_len_extra)
+
+    def naive(b):
+        limits = (b != 0).sum(axis=1) + hp.max_len_extra
+        return decoding.naive_greedy(model, tf.constant(b), b.shape[1] + hp.max_len_extra, limits)
+
     t_naive, n_out = timed(naive, naive_batches)
     _, g_small = timed(lambda b: greedy(tf.constant(b), extra).numpy(), naive_batches)
-    same = all(np.array_equal(a, b[:, :a.shape[1]]) and not b[:, a.shape[1]:].any()
-               for a, b in zip(g_small, n_out))
+    same = all(
+        np.array_equal(a, b[:, : a.shape[1]]) and not b[:, a.shape[1] :].any()
+        for a, b in zip(g_small, n_out)
+    )
 
     def texts(outs, batch_list, n):
         hyps = [""] * n
@@ -150,28 +197,33 @@ def main() -> None:
                 hyps[i] = tok.decode_tgt(out[row])
         return hyps
 
-    bleu_g = E.scores(texts(g_out, batches, len(ids)), refs)["sacrebleu"]
-    bleu_b = E.scores(texts(b_out, batches, len(ids)), refs)["sacrebleu"]
+    bleu_g = decoding.scores(texts(g_out, batches, len(ids)), refs)["sacrebleu"]
+    bleu_b = decoding.scores(texts(b_out, batches, len(ids)), refs)["sacrebleu"]
     sps_naive, sps_g, sps_b = n_naive / t_naive, len(ids) / t_greedy, len(ids) / t_beam
     print(f"{'decoder':<28}{'sentences/s':>12}{'sacreBLEU':>11}")
     print(f"{'naive (original loop)':<28}{sps_naive:>12.1f}{'':>11}")
     print(f"{'cached greedy':<28}{sps_g:>12.1f}{bleu_g:>11.2f}")
     print(f"{'cached beam 4, alpha 0.6':<28}{sps_b:>12.1f}{bleu_b:>11.2f}")
-    print(f"cached greedy / naive: {sps_g / sps_naive:.1f}x; outputs identical on the "
-          f"{n_naive} naive sentences: {same}")
+    print(
+        f"cached greedy / naive: {sps_g / sps_naive:.1f}x; outputs identical on the "
+        f"{n_naive} naive sentences: {same}"
+    )
     print(f"beam 4 / greedy: {sps_b / sps_g:.2f}x the speed, {bleu_b - bleu_g:+.2f} BLEU")
     if kh is not None:
+
         def cut(seq):  # keras-hub keeps generating after </S>; compare up to it
             seq = list(seq)
-            return seq[:seq.index(3) + 1] if 3 in seq else seq
-        agree = sum(cut(a) == cut(b) for ga, ka in zip(g_out, kh_out)
-                    for a, b in zip(ga, ka))
-        bleu_kh = E.scores(texts(kh_out, batches, len(ids)), refs)["sacrebleu"]
+            return seq[: seq.index(3) + 1] if 3 in seq else seq
+
+        agree = sum(cut(a) == cut(b) for ga, ka in zip(g_out, kh_out) for a, b in zip(ga, ka))
+        bleu_kh = decoding.scores(texts(kh_out, batches, len(ids)), refs)["sacrebleu"]
         sps_kh = len(ids) / t_kh
         print(f"{'keras-hub cached greedy':<28}{sps_kh:>12.1f}{bleu_kh:>11.2f}")
-        print(f"cached greedy / keras-hub: {sps_g / sps_kh:.2f}x; identical outputs: "
-              f"{agree}/{len(ids)} sentences")
+        print(
+            f"cached greedy / keras-hub: {sps_g / sps_kh:.2f}x; identical outputs: "
+            f"{agree}/{len(ids)} sentences"
+        )
 
 
 if __name__ == "__main__":
-    H.run_main(main)
+    hparams.run_main(main)

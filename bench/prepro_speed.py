@@ -7,6 +7,7 @@ else the synthetic demo corpus of that size. Each vocabulary type runs in a fres
 process so that its peak RSS is its own; the table prints seconds, peak RSS and their
 ratios to the budgets (ratio < 1 meets the bar).
 """
+
 import argparse
 import gzip
 import json
@@ -25,8 +26,7 @@ def make_corpus(folder: str, pairs: int, multi30k: str) -> None:
     os.makedirs(folder, exist_ok=True)
     if multi30k:
         for lang in ("de", "en"):
-            with gzip.open(os.path.join(multi30k, f"train.{lang}.gz"), "rt",
-                           encoding="utf-8") as f:
+            with gzip.open(os.path.join(multi30k, f"train.{lang}.gz"), "rt", encoding="utf-8") as f:
                 lines = f.read().splitlines()
             reps = -(-pairs // len(lines))
             text = "\n".join((lines * reps)[:pairs]) + "\n"
@@ -37,14 +37,16 @@ def make_corpus(folder: str, pairs: int, multi30k: str) -> None:
     else:
         sys.path.insert(0, ROOT)
         import demo_corpus
+
         demo_corpus.write_demo_corpus(folder, seed=1, n_train=pairs)
 
 
 def child(args) -> None:
     sys.path.insert(0, ROOT)
-    import hparams as H
+    import hparams
     import prepro
-    hp = H.apply(H.Hparams(), json.loads(args.child))
+
+    hp = hparams.apply(hparams.Hparams(), json.loads(args.child))
     t0 = time.time()
     prepro.preprocess(hp, force=True)
     seconds = time.time() - t0
@@ -66,15 +68,24 @@ def main() -> None:
     corpus = "parallel" if args.multi30k else "iwslt2016"
     print(f"{args.pairs:,} pairs ({'Multi30k repeated' if args.multi30k else 'demo corpus'})")
     print(f"{'vocabulary':<22}{'seconds':>9}{'peak MB':>9}{'s/budget':>10}{'MB/budget':>11}")
-    for name, extra in (("bpe 8000 (joint)", dict(vocab_type="bpe", vocab_size=8000)),
-                        ("word (legacy)", dict(vocab_type="word", min_cnt=2))):
-        hp = dict(corpus=corpus, data_dir=data, prepro_dir=os.path.join(tmp, name.split()[0]),
-                  **extra)
-        out = subprocess.run([sys.executable, __file__, "--child", json.dumps(hp)],
-                             capture_output=True, text=True, check=True).stdout
+    for name, extra in (
+        ("bpe 8000 (joint)", dict(vocab_type="bpe", vocab_size=8000)),
+        ("word (legacy)", dict(vocab_type="word", min_cnt=2)),
+    ):
+        hp = dict(
+            corpus=corpus, data_dir=data, prepro_dir=os.path.join(tmp, name.split()[0]), **extra
+        )
+        out = subprocess.run(
+            [sys.executable, __file__, "--child", json.dumps(hp)],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         r = json.loads(out.strip().splitlines()[-1])
-        print(f"{name:<22}{r['seconds']:>9.1f}{r['peak_mb']:>9.0f}"
-              f"{r['seconds'] / BUDGET_S:>10.2f}{r['peak_mb'] / BUDGET_MB:>11.2f}")
+        print(
+            f"{name:<22}{r['seconds']:>9.1f}{r['peak_mb']:>9.0f}"
+            f"{r['seconds'] / BUDGET_S:>10.2f}{r['peak_mb'] / BUDGET_MB:>11.2f}"
+        )
 
 
 if __name__ == "__main__":

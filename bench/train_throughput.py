@@ -5,6 +5,15 @@ same size, and against the machine's measured matmul peak.
     python prepro.py --preset multi30k --data_dir ../shared/data/multi30k
     python bench/train_throughput.py --preset multi30k [--sizes small,base] [--quick]
         [--configs "ours float32,ours weighted float32"]      # a subset of the rows
+        [--baseline_tree PATH]        # one more row: the project's code at PATH (float32)
+    python bench/train_throughput.py --preset multi30k --ablate dense2d,dropout16 [--pairs 3]
+
+``--ablate`` measures each rewrite of fast_ops.py against the standard op: for every
+name, ``--pairs`` interleaved on/off pairs of the small float32 configuration (on, off, on,
+off, ...), each child with only that switch changed, and prints each pair's ratio and the
+median gain. ``--baseline_tree`` runs another checkout of the project (for example
+``git worktree add /tmp/old HEAD~5``) in the same run, so that a change of code is compared
+with its predecessor on the same machine at the same time.
 
 One script run. Every configuration runs in a fresh child process, one after the other
 (so a dtype policy or XLA setting never leaks and each peak RSS is its own). The speed of
@@ -27,6 +36,7 @@ the output projection) and an explicit matmul count (forward x 3) from the real 
 and target lengths of each batch, attention included. Each number is the median of
 three timed windows after the warm-up batches.
 """
+
 import json
 import os
 import resource
@@ -40,7 +50,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np
 
-import hparams as H
+import hparams
 
 SIZES = {
     "small": dict(d_model=256, d_ff=1024, num_blocks=3, num_heads=4, tokens_per_batch=2048),
@@ -57,10 +67,13 @@ def matmul_flops(src_lens, tgt_lens, d, d_ff, n, vocab) -> float:
     of S source and T target positions (</S> and <S> included)."""
     S, T = np.asarray(src_lens, float), np.asarray(tgt_lens, float)
     enc = n * (2 * S * (4 * d * d + 2 * d * d_ff) + 4 * S * S * d)
-    dec = n * (2 * T * (4 * d * d + 2 * d * d_ff)      # self-attention and FFN
-               + 4 * T * T * d                          # Q K^T and weights x V
-               + 2 * T * 2 * d * d + 2 * S * 2 * d * d  # cross: W^Q, W^O; W^K, W^V
-               + 4 * T * S * d)
+    dec = n * (
+        2 * T * (4 * d * d + 2 * d * d_ff)  # self-attention and FFN
+        + 4 * T * T * d  # Q K^T and weights x V
+        + 2 * T * 2 * d * d
+        + 2 * S * 2 * d * d  # cross: W^Q, W^O; W^K, W^V
+        + 4 * T * S * d
+    )
     out = 2 * T * d * vocab
     return float(3 * np.sum(enc + dec + out))
 
@@ -69,6 +82,7 @@ def matmul_peak(dtype: str, sizes=(2048, 4096), repeats: int = 3) -> float:
     """The machine's matmul peak as TensorFlow reaches it: the best GFLOP/s of single
     n x n x n matmuls over the sizes and repeats."""
     import tensorflow as tf
+
     best = 0.0
     for n in sizes:
         a = tf.cast(tf.random.normal((n, n)), dtype)
@@ -78,7 +92,7 @@ def matmul_peak(dtype: str, sizes=(2048, 4096), repeats: int = 3) -> float:
         for _ in range(repeats):
             t0 = time.perf_counter()
             mm(a, b).numpy()
-            best = max(best, 2 * n ** 3 / (time.perf_counter() - t0) / 1e9)
+            best = max(best, 2 * n**3 / (time.perf_counter() - t0) / 1e9)
     return best
 
 
@@ -91,13 +105,17 @@ class Peaks:
         self.own = "bfloat16" if precision == "mixed_bfloat16" else "float32"
         self.fp32, self.own_peaks, self.train_rss_mb = [], [], 0.0
 
-    def probe(self):
+    def probe(self, enabled: bool = True):
         """Probe the peaks. The probe's own 4096^2 matrices must not count as training
-        memory: the peak RSS so far is kept first and the kernel's peak is reset after."""
+        memory: the peak RSS so far is kept first and the kernel's peak is reset after.
+        Not ``enabled`` (an ablation, which compares tokens/s only): record no peak."""
         self.train_rss_mb = max(self.train_rss_mb, peak_rss_mb())
+        if not enabled:
+            self.fp32.append(float("nan"))
+            self.own_peaks.append(float("nan"))
+            return
         self.fp32.append(matmul_peak("float32"))
-        self.own_peaks.append(self.fp32[-1] if self.own == "float32"
-                              else matmul_peak(self.own))
+        self.own_peaks.append(self.fp32[-1] if self.own == "float32" else matmul_peak(self.own))
         reset_peak_rss()
 
 
@@ -118,8 +136,11 @@ def per_step(batches, warmup: int, step_times, hp, vocab: int):
             times.append(step_times[i])
             first.append(new)
             tokens.append(float((lab != 0).sum()))
-            flops.append(matmul_flops((src != 0).sum(1), (lab != 0).sum(1), hp.d_model,
-                                      hp.d_ff, hp.num_blocks, vocab))
+            flops.append(
+                matmul_flops(
+                    (src != 0).sum(1), (lab != 0).sum(1), hp.d_model, hp.d_ff, hp.num_blocks, vocab
+                )
+            )
     return times, tokens, flops, first
 
 
@@ -141,13 +162,20 @@ def timed_result(times, tokens, flops, first_seen, batches, peaks: Peaks) -> dic
     steady = sum(tokens[i] for i in seen) / sum(times[i] for i in seen) if seen else 0.0
     real = sum(int((lab != 0).sum()) for _, _, lab in batches)
     allpos = sum(lab.size for _, _, lab in batches)
-    return {"tok_s": float(np.median(tok_s)), "matmul_flop_s": float(np.median(flop_s)),
-            "of_fp32": float(np.median(of_fp32)), "of_own": float(np.median(of_own)),
-            "of_fp32_windows": of_fp32, "steady_tok_s": float(steady),
-            "tgt_padding": 1 - real / allpos, "steps": len(batches),
-            "shapes": len({(b[0].shape, b[1].shape) for b in batches}),
-            "rss_mb": peaks.train_rss_mb, "peak": max(peaks.own_peaks),
-            "peak_fp32": max(peaks.fp32)}
+    return {
+        "tok_s": float(np.median(tok_s)),
+        "matmul_flop_s": float(np.median(flop_s)),
+        "of_fp32": float(np.median(of_fp32)),
+        "of_own": float(np.median(of_own)),
+        "of_fp32_windows": of_fp32,
+        "steady_tok_s": float(steady),
+        "tgt_padding": 1 - real / allpos,
+        "steps": len(batches),
+        "shapes": len({(b[0].shape, b[1].shape) for b in batches}),
+        "rss_mb": peaks.train_rss_mb,
+        "peak": max(peaks.own_peaks),
+        "peak_fp32": max(peaks.fp32),
+    }
 
 
 def peak_rss_mb() -> float:
@@ -176,45 +204,72 @@ def reset_peak_rss() -> None:
 def batches_for(hp, data, count):
     """The first ``count`` batches of epoch 0 of the project's plan, as numpy arrays."""
     import data_load
+
     plan = data.batches(0)[:count]
     return [data_load.build_batch(data.corpus, idx, hp.pad_multiple) for idx in plan]
 
 
 def run_ours(cfg: dict) -> dict:
-    import data_load
-    import train as T
-    hp = H.apply(H.preset(cfg["preset"]), cfg["hparams"])
-    tok = data_load.load_tokenizer(hp)
-    strategy, precision = T.setup_devices(hp)
+    """This project's train step; ``cfg['tree']``: the project's code at another path,
+    ``cfg['ablate']``: fast_ops switches to turn off."""
+    if cfg.get("tree"):
+        sys.path.insert(0, os.path.abspath(cfg["tree"]))
+        for name in [m for m in sys.modules if m in ("hparams", "files")]:
+            del sys.modules[name]
     import keras
+
+    import data_load
+    import hparams
+    import train
+
+    if cfg.get("ablate"):
+        import fast_ops
+
+        for name in cfg["ablate"]:
+            fast_ops.ENABLED[name] = False
+    try:
+        import devices
+
+        setup_devices = devices.setup_devices
+    except ImportError:  # an older tree
+        setup_devices = train.setup_devices
+    hp = hparams.apply(hparams.preset(cfg["preset"]), cfg["hparams"])
+    tok = data_load.load_tokenizer(hp)
+    strategy, precision = setup_devices(hp)
     keras.utils.set_random_seed(hp.seed)
     data = data_load.TrainData(hp)
-    trainer = T.Trainer(hp, tok, strategy, precision)
+    trainer = train.Trainer(hp, tok, strategy, precision)
     batches = batches_for(hp, data, cfg["warmup"] + cfg["steps"])
     step_times = []
     peaks = Peaks(precision)
     probe_at = {cfg["warmup"] + b for b in window_bounds(cfg["steps"])}
+    probe = cfg.get("probe", True)
     for i, (src, dec, lab) in enumerate(batches):
         if i in probe_at:
-            peaks.probe()
+            peaks.probe(probe)
         t0 = time.perf_counter()
-        stats, _ = trainer.train_batch(src, dec, lab)   # numpy: waits for the step
+        stats, _ = trainer.train_batch(src, dec, lab)  # numbers: waits for the step
         step_times.append(time.perf_counter() - t0)
-    peaks.probe()
-    times, tokens, flops, first = per_step(batches, cfg["warmup"], step_times, hp,
-                                           trainer.model.tgt_embedding.vocab_size)
+    peaks.probe(probe)
+    times, tokens, flops, first = per_step(
+        batches, cfg["warmup"], step_times, hp, trainer.model.tgt_embedding.vocab_size
+    )
     traces = trainer._step.experimental_get_tracing_count()
     if hasattr(trainer._compiled, "experimental_get_tracing_count"):
         traces += trainer._compiled.experimental_get_tracing_count()
-    return {**timed_result(times, tokens, flops, first, batches, peaks),
-            "params": trainer.model.count_params(), "traces": traces,
-            "loss": float(stats[0] / stats[2])}
+    return {
+        **timed_result(times, tokens, flops, first, batches, peaks),
+        "params": trainer.model.count_params(),
+        "traces": traces,
+        "loss": float(stats[0] / stats[2]),
+    }
 
 
 def keras_hub_model(vocab, d, d_ff, n, h, max_len, dropout):
     """The encoder-decoder of the keras-hub translation example, at our size."""
     import keras
     import keras_hub
+
     src = keras.Input((None,), dtype="int32", name="src")
     tgt = keras.Input((None,), dtype="int32", name="tgt")
     x = keras_hub.layers.TokenAndPositionEmbedding(vocab, max_len, d, mask_zero=True)(src)
@@ -230,22 +285,27 @@ def keras_hub_model(vocab, d, d_ff, n, h, max_len, dropout):
 def run_keras_hub(cfg: dict) -> dict:
     import keras
     import tensorflow as tf
+
     import data_load
-    hp = H.apply(H.preset(cfg["preset"]), cfg["hparams"])
+
+    hp = hparams.apply(hparams.preset(cfg["preset"]), cfg["hparams"])
     tok = data_load.load_tokenizer(hp)
     keras.utils.set_random_seed(hp.seed)
     data = data_load.TrainData(hp)
     rng = np.random.default_rng(hp.seed)
     order = rng.permutation(data.keep)
     count = cfg["warmup"] + cfg["steps"]
-    batches = [data_load.build_batch(data.corpus, order[i * 64:(i + 1) * 64])
-               for i in range(count)]
+    batches = [
+        data_load.build_batch(data.corpus, order[i * 64 : (i + 1) * 64]) for i in range(count)
+    ]
     vocab = tok.tgt_vocab_size
-    model = keras_hub_model(vocab, hp.d_model, hp.d_ff, hp.num_blocks, hp.num_heads,
-                            hp.maxlen1 + 2, hp.dropout_rate)
-    model.compile(keras.optimizers.Adam(3e-4, beta_2=0.98, epsilon=1e-9),
-                  keras.losses.SparseCategoricalCrossentropy(from_logits=True,
-                                                             ignore_class=0))
+    model = keras_hub_model(
+        vocab, hp.d_model, hp.d_ff, hp.num_blocks, hp.num_heads, hp.maxlen1 + 2, hp.dropout_rate
+    )
+    model.compile(
+        keras.optimizers.Adam(3e-4, beta_2=0.98, epsilon=1e-9),
+        keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=0),
+    )
     spec = tf.TensorSpec([None, None], tf.int32)
 
     def gen():
@@ -276,9 +336,13 @@ def run_keras_hub(cfg: dict) -> dict:
 
     hist = model.fit(ds.prefetch(2), epochs=1, verbose=0, callbacks=[Clock()])
     times, tokens, flops, first = per_step(batches, cfg["warmup"], step_times, hp, vocab)
-    return {**timed_result(times, tokens, flops, first, batches, peaks),
-            "params": model.count_params(), "traces": None,
-            "loss": float(hist.history["loss"][-1]), "jit_compile": bool(model.jit_compile)}
+    return {
+        **timed_result(times, tokens, flops, first, batches, peaks),
+        "params": model.count_params(),
+        "traces": None,
+        "loss": float(hist.history["loss"][-1]),
+        "jit_compile": bool(model.jit_compile),
+    }
 
 
 def child(cfg_json: str) -> None:
@@ -290,52 +354,135 @@ def child(cfg_json: str) -> None:
 # ---------------------------------------------------------------------------------------
 # parent: peaks, configurations, table
 # ---------------------------------------------------------------------------------------
-def configurations(preset: str, sizes: list[str], quick: bool) -> list[dict]:
+def ablation_configurations(preset: str, names: list[str], pairs: int) -> list[dict]:
+    """For each rewrite: ``pairs`` interleaved (on, off) runs of the small float32 row."""
+    model = SIZES["small"]
+    hp = dict(model, dropout_rate=0.1, label_smoothing=0.1, precision="float32")
+    common = dict(
+        preset=preset, size="small", warmup=WARMUP, steps=30, side="ours", probe=False, hparams=hp
+    )
+    out = []
+    for name in names:
+        for k in range(pairs):
+            out.append(dict(common, name=f"{name} on #{k + 1}", ablate=[], rewrite=name))
+            out.append(dict(common, name=f"{name} off #{k + 1}", ablate=[name], rewrite=name))
+    return out
+
+
+def print_ablation(rows: list[dict]) -> None:
+    """Per rewrite: each pair's tokens/s on and off, its gain, and the median gain."""
+    print(f"{'rewrite':18} {'pair':>4} {'on tok/s':>9} {'off tok/s':>9} {'gain':>7}")
+    for name in dict.fromkeys(r["cfg"]["rewrite"] for r in rows):
+        on = [r["tok_s"] for r in rows if r["cfg"]["rewrite"] == name and not r["cfg"]["ablate"]]
+        off = [r["tok_s"] for r in rows if r["cfg"]["rewrite"] == name and r["cfg"]["ablate"]]
+        gains = [a / b - 1 for a, b in zip(on, off)]
+        for k, (a, b, g) in enumerate(zip(on, off, gains)):
+            print(f"{name:18} {k + 1:4d} {a:9,.0f} {b:9,.0f} {g:+7.1%}")
+        verdict = "keep" if gains and np.median(gains) >= 0.05 and min(gains) > 0 else "remove"
+        print(
+            f"{name:18} {'med':>4} {'':9} {'':9} {np.median(gains):+7.1%}  -> {verdict} "
+            f"(kept if the median gain is >= 5% and every pair favours it)"
+        )
+
+
+def configurations(preset: str, sizes: list[str], quick: bool, tree: str = "") -> list[dict]:
     out = []
     for size in sizes:
         model = SIZES[size]
         steps = {"small": 45, "base": 15}[size] if not quick else 9
-        common = dict(preset=preset, size=size, warmup=WARMUP if not quick else 3,
-                      steps=steps)
+        common = dict(preset=preset, size=size, warmup=WARMUP if not quick else 3, steps=steps)
         hp = dict(model, dropout_rate=0.1, label_smoothing=0.1)
-        variants = [("float32", False), ("float32", True), ("mixed_bfloat16", False),
-                    ("mixed_bfloat16", True)]
+        variants = [
+            ("float32", False),
+            ("float32", True),
+            ("mixed_bfloat16", False),
+            ("mixed_bfloat16", True),
+        ]
         if size == "base" and not quick:
             variants = [("float32", False), ("mixed_bfloat16", False)]
         for precision, xla in variants:
-            out.append(dict(common, side="ours", name=f"ours {precision}"
-                            f"{' XLA' if xla else ''}",
-                            hparams=dict(hp, precision=precision, jit_compile=xla,
-                                         # XLA: static shapes, one per width of 8
-                                         pad_multiple=8 if xla else 1)))
-        out.append(dict(common, side="ours", name="ours weighted float32",
-                        hparams=dict(hp, precision="float32", model_type="weighted")))
+            out.append(
+                dict(
+                    common,
+                    side="ours",
+                    name=f"ours {precision}{' XLA' if xla else ''}",
+                    hparams=dict(
+                        hp,
+                        precision=precision,
+                        jit_compile=xla,
+                        # XLA: static shapes, one per width of 8
+                        pad_multiple=8 if xla else 1,
+                    ),
+                )
+            )
+        out.append(
+            dict(
+                common,
+                side="ours",
+                name="ours weighted float32",
+                hparams=dict(hp, precision="float32", model_type="weighted"),
+            )
+        )
+        if tree:
+            out.append(
+                dict(
+                    common,
+                    side="ours",
+                    name="baseline tree float32",
+                    tree=tree,
+                    hparams=dict(hp, precision="float32"),
+                )
+            )
         kh = dict(hp, tokens_per_batch=model["tokens_per_batch"])
         out.append(dict(common, side="keras-hub", name="keras-hub fit float32", hparams=kh))
     return out
 
 
 def main() -> None:
-    hp, opts = H.parse_args(extra={"sizes": "small,base", "quick": False, "worker": "",
-                                   "configs": ""})
+    hp, opts = hparams.parse_args(
+        extra={
+            "sizes": "small,base",
+            "quick": False,
+            "worker": "",
+            "configs": "",
+            "baseline_tree": "",
+            "ablate": "",
+            "pairs": 3,
+        }
+    )
     if opts["worker"]:
         child(opts["worker"])
         return
     preset = opts["_preset"]
     import tensorflow as tf
-    print(f"TensorFlow {tf.__version__}; {os.cpu_count()} CPUs; preset {preset} "
-          f"(prepro_dir {hp.prepro_dir})")
-    print(f"matmul peak (TensorFlow, best of 2048^3 and 4096^3) before the runs: float32 "
-          f"{matmul_peak('float32'):.0f} GFLOP/s, bfloat16 {matmul_peak('bfloat16'):.0f}")
+
+    print(
+        f"TensorFlow {tf.__version__}; {os.cpu_count()} CPUs; preset {preset} "
+        f"(prepro_dir {hp.prepro_dir})"
+    )
+    print(
+        f"matmul peak (TensorFlow, best of 2048^3 and 4096^3) before the runs: float32 "
+        f"{matmul_peak('float32'):.0f} GFLOP/s, bfloat16 {matmul_peak('bfloat16'):.0f}"
+    )
     rows = []
     wanted = [x.strip() for x in opts["configs"].split(",") if x.strip()]
-    for cfg in configurations(preset, opts["sizes"].split(","), opts["quick"]):
+    ablate = [x.strip() for x in opts["ablate"].split(",") if x.strip()]
+    if ablate:
+        configs = ablation_configurations(preset, ablate, opts["pairs"])
+    else:
+        configs = configurations(
+            preset, opts["sizes"].split(","), opts["quick"], opts["baseline_tree"]
+        )
+    for cfg in configs:
         if wanted and cfg["name"] not in wanted:
             continue
         t0 = time.time()
-        proc = subprocess.run([sys.executable, os.path.abspath(__file__),
-                               "--worker", json.dumps(cfg)], cwd=ROOT, capture_output=True,
-                              text=True)
+        proc = subprocess.run(
+            [sys.executable, os.path.abspath(__file__), "--worker", json.dumps(cfg)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
         lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
         if proc.returncode or not lines:
             print(f"{cfg['name']} ({cfg['size']}) failed:\n{proc.stderr[-2000:]}")
@@ -343,8 +490,14 @@ def main() -> None:
         res = json.loads(lines[-1][7:])
         res.update(cfg=cfg, wall=time.time() - t0)
         rows.append(res)
-        print(f"  done: {cfg['size']} {cfg['name']} in {res['wall']:.0f}s", flush=True)
+        print(
+            f"  done: {cfg['size']} {cfg['name']} in {res['wall']:.0f}s: {res['tok_s']:,.0f} tok/s",
+            flush=True,
+        )
     print()
+    if ablate:
+        print_ablation(rows)
+        return
     for size in dict.fromkeys(r["cfg"]["size"] for r in rows):
         group = [r for r in rows if r["cfg"]["size"] == size]
         ref = next((r for r in group if r["cfg"]["side"] == "keras-hub"), None)
@@ -352,12 +505,16 @@ def main() -> None:
         # without a keras-hub row, ratios are to the first row ("x first" column)
         base_row = group[0] if ref is None else None
         m = SIZES[size]
-        print(f"## {size}: d_model {m['d_model']}, d_ff {m['d_ff']}, {m['num_blocks']}+"
-              f"{m['num_blocks']} layers, {m['num_heads']} heads; our params "
-              f"{ours_params:,}")
-        print(f"{'configuration':26} {'tgt tok/s':>9} {'steady':>7} {'ratio':>6} "
-              f"{'6PT GF/s':>8} {'mm GF/s':>8} {'fp32 pk':>8} {'of fp32':>7} {'own pk':>7} "
-              f"{'of own':>6} {'pad':>6} {'traces':>6} {'shapes':>6} {'RSS':>7}")
+        print(
+            f"## {size}: d_model {m['d_model']}, d_ff {m['d_ff']}, {m['num_blocks']}+"
+            f"{m['num_blocks']} layers, {m['num_heads']} heads; our params "
+            f"{ours_params:,}"
+        )
+        print(
+            f"{'configuration':26} {'tgt tok/s':>9} {'steady':>7} {'ratio':>6} "
+            f"{'6PT GF/s':>8} {'mm GF/s':>8} {'fp32 pk':>8} {'of fp32':>7} {'own pk':>7} "
+            f"{'of own':>6} {'pad':>6} {'traces':>6} {'shapes':>6} {'RSS':>7}"
+        )
         for r in group:
             six = 6 * ours_params * r["tok_s"] / 1e9
             mm = r["matmul_flop_s"] / 1e9
@@ -369,23 +526,27 @@ def main() -> None:
             if r["cfg"]["side"] == "keras-hub":
                 name += " (XLA)" if r.get("jit_compile") else ""
             steady = f"{r['steady_tok_s']:7,.0f}" if r["steady_tok_s"] else "      -"
-            print(f"{name:26} {r['tok_s']:9,.0f} {steady} {ratio:6.2f} "
-                  f"{six:8.1f} {mm:8.1f} {r['peak_fp32']:8.0f} {r['of_fp32']:7.1%} "
-                  f"{r['peak']:7.0f} {r['of_own']:6.1%} {r['tgt_padding']:6.1%} "
-                  f"{traces:>6} {r['shapes']:6d} {r['rss_mb']:5.0f}MB")
+            print(
+                f"{name:26} {r['tok_s']:9,.0f} {steady} {ratio:6.2f} "
+                f"{six:8.1f} {mm:8.1f} {r['peak_fp32']:8.0f} {r['of_fp32']:7.1%} "
+                f"{r['peak']:7.0f} {r['of_own']:6.1%} {r['tgt_padding']:6.1%} "
+                f"{traces:>6} {r['shapes']:6d} {r['rss_mb']:5.0f}MB"
+            )
         print()
-    print("tgt tok/s: real (non-PAD) target tokens per second, median of 3 windows; steady: "
-          "over the steps whose batch shape was seen before (no trace, no XLA compile); "
-          "ratio: to keras-hub (or to the first row); 6PT: 6 x params x tokens/s; mm: "
-          "matmul FLOPs of the real tokens per second; fp32 pk / own pk: the best float32 / "
-          "own-precision matmul GFLOP/s probed in the same child process before, between "
-          "and after its timed windows; of fp32 / of own: median over the windows of the "
-          "window's mm GFLOP/s over the better of the two probes around it; pad: padded "
-          "fraction of target positions; traces: tf.function traces of the train step; "
-          "shapes: distinct batch shapes (XLA compiles one program per shape); RSS: peak "
-          "resident memory of the child process while it trains (the peak probes' "
-          "matrices excluded)")
+    print(
+        "tgt tok/s: real (non-PAD) target tokens per second, median of 3 windows; steady: "
+        "over the steps whose batch shape was seen before (no trace, no XLA compile); "
+        "ratio: to keras-hub (or to the first row); 6PT: 6 x params x tokens/s; mm: "
+        "matmul FLOPs of the real tokens per second; fp32 pk / own pk: the best float32 / "
+        "own-precision matmul GFLOP/s probed in the same child process before, between "
+        "and after its timed windows; of fp32 / of own: median over the windows of the "
+        "window's mm GFLOP/s over the better of the two probes around it; pad: padded "
+        "fraction of target positions; traces: tf.function traces of the train step; "
+        "shapes: distinct batch shapes (XLA compiles one program per shape); RSS: peak "
+        "resident memory of the child process while it trains (the peak probes' "
+        "matrices excluded)"
+    )
 
 
 if __name__ == "__main__":
-    H.run_main(main)
+    hparams.run_main(main)

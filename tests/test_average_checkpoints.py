@@ -1,24 +1,27 @@
 """average_checkpoints.py: the averaged weights, checked by hand, and eval on them."""
+
 import json
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
-import hparams as H
+import average_checkpoints
+import decoding
+import hparams
+from eval import evaluate
 
 KEY = "model/encoder_0/self_attn/w_q/.ATTRIBUTES/VARIABLE_VALUE"
 
 
+@pytest.mark.slow
 def test_average_of_last_checkpoints(run, tmp_path):
-    import tensorflow as tf
-    import average_checkpoints as A
-    import eval as E
     hp, _, _ = run
-    paths = A.checkpoints(hp.logdir)
+    paths = average_checkpoints.checkpoints(hp.logdir)
     assert len(paths) == 3
-    out = A.average(hp.logdir, 2, str(tmp_path / "avg"))
+    out = average_checkpoints.average(hp.logdir, 2, str(tmp_path / "avg"))
     # by hand: restore each of the two checkpoints into a fresh model, average in numpy
-    _, _, model, _ = E.load_run(hp.logdir, {})
+    _, _, model, _ = decoding.load_run(hp.logdir, {})
     w_q = model.encoder_layers[0].self_attn.w_q
     values = []
     for p in paths[-2:]:
@@ -31,12 +34,15 @@ def test_average_of_last_checkpoints(run, tmp_path):
     names = {n for n, _ in tf.train.list_variables(out)}
     assert "model/tgt_embedding/embeddings/.ATTRIBUTES/VARIABLE_VALUE" in names
     assert not any(n.startswith("optimizer/") for n in names)
-    result = E.evaluate(hp.logdir, {"results_dir": str(tmp_path)}, ckpt=out)
-    assert json.load(open(result["results"] + ".json"))["decoding"]["checkpoint"] == out
+    result = evaluate(hp.logdir, {"results_dir": str(tmp_path)}, ckpt=out)
+    with open(result["results"] + ".json") as f:
+        assert json.load(f)["decoding"]["checkpoint"] == out
 
 
-def test_average_needs_enough_checkpoints(run):
-    import average_checkpoints as A
-    hp, _, _ = run
-    with pytest.raises(H.UserError, match="fewer than --last 9"):
-        A.average(hp.logdir, 9)
+def test_average_needs_enough_checkpoints(quick_run):
+    hp, _ = quick_run
+    assert len(average_checkpoints.checkpoints(hp.logdir)) == 3
+    with pytest.raises(hparams.UserError, match="fewer than --last 9"):
+        average_checkpoints.average(hp.logdir, 9)
+    with pytest.raises(hparams.UserError, match="--last must be at least 1"):
+        average_checkpoints.average(hp.logdir, 0)

@@ -1,36 +1,34 @@
 """The throughput benchmark's arithmetic: windows, per-window peak fractions, FLOP counts
 and the peak-RSS reset (no timing here: timed figures live in bench/ only)."""
+
 import os
-import sys
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "bench"))
-
-import train_throughput as B  # noqa: E402
+import train_throughput as throughput  # bench/ is on the pytest pythonpath (setup.cfg)
 
 
 def test_window_bounds_split_the_timed_steps():
-    assert B.window_bounds(45) == [0, 15, 30, 45]
-    assert B.window_bounds(10) == [0, 4, 7, 10]
+    assert throughput.window_bounds(45) == [0, 15, 30, 45]
+    assert throughput.window_bounds(10) == [0, 4, 7, 10]
 
 
 def test_each_window_is_compared_with_the_better_probe_around_it():
-    peaks = B.Peaks("float32")
+    peaks = throughput.Peaks("float32")
     peaks.fp32 = peaks.own_peaks = [100.0, 200.0, 50.0, 80.0]
-    times = [1.0] * 6                       # two steps per window
+    times = [1.0] * 6  # two steps per window
     flops = [60e9, 60e9, 100e9, 100e9, 40e9, 40e9]
     tokens = [10.0, 30.0, 20.0, 20.0, 5.0, 5.0]
-    lab = np.array([[5, 6, 0, 0]])          # half padding
-    res = B.timed_result(times, tokens, flops, [True] + [False] * 5, [(lab, lab, lab)],
-                         peaks)
+    lab = np.array([[5, 6, 0, 0]])  # half padding
+    res = throughput.timed_result(
+        times, tokens, flops, [True] + [False] * 5, [(lab, lab, lab)], peaks
+    )
     # windows: 60, 100, 40 GFLOP/s against max(100, 200), max(200, 50), max(50, 80)
     assert abs(res["of_fp32"] - 0.5) < 1e-12 and abs(res["of_own"] - 0.5) < 1e-12
     np.testing.assert_allclose(res["of_fp32_windows"], [0.3, 0.5, 0.5])
-    assert res["tok_s"] == 20.0                       # windows 20, 20, 5 tokens/s
+    assert res["tok_s"] == 20.0  # windows 20, 20, 5 tokens/s
     assert abs(res["matmul_flop_s"] - 60e9) < 1
-    assert abs(res["steady_tok_s"] - 80 / 5) < 1e-9   # the first step's shape was new
+    assert abs(res["steady_tok_s"] - 80 / 5) < 1e-9  # the first step's shape was new
     assert res["tgt_padding"] == 0.5 and res["peak_fp32"] == 200.0
 
 
@@ -38,20 +36,25 @@ def test_matmul_flops_by_hand():
     # one pair, S = 2 source and T = 3 target positions, d 4, d_ff 8, 1 layer, V 10
     S, T, d, f, V = 2, 3, 4, 8, 10
     enc = 2 * S * (4 * d * d + 2 * d * f) + 4 * S * S * d
-    dec = 2 * T * (4 * d * d + 2 * d * f) + 4 * T * T * d + 2 * T * 2 * d * d \
-        + 2 * S * 2 * d * d + 4 * T * S * d
-    assert B.matmul_flops([S], [T], d, f, 1, V) == 3 * (enc + dec + 2 * T * d * V)
+    dec = (
+        2 * T * (4 * d * d + 2 * d * f)
+        + 4 * T * T * d
+        + 2 * T * 2 * d * d
+        + 2 * S * 2 * d * d
+        + 4 * T * S * d
+    )
+    assert throughput.matmul_flops([S], [T], d, f, 1, V) == 3 * (enc + dec + 2 * T * d * V)
 
 
 def test_peak_rss_reset():
     """A freed 64 MiB block raises the peak; the reset brings it back down (Linux)."""
     if not os.path.exists("/proc/self/clear_refs"):
-        assert B.peak_rss_mb() > 0
+        assert throughput.peak_rss_mb() > 0
         return
-    B.reset_peak_rss()                              # earlier tests may have peaked higher
-    before = B.peak_rss_mb()
-    block = np.ones(64 * 2 ** 20 // 8)              # 64 MiB, written
-    assert B.peak_rss_mb() >= before + 60
-    del block                                       # numpy returns it to the OS
-    B.reset_peak_rss()
-    assert B.peak_rss_mb() < before + 32
+    throughput.reset_peak_rss()  # earlier tests may have peaked higher
+    before = throughput.peak_rss_mb()
+    block = np.ones(64 * 2**20 // 8)  # 64 MiB, written
+    assert throughput.peak_rss_mb() >= before + 60
+    del block  # numpy returns it to the OS
+    throughput.reset_peak_rss()
+    assert throughput.peak_rss_mb() < before + 32

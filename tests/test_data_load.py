@@ -1,20 +1,18 @@
-"""Tests for data_load: tokenizer loading, encoding, length filtering, batching, tf.data.
+"""Tests for data_load: token ids, reading text files, tokenizer loading, encoding, length
+filtering, batching, tf.data."""
 
-Only test_train_dataset_matches_plan imports TensorFlow; everything else is numpy.
-"""
+import gzip
 import os
-import sys
+import re
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO_ROOT)
+import numpy as np
+import pytest
+import tensorflow as tf
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-
-import data_load as D  # noqa: E402
-import hparams as H  # noqa: E402
-import prepro  # noqa: E402
-from hparams import UserError  # noqa: E402
+import data_load
+import hparams
+import prepro
+from hparams import UserError
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 
@@ -22,13 +20,24 @@ PAD, UNK, BOS, EOS = 0, 1, 2, 3
 # ---------------------------------------------------------------------------------------
 # Fixtures
 # ---------------------------------------------------------------------------------------
-NOUNS = [("Vogel", "bird"), ("Baum", "tree"), ("Fluss", "river"), ("Berg", "mountain"),
-         ("Wald", "forest"), ("Garten", "garden")]
+NOUNS = [
+    ("Vogel", "bird"),
+    ("Baum", "tree"),
+    ("Fluss", "river"),
+    ("Berg", "mountain"),
+    ("Wald", "forest"),
+    ("Garten", "garden"),
+]
 ADJS = [("alte", "old"), ("grüne", "green"), ("ruhige", "quiet"), ("schöne", "beautiful")]
-TAILS = [("", ""), (" im Süden", " in the south"),
-         (" hinter dem kleinen Dorf am Meer", " behind the small village by the sea"),
-         (" neben der Brücke, die über den breiten Fluss führt,",
-          " next to the bridge that crosses the wide river,")]
+TAILS = [
+    ("", ""),
+    (" im Süden", " in the south"),
+    (" hinter dem kleinen Dorf am Meer", " behind the small village by the sea"),
+    (
+        " neben der Brücke, die über den breiten Fluss führt,",
+        " next to the bridge that crosses the wide river,",
+    ),
+]
 
 
 def make_pairs():
@@ -37,8 +46,12 @@ def make_pairs():
     for de_n, en_n in NOUNS:
         for de_a, en_a in ADJS:
             for de_t, en_t in TAILS:
-                pairs.append((f"Der {de_a} {de_n} steht{de_t} dort.",
-                              f"The {en_a} {en_n} stands there{en_t}."))
+                pairs.append(
+                    (
+                        f"Der {de_a} {de_n} steht{de_t} dort.",
+                        f"The {en_a} {en_n} stands there{en_t}.",
+                    )
+                )
     return pairs
 
 
@@ -48,17 +61,26 @@ def write_parallel(data_dir, train, dev=None, test=None):
     test = test or train[5:9]
     for stem, split in (("train", train), ("val", dev), ("test_2016_flickr", test)):
         for k, lang in enumerate(("de", "en")):
-            with open(os.path.join(data_dir, f"{stem}.{lang}"), "w", encoding="utf-8",
-                      newline="\n") as f:
+            with open(
+                os.path.join(data_dir, f"{stem}.{lang}"), "w", encoding="utf-8", newline="\n"
+            ) as f:
                 f.write("".join(p[k] + "\n" for p in split))
 
 
 def word_hp(tmp, **kw):
-    values = dict(corpus="parallel", data_dir=str(tmp / "data"), prepro_dir=str(tmp / "prepro"),
-                  vocab_type="word", min_cnt=1, maxlen1=100, maxlen2=100,
-                  tokens_per_batch=64, seed=5)
+    values = dict(
+        corpus="parallel",
+        data_dir=str(tmp / "data"),
+        prepro_dir=str(tmp / "prepro"),
+        vocab_type="word",
+        min_cnt=1,
+        maxlen1=100,
+        maxlen2=100,
+        tokens_per_batch=64,
+        seed=5,
+    )
     values.update(kw)
-    return H.apply(H.Hparams(), values)
+    return hparams.apply(hparams.Hparams(), values)
 
 
 @pytest.fixture(scope="module")
@@ -72,9 +94,9 @@ def prepped(tmp_path_factory):
 
 def make_corpus(src, tgt):
     """A Corpus from lists of id lists (no specials)."""
-    s_ids, s_off = D._flatten(src)
-    t_ids, t_off = D._flatten(tgt)
-    return D.Corpus(s_ids, s_off, t_ids, t_off)
+    s_ids, s_off = data_load._flatten(src)
+    t_ids, t_off = data_load._flatten(tgt)
+    return data_load.Corpus(s_ids, s_off, t_ids, t_off)
 
 
 def synthetic_lengths(n=3000, seed=0):
@@ -93,17 +115,61 @@ def synthetic_corpus(src_lens, tgt_lens, seed=0):
 
 
 def hp_with(**kw):
-    return H.apply(H.Hparams(), kw)
+    return hparams.apply(hparams.Hparams(), kw)
+
+
+# ---------------------------------------------------------------------------------------
+# token ids and reading text files
+# ---------------------------------------------------------------------------------------
+def test_reserved_token_ids():
+    assert data_load.RESERVED == ("<PAD>", "<UNK>", "<S>", "</S>")
+    assert (
+        (data_load.PAD_ID, data_load.UNK_ID, data_load.BOS_ID, data_load.EOS_ID)
+        == (PAD, UNK, BOS, EOS)
+        == (0, 1, 2, 3)
+    )
+
+
+def test_read_lines_strips_and_keeps_empty_lines(tmp_path):
+    p = tmp_path / "x.txt"
+    p.write_bytes("eins \r\n\r\n  drei\r\nvier".encode())  # CRLF, no final newline
+    assert data_load.read_lines(str(p)) == ["eins", "", "drei", "vier"]
+    p.write_bytes(b"")
+    assert data_load.read_lines(str(p)) == []
+
+
+def test_read_gzipped_text(tmp_path):
+    p = tmp_path / "train.de.gz"
+    with gzip.open(p, "wb") as f:
+        f.write("Grüße aus Köln\n  Straße  \n\nEnde\n".encode())
+    assert data_load.read_lines(str(p)) == ["Grüße aus Köln", "Straße", "", "Ende"]
+    assert data_load.read_text(str(p)) == "Grüße aus Köln\n  Straße  \n\nEnde\n"
+
+
+def test_truncated_gzip_is_a_user_error(tmp_path):
+    good = gzip.compress(("Ein Satz.\n" * 200).encode())
+    p = tmp_path / "broken.de.gz"
+    p.write_bytes(good[: len(good) // 2])
+    with pytest.raises(UserError, match=re.escape(str(p)) + ".*could not be read"):
+        data_load.read_lines(str(p))
+
+
+@pytest.mark.parametrize("reader", [data_load.read_text, data_load.read_lines])
+def test_missing_file_names_path(tmp_path, reader):
+    p = tmp_path / "nowhere" / "train.de"
+    with pytest.raises(UserError) as e:
+        reader(str(p))
+    assert str(p) in str(e.value) and "not found" in str(e.value)
 
 
 # ---------------------------------------------------------------------------------------
 # load_tokenizer
 # ---------------------------------------------------------------------------------------
 def test_load_tokenizer_ok(prepped):
-    tok = D.load_tokenizer(prepped)
+    tok = data_load.load_tokenizer(prepped)
     assert tok.kind == "word"
-    assert list(tok.src_vocab)[:4] == list(prepro.RESERVED)
-    assert tok.tgt_words[:4] == list(prepro.RESERVED)
+    assert list(tok.src_vocab)[:4] == list(data_load.RESERVED)
+    assert tok.tgt_words[:4] == list(data_load.RESERVED)
     assert tok.src_vocab_size == len(tok.src_vocab) > 20
     ids = tok.encode_src(["Der alte Vogel steht, 3 Zebras dort!"])[0]
     assert ids[:3] == [tok.src_vocab["Der"], tok.src_vocab["alte"], tok.src_vocab["Vogel"]]
@@ -111,67 +177,68 @@ def test_load_tokenizer_ok(prepped):
     assert tok.src_tokens(ids) == ["Der", "alte", "Vogel", "steht", "<UNK>", "dort"]
     en = tok.encode_tgt(["The old bird stands there."])[0]
     assert tok.decode_tgt([BOS] + en + [EOS, 7, 7]) == "The old bird stands there"
-    assert tok.decode_tgt([PAD] + en[:2] + [10 ** 6]) == "The old <UNK>"
+    assert tok.decode_tgt([PAD] + en[:2] + [10**6]) == "The old <UNK>"
     assert tok.tgt_tokens(en[:2]) == ["The", "old"]
 
 
 def test_load_tokenizer_other_preset_says_rerun_prepro(prepped):
-    other = H.apply(H.preset("multi30k"), {"prepro_dir": prepped.prepro_dir})
+    other = hparams.apply(hparams.preset("multi30k"), {"prepro_dir": prepped.prepro_dir})
     with pytest.raises(UserError) as e:
-        D.load_tokenizer(other)
+        data_load.load_tokenizer(other)
     msg = str(e.value)
     assert "rerun prepro" in msg and prepped.prepro_dir in msg
     assert "vocab_type='word' (you asked for 'bpe')" in msg
     assert "vocab_size=1000 (you asked for 8000)" in msg
     with pytest.raises(UserError, match=r"min_cnt=1 \(you asked for 20\).*rerun prepro"):
-        D.load_tokenizer(H.apply(prepped, {"min_cnt": 20}))
+        data_load.load_tokenizer(hparams.apply(prepped, {"min_cnt": 20}))
     # a model-only difference is fine
-    assert D.load_tokenizer(H.apply(prepped, {"d_model": 64, "num_heads": 2})).kind == "word"
+    model_only = hparams.apply(prepped, {"d_model": 64, "num_heads": 2})
+    assert data_load.load_tokenizer(model_only).kind == "word"
 
 
 def test_load_tokenizer_missing_files(tmp_path):
     hp = word_hp(tmp_path)
     with pytest.raises(UserError, match="prepro"):  # no hparams.json
-        D.load_tokenizer(hp)
-    H.save(hp, os.path.join(hp.prepro_dir, "hparams.json"))
+        data_load.load_tokenizer(hp)
+    hparams.save(hp, os.path.join(hp.prepro_dir, "hparams.json"))
     with pytest.raises(UserError) as e:
-        D.load_tokenizer(hp)
+        data_load.load_tokenizer(hp)
     assert os.path.join(hp.prepro_dir, "vocab.de.tsv") in str(e.value)
     assert "prepro.py" in str(e.value)
-    bpe = H.apply(hp, {"vocab_type": "bpe"})
-    H.save(bpe, os.path.join(hp.prepro_dir, "hparams.json"))
+    bpe = hparams.apply(hp, {"vocab_type": "bpe"})
+    hparams.save(bpe, os.path.join(hp.prepro_dir, "hparams.json"))
     with pytest.raises(UserError, match="bpe.model not found"):
-        D.load_tokenizer(bpe)
+        data_load.load_tokenizer(bpe)
     with pytest.raises(UserError, match="train.npz not found"):
-        D.load_corpus(hp, "train")
+        data_load.load_corpus(hp, "train")
     with pytest.raises(UserError, match="dev.src not found"):
-        D.read_raw(hp, "dev")
+        data_load.read_raw(hp, "dev")
 
 
 def test_malformed_vocab_files(tmp_path):
     hp = word_hp(tmp_path)
-    H.save(hp, os.path.join(hp.prepro_dir, "hparams.json"))
+    hparams.save(hp, os.path.join(hp.prepro_dir, "hparams.json"))
     de = os.path.join(hp.prepro_dir, "vocab.de.tsv")
     en = os.path.join(hp.prepro_dir, "vocab.en.tsv")
-    good = "".join(f"{t}\t1000000000\n" for t in prepro.RESERVED)
+    good = "".join(f"{t}\t1000000000\n" for t in data_load.RESERVED)
     with open(en, "w", encoding="utf-8") as f:
         f.write(good + "the\t5\n")
     with open(de, "w", encoding="utf-8") as f:
         f.write(good + "der\t5\nkaputt\n")
     with pytest.raises(UserError, match=f"{de}:6: expected 'token<TAB>count'"):
-        D.load_tokenizer(hp)
+        data_load.load_tokenizer(hp)
     with open(de, "w", encoding="utf-8") as f:
         f.write("der\t5\n" + good)
     with pytest.raises(UserError, match="first four tokens must be <PAD> <UNK> <S> </S>"):
-        D.load_tokenizer(hp)
+        data_load.load_tokenizer(hp)
     with open(de, "w", encoding="utf-8") as f:
         f.write(good + "der\t5\n")
     # well-formed files, but prepro.py never finished (no stamp.json): refused
     with pytest.raises(UserError, match="incomplete .* rerun prepro.py"):
-        D.load_tokenizer(hp)
+        data_load.load_tokenizer(hp)
     with open(os.path.join(hp.prepro_dir, "stamp.json"), "w") as f:
         f.write("{}")
-    tok = D.load_tokenizer(hp)
+    tok = data_load.load_tokenizer(hp)
     assert tok.src_vocab == {"<PAD>": 0, "<UNK>": 1, "<S>": 2, "</S>": 3, "der": 4}
 
 
@@ -187,60 +254,61 @@ def test_corpus_lengths_include_specials():
 
 def test_build_batch_layout():
     c = make_corpus([[5, 6, 7], [8]], [[9, 10], [11, 12, 13]])
-    src, dec, lab = D.build_batch(c, np.array([0, 1]))
+    src, dec, lab = data_load.build_batch(c, np.array([0, 1]))
     assert src.tolist() == [[5, 6, 7, EOS], [8, EOS, PAD, PAD]]
     assert dec.tolist() == [[BOS, 9, 10, PAD], [BOS, 11, 12, 13]]
     assert lab.tolist() == [[9, 10, EOS, PAD], [11, 12, 13, EOS]]
     assert src.dtype == dec.dtype == lab.dtype == np.int32
-    src, dec, lab = D.build_batch(c, np.array([1]), multiple=8)
+    src, dec, lab = data_load.build_batch(c, np.array([1]), multiple=8)
     assert src.shape == (1, 8) and dec.shape == lab.shape == (1, 8)
     assert src[0].tolist() == [8, EOS] + [PAD] * 6
     assert lab[0].tolist() == [11, 12, 13, EOS] + [PAD] * 4
 
 
 def test_build_batch_on_prepro_output(prepped):
-    corpus = D.load_corpus(prepped, "train")
+    corpus = data_load.load_corpus(prepped, "train")
     idx = np.array([3, 0, 50, 95])
-    src, dec, lab = D.build_batch(corpus, idx)
+    src, dec, lab = data_load.build_batch(corpus, idx)
     assert src.shape == (4, corpus.src_lens[idx].max())
     assert dec.shape == lab.shape == (4, corpus.tgt_lens[idx].max())
     for r, i in enumerate(idx):
         ls, lt = corpus.src_lens[i], corpus.tgt_lens[i]
         assert src[r, ls - 1] == EOS and (src[r, ls:] == PAD).all()
-        assert (src[r, :ls - 1] == corpus.src(i)).all()
+        assert (src[r, : ls - 1] == corpus.src(i)).all()
         assert dec[r, 0] == BOS and (dec[r, lt:] == PAD).all()
-        assert (lab[r, :lt - 1] == dec[r, 1:lt]).all()  # labels = decoder input shifted left
+        assert (lab[r, : lt - 1] == dec[r, 1:lt]).all()  # labels = decoder input shifted left
         assert lab[r, lt - 1] == EOS and (lab[r, lt:] == PAD).all()
-        assert EOS not in src[r, :ls - 1] and BOS not in dec[r, 1:]
+        assert EOS not in src[r, : ls - 1] and BOS not in dec[r, 1:]
 
 
 def test_keep_by_length(capsys):
     # src lens (</S> incl.): 4 2 7 3 6 2 ; tgt lens: 3 4 2 8 5 2
-    c = make_corpus([[5] * 3, [5], [5] * 6, [5] * 2, [5] * 5, [5]],
-                    [[6] * 2, [6] * 3, [6], [6] * 7, [6] * 4, [6]])
+    c = make_corpus(
+        [[5] * 3, [5], [5] * 6, [5] * 2, [5] * 5, [5]],
+        [[6] * 2, [6] * 3, [6], [6] * 7, [6] * 4, [6]],
+    )
     hp = hp_with(maxlen1=6, maxlen2=5)
-    keep = D.keep_by_length(c, hp, "train")
+    keep = data_load.keep_by_length(c, hp, "train")
     assert keep.tolist() == [0, 1, 4, 5]
     out = capsys.readouterr().out
     assert out == ("data: dropped 2 of 6 train pairs longer than maxlen1=6 / maxlen2=5\n")
-    assert D.keep_by_length(c, hp_with(maxlen1=7, maxlen2=8)).tolist() == list(range(6))
+    assert data_load.keep_by_length(c, hp_with(maxlen1=7, maxlen2=8)).tolist() == list(range(6))
     assert capsys.readouterr().out == ""  # nothing dropped, nothing printed
     with pytest.raises(UserError, match="no dev pair .* fits maxlen1=1"):
-        D.keep_by_length(c, hp_with(maxlen1=1, maxlen2=100), "dev")
+        data_load.keep_by_length(c, hp_with(maxlen1=1, maxlen2=100), "dev")
 
 
 def test_legacy_maxlen_filter_on_prepro_output(prepped, capsys):
-    hp = H.apply(prepped, {"maxlen1": 10, "maxlen2": 10})
-    corpus = D.load_corpus(hp, "train")
-    keep = D.keep_by_length(corpus, hp)
-    want = [i for i in range(len(corpus))
-            if corpus.src_lens[i] <= 10 and corpus.tgt_lens[i] <= 10]
+    hp = hparams.apply(prepped, {"maxlen1": 10, "maxlen2": 10})
+    corpus = data_load.load_corpus(hp, "train")
+    keep = data_load.keep_by_length(corpus, hp)
+    want = [i for i in range(len(corpus)) if corpus.src_lens[i] <= 10 and corpus.tgt_lens[i] <= 10]
     assert keep.tolist() == want and 0 < len(want) < len(corpus)
     assert f"dropped {len(corpus) - len(want)} of {len(corpus)} train" in capsys.readouterr().out
 
 
 def _widths(batch, sl, tl, m):
-    return D.round_up(int(max(sl[batch].max(), tl[batch].max())), m)
+    return data_load.round_up(int(max(sl[batch].max(), tl[batch].max())), m)
 
 
 @pytest.mark.parametrize("multiple", [1, 8])
@@ -250,7 +318,7 @@ def test_make_batches_token_budget(multiple):
     tl[[10, 20]] = [9, 400]
     budget = 256
     hp = hp_with(tokens_per_batch=budget, pad_multiple=multiple, seed=3)
-    plan = D.make_batches(sl, tl, hp, epoch=0)
+    plan = data_load.make_batches(sl, tl, hp, epoch=0)
     singles = 0
     for b in plan:
         cost = len(b) * _widths(b, sl, tl, multiple)
@@ -262,8 +330,7 @@ def test_make_batches_token_budget(multiple):
     flat = np.concatenate(plan)
     assert len(flat) == len(sl) and np.array_equal(np.sort(flat), np.arange(len(sl)))
     # greedy cut: batches are well filled
-    fill = np.mean([len(b) * _widths(b, sl, tl, multiple) / budget
-                    for b in plan if len(b) > 1])
+    fill = np.mean([len(b) * _widths(b, sl, tl, multiple) / budget for b in plan if len(b) > 1])
     assert fill > 0.8
 
 
@@ -272,24 +339,24 @@ def test_make_batches_real_shapes_within_budget():
     corpus = synthetic_corpus(sl, tl)
     for m in (1, 8):
         hp = hp_with(tokens_per_batch=300, pad_multiple=m, seed=9)
-        for b in D.make_batches(corpus.src_lens, corpus.tgt_lens, hp, epoch=2):
-            src, dec, lab = D.build_batch(corpus, b, m)
+        for b in data_load.make_batches(corpus.src_lens, corpus.tgt_lens, hp, epoch=2):
+            src, dec, lab = data_load.build_batch(corpus, b, m)
             assert src.shape[0] == dec.shape[0] == len(b)
             assert len(b) * max(src.shape[1], dec.shape[1]) <= 300
             assert src.shape[1] % m == 0 and dec.shape[1] % m == 0
-            assert src.shape[1] == D.round_up(int(corpus.src_lens[b].max()), m)
+            assert src.shape[1] == data_load.round_up(int(corpus.src_lens[b].max()), m)
 
 
 def test_make_batches_deterministic_per_seed_and_epoch():
     sl, tl = synthetic_lengths(1000)
     hp = hp_with(tokens_per_batch=200, seed=11)
-    a = D.make_batches(sl, tl, hp, epoch=4)
-    b = D.make_batches(sl, tl, hp, epoch=4)
+    a = data_load.make_batches(sl, tl, hp, epoch=4)
+    b = data_load.make_batches(sl, tl, hp, epoch=4)
     assert len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b))
-    c = D.make_batches(sl, tl, hp, epoch=5)
+    c = data_load.make_batches(sl, tl, hp, epoch=5)
     assert not np.array_equal(np.concatenate(a), np.concatenate(c))
     assert [len(x) for x in a] != [len(x) for x in c]  # batch order reshuffled too
-    d = D.make_batches(sl, tl, H.apply(hp, {"seed": 12}), epoch=4)
+    d = data_load.make_batches(sl, tl, hparams.apply(hp, {"seed": 12}), epoch=4)
     assert not np.array_equal(np.concatenate(a), np.concatenate(d))
     for plan in (c, d):
         assert np.array_equal(np.sort(np.concatenate(plan)), np.arange(1000))
@@ -298,19 +365,19 @@ def test_make_batches_deterministic_per_seed_and_epoch():
 def test_make_batches_fixed_batch_size():
     sl, tl = synthetic_lengths(1000)
     hp = hp_with(batch_size=32, tokens_per_batch=10, seed=2)  # the budget is ignored
-    plan = D.make_batches(sl, tl, hp, epoch=0)
+    plan = data_load.make_batches(sl, tl, hp, epoch=0)
     sizes = sorted(len(b) for b in plan)
     assert sizes == [1000 % 32] + [32] * (1000 // 32)
     assert np.array_equal(np.sort(np.concatenate(plan)), np.arange(1000))
     # legacy preset: 32 sentences per batch
-    legacy = H.preset("iwslt2016_legacy")
-    assert {len(b) for b in D.make_batches(sl[:64], tl[:64], legacy, 0)} == {32}
+    legacy = hparams.preset("iwslt2016_legacy")
+    assert {len(b) for b in data_load.make_batches(sl[:64], tl[:64], legacy, 0)} == {32}
 
 
 def test_make_batches_sorted_by_length():
     sl, tl = synthetic_lengths(2000, seed=4)
     hp = hp_with(tokens_per_batch=512, seed=0)
-    plan = D.make_batches(sl, tl, hp, epoch=0)
+    plan = data_load.make_batches(sl, tl, hp, epoch=0)
     # within a batch target lengths span a narrow range
     spans = [int(tl[b].max() - tl[b].min()) for b in plan]
     assert np.mean(spans) <= 2
@@ -320,29 +387,29 @@ def test_padding_fraction_sorted_vs_random():
     sl, tl = synthetic_lengths(3000, seed=6)
     corpus = synthetic_corpus(sl, tl, seed=6)
     hp = hp_with(tokens_per_batch=512, seed=6)
-    plan = D.make_batches(corpus.src_lens, corpus.tgt_lens, hp, epoch=0)
+    plan = data_load.make_batches(corpus.src_lens, corpus.tgt_lens, hp, epoch=0)
     rng = np.random.default_rng(0)
     perm = rng.permutation(len(corpus))
     cuts = np.cumsum([len(b) for b in plan])[:-1]
     random_plan = np.split(perm, cuts)
-    s_sorted, t_sorted = D.padding_fraction(plan, corpus)
-    s_rand, t_rand = D.padding_fraction(random_plan, corpus)
+    s_sorted, t_sorted = data_load.padding_fraction(plan, corpus)
+    s_rand, t_rand = data_load.padding_fraction(random_plan, corpus)
     assert t_sorted < 0.1 and s_sorted < 0.2
     assert t_rand > 0.3 and t_sorted < t_rand / 5 and s_sorted < s_rand
     # the reported fraction matches the real padded arrays
     pads = total = 0
     for b in plan:
-        _, dec, _ = D.build_batch(corpus, b)
+        _, dec, _ = data_load.build_batch(corpus, b)
         pads += int((dec == PAD).sum())
         total += dec.size
     assert t_sorted == pytest.approx(pads / total)
     # pad_multiple adds padding
-    assert D.padding_fraction(plan, corpus, 8)[1] > t_sorted
+    assert data_load.padding_fraction(plan, corpus, 8)[1] > t_sorted
 
 
 def test_train_data_batches(prepped):
-    hp = H.apply(prepped, {"maxlen1": 12, "maxlen2": 12})
-    td = D.TrainData(hp)
+    hp = hparams.apply(prepped, {"maxlen1": 12, "maxlen2": 12})
+    td = data_load.TrainData(hp)
     plan = td.batches(0)
     flat = np.concatenate(plan)
     assert np.array_equal(np.sort(flat), td.keep)
@@ -356,25 +423,23 @@ def test_train_data_batches(prepped):
 def test_train_data_budget_is_per_replica(prepped):
     """With 2 replicas a global batch holds up to 2 budgets; dealt out by rows, each
     replica gets about one budget."""
-    hp = H.apply(prepped, {"tokens_per_batch": 96})
-    one, two = D.TrainData(hp).batches(0), D.TrainData(hp, replicas=2).batches(0)
-    c = D.TrainData(hp).corpus
+    hp = hparams.apply(prepped, {"tokens_per_batch": 96})
+    one, two = data_load.TrainData(hp).batches(0), data_load.TrainData(hp, replicas=2).batches(0)
+    c = data_load.TrainData(hp).corpus
     widths = [len(b) * _widths(b, c.src_lens, c.tgt_lens, 1) for b in two if len(b) > 1]
     assert max(widths) <= 192 and max(widths) > 96
     assert len(two) < 0.6 * len(one)
     assert sorted(np.concatenate(one)) == sorted(np.concatenate(two))
     for b in two:
-        if len(b) > 1:   # rows r, r+2, ... go to replica r: each gets at most one budget
+        if len(b) > 1:  # rows r, r+2, ... go to replica r: each gets at most one budget
             w = _widths(b, c.src_lens, c.tgt_lens, 1)
-            for r in range(2):   # (an odd row count gives one replica one row more)
+            for r in range(2):  # (an odd row count gives one replica one row more)
                 assert len(b[r::2]) * w <= 96 + w
 
 
 def test_train_dataset_matches_plan(prepped):
-    import tensorflow as tf
-
-    hp = H.apply(prepped, {"pad_multiple": 8, "tokens_per_batch": 96})
-    td = D.TrainData(hp)
+    hp = hparams.apply(prepped, {"pad_multiple": 8, "tokens_per_batch": 96})
+    td = data_load.TrainData(hp)
     plan = td.batches(1)
     assert len(plan) > 4
     got = list(td.dataset(1).as_numpy_iterator())
@@ -382,7 +447,7 @@ def test_train_dataset_matches_plan(prepped):
     rows = []
     for (src, dec, lab), idx in zip(got, plan):
         assert src.dtype == dec.dtype == lab.dtype == np.int32
-        want = D.build_batch(td.corpus, idx, 8)
+        want = data_load.build_batch(td.corpus, idx, 8)
         for x, y in zip((src, dec, lab), want):
             assert np.array_equal(x, y)
         assert src.shape[1] % 8 == 0 and dec.shape[1] % 8 == 0
@@ -399,18 +464,18 @@ def test_train_dataset_matches_plan(prepped):
 def test_xla_batches_have_one_shape_per_width(prepped):
     """jit_compile: source and target share the batch width and rows are padded to
     budget // width, so the number of shapes is bounded by the number of widths."""
-    hp = H.apply(prepped, {"pad_multiple": 8, "tokens_per_batch": 96, "jit_compile": True})
-    td = D.TrainData(hp)
+    hp = hparams.apply(prepped, {"pad_multiple": 8, "tokens_per_batch": 96, "jit_compile": True})
+    td = data_load.TrainData(hp)
     plan = td.batches(0)
     shapes = set()
     for (src, dec, lab), idx in zip(td.dataset(0).as_numpy_iterator(), plan):
         width = src.shape[1]
         assert dec.shape == lab.shape == src.shape and width % 8 == 0
         assert len(src) == max(96 // width, len(idx))
-        small = D.build_batch(td.corpus, idx, 8)        # the dynamic-shape batch
+        small = data_load.build_batch(td.corpus, idx, 8)  # the dynamic-shape batch
         for big, x in zip((src, dec, lab), small):
-            assert np.array_equal(big[:x.shape[0], :x.shape[1]], x)
-            assert not big[x.shape[0]:].any() and not big[:, x.shape[1]:].any()
+            assert np.array_equal(big[: x.shape[0], : x.shape[1]], x)
+            assert not big[x.shape[0] :].any() and not big[:, x.shape[1] :].any()
         shapes.add(src.shape)
     widths = {s[1] for s in shapes}
     assert len(shapes) == len(widths) <= -(-max(hp.maxlen1, hp.maxlen2) // 8) + 1
@@ -422,26 +487,26 @@ def test_eval_batches():
     src = [rng.integers(4, 40, size=n) for n in (3, 12, 0, 7, 25, 1, 9, 9, 30, 2, 5)]
     seen = []
     widths = []
-    for idx, batch in D.eval_batches(src, batch_size=4, max_src_len=8):
+    for idx, batch in data_load.eval_batches(src, batch_size=4, max_src_len=8):
         assert batch.dtype == np.int32 and len(idx) == len(batch) <= 4
         for row, i in zip(batch, idx):
             body = list(src[i][:7])
-            assert row[:len(body) + 1].tolist() == body + [EOS]
-            assert (row[len(body) + 1:] == PAD).all()
+            assert row[: len(body) + 1].tolist() == body + [EOS]
+            assert (row[len(body) + 1 :] == PAD).all()
         widths.append(batch.shape[1])
         seen.extend(idx.tolist())
     assert sorted(seen) == list(range(len(src)))
     assert widths == sorted(widths) and max(widths) == 8  # truncated to max_src_len
     # no truncation when everything fits
-    out = list(D.eval_batches(src, batch_size=100, max_src_len=1000))
+    out = list(data_load.eval_batches(src, batch_size=100, max_src_len=1000))
     assert len(out) == 1 and out[0][1].shape == (len(src), 31)
 
 
 def test_read_raw_matches_encoded_splits(prepped):
     for split in ("train", "dev", "test"):
-        src, tgt = D.read_raw(prepped, split)
-        assert len(src) == len(tgt) == len(D.load_corpus(prepped, split))
-    assert D.read_raw(prepped, "train")[0][:2] == [p[0] for p in make_pairs()[:2]]
+        src, tgt = data_load.read_raw(prepped, split)
+        assert len(src) == len(tgt) == len(data_load.load_corpus(prepped, split))
+    assert data_load.read_raw(prepped, "train")[0][:2] == [p[0] for p in make_pairs()[:2]]
 
 
 def test_read_raw_keeps_alignment_with_carriage_returns(tmp_path):
@@ -451,12 +516,14 @@ def test_read_raw_keeps_alignment_with_carriage_returns(tmp_path):
     encoded corpus and eval/BLEU pair hypotheses with the wrong references.
     Fix: open(path, encoding="utf-8", newline="") in read_raw."""
     pairs = make_pairs()[:20]
-    dev = [("Erste Zeile\rzweite Hälfte.", "First line\rsecond half."),
-           ("Der Baum steht dort.", "The tree stands there.")]
+    dev = [
+        ("Erste Zeile\rzweite Hälfte.", "First line\rsecond half."),
+        ("Der Baum steht dort.", "The tree stands there."),
+    ]
     write_parallel(str(tmp_path / "data"), pairs, dev=dev)
     hp = word_hp(tmp_path)
     prepro.preprocess(hp)
-    src, tgt = D.read_raw(hp, "dev")
-    assert len(D.load_corpus(hp, "dev")) == 2
+    src, tgt = data_load.read_raw(hp, "dev")
+    assert len(data_load.load_corpus(hp, "dev")) == 2
     assert len(src) == len(tgt) == 2
     assert tgt[1] == "The tree stands there."

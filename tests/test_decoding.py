@@ -1,12 +1,18 @@
-"""Greedy and beam search decoding on hand-built toy models and a trained tiny model."""
+"""decoding.py: greedy and beam search on hand-built toy models, on random and trained
+tiny Transformers; decoding budgets; the BLEU figures."""
+
 import math
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-import model as MD
-import modules as M
+import decoding
+import modules
+from data_load import EOS_ID, PAD_ID
+from helpers import rand_ids, tiny_model
+from model import Transformer
 
 PAD, BOS, EOS, A, B, C = 0, 2, 3, 4, 5, 6
 V = 8
@@ -15,10 +21,11 @@ V = 8
 class BigramToy:
     """A 'model' whose next-token distribution depends only on the previous token.
 
-    It has the interface the decoders use (encode / init_cache / decode_step); the cache
-    carries a dummy self-attention entry so the beam search reorders something real: it
-    stores the previous token, and decode_step reads its distribution from there.
+    It has the interface the decoders use (encode / init_cache / decode_step /
+    reorder_cache); the cache carries a dummy self-attention entry so the beam search
+    reorders something real, the rows of its hypotheses.
     """
+
     position = "sinusoid"
     max_position = 1024
 
@@ -30,42 +37,57 @@ class BigramToy:
         self.logp = tf.constant(np.log(probs / probs.sum(1, keepdims=True)), tf.float32)
 
     def encode(self, src):
-        return tf.cast(src[..., None], tf.float32), M.padding_mask(src)
+        return tf.cast(src[..., None], tf.float32), modules.padding_mask(src)
 
     def init_cache(self, memory, mask, max_len):
         n = tf.shape(memory)[0]
-        return {"step": tf.constant(0), "memory_mask": mask,
-                "layers": [{"k": tf.zeros((n, 1, 1, 1)), "v": tf.zeros((n, 1, 1, 1))}]}
+        return {
+            "step": tf.constant(0),
+            "memory_mask": mask,
+            "layers": [{"k": tf.zeros((n, 1, 1, 1)), "v": tf.zeros((n, 1, 1, 1))}],
+        }
 
     def decode_step(self, tokens, cache):
         prev = tokens  # the cache's dummy entries are reordered alongside
         return tf.gather(self.logp, prev), dict(cache, step=cache["step"] + 1)
 
+    def reorder_cache(self, cache, index):
+        """Gather the rows ``index`` of every layer's cache."""
+        layers = [
+            {key: tf.gather(value, index) for key, value in layer.items()}
+            for layer in cache["layers"]
+        ]
+        return dict(cache, layers=layers)
+
 
 # From <S>: A is likelier than B, but every continuation of A is poor.
-TRAP = {BOS: {A: 0.55, B: 0.45}, A: {C: 0.35, B: 0.33, EOS: 0.32}, B: {EOS: 0.95, C: 0.05},
-        C: {EOS: 1.0}}
+TRAP = {
+    BOS: {A: 0.55, B: 0.45},
+    A: {C: 0.35, B: 0.33, EOS: 0.32},
+    B: {EOS: 0.95, C: 0.05},
+    C: {EOS: 1.0},
+}
 
 
 def run_beam(toy, k, alpha, n=1):
     src = tf.constant([[4, 3]] * n, tf.int32)
-    ids, scores = MD.beam_loop(toy, src, tf.constant(8), k, alpha)
+    ids, scores = decoding.beam_loop(toy, src, tf.constant(8), k, alpha)
     return ids.numpy(), scores.numpy()
 
 
 def test_beam_finds_what_greedy_misses():
     toy = BigramToy(TRAP)
-    greedy = MD.greedy_loop(toy, tf.constant([[4, 3]]), tf.constant(8)).numpy()[0]
-    assert list(greedy[:3]) == [A, C, EOS]            # 0.55 * 0.35 = 0.19
+    greedy = decoding.greedy_loop(toy, tf.constant([[4, 3]]), tf.constant(8)).numpy()[0]
+    assert list(greedy[:3]) == [A, C, EOS]  # 0.55 * 0.35 = 0.19
     ids, scores = run_beam(toy, k=2, alpha=0.0)
-    assert list(ids[0, 0, :2]) == [B, EOS]            # 0.45 * 0.95 = 0.43
+    assert list(ids[0, 0, :2]) == [B, EOS]  # 0.45 * 0.95 = 0.43
     assert scores[0, 0] == pytest.approx(math.log(0.45 * 0.95), abs=1e-5)
     assert scores[0, 0] >= scores[0, 1]
 
 
 def test_beam_size_one_is_greedy():
     toy = BigramToy(TRAP)
-    greedy = MD.greedy_loop(toy, tf.constant([[4, 3]]), tf.constant(8)).numpy()[0]
+    greedy = decoding.greedy_loop(toy, tf.constant([[4, 3]]), tf.constant(8)).numpy()[0]
     ids, _ = run_beam(toy, k=1, alpha=0.6)
     assert list(ids[0, 0]) == list(greedy)
 
@@ -73,8 +95,14 @@ def test_beam_size_one_is_greedy():
 def test_length_penalty_flips_the_ranking():
     """[</S>] (p 0.3) against [A </S>] (p 0.7 * 0.4 = 0.28): without a length penalty the
     short one wins; with alpha = 1 the long one, scored log p / ((5 + 2) / 6)."""
-    toy = BigramToy({BOS: {EOS: 0.3, A: 0.7}, A: {EOS: 0.4, B: 0.6}, B: {EOS: 0.3, C: 0.7},
-                     C: {EOS: 0.3, B: 0.7}})
+    toy = BigramToy(
+        {
+            BOS: {EOS: 0.3, A: 0.7},
+            A: {EOS: 0.4, B: 0.6},
+            B: {EOS: 0.3, C: 0.7},
+            C: {EOS: 0.3, B: 0.7},
+        }
+    )
     ids, scores = run_beam(toy, k=2, alpha=0.0)
     assert list(ids[0, 0, :1]) == [EOS]
     assert scores[0, 0] == pytest.approx(math.log(0.3), abs=1e-5)
@@ -86,8 +114,9 @@ def test_length_penalty_flips_the_ranking():
 def test_finished_hypothesis_is_kept_apart():
     """A short hypothesis that finished early survives although the alive beams keep
     extending with higher running probabilities at first."""
-    toy = BigramToy({BOS: {EOS: 0.4, A: 0.6}, A: {A: 0.5, B: 0.5}, B: {B: 0.5, C: 0.5},
-                     C: {EOS: 0.5, C: 0.5}})
+    toy = BigramToy(
+        {BOS: {EOS: 0.4, A: 0.6}, A: {A: 0.5, B: 0.5}, B: {B: 0.5, C: 0.5}, C: {EOS: 0.5, C: 0.5}}
+    )
     ids, scores = run_beam(toy, k=2, alpha=0.0)
     assert list(ids[0, 0, :1]) == [EOS]
     assert scores[0, 0] == pytest.approx(math.log(0.4), abs=1e-5)
@@ -101,7 +130,7 @@ def test_n_best_sorted_and_padded_after_eos():
     for seq in ids.reshape(-1, ids.shape[-1]):
         seq = list(seq)
         if EOS in seq:
-            assert all(t == PAD for t in seq[seq.index(EOS) + 1:])
+            assert all(t == PAD for t in seq[seq.index(EOS) + 1 :])
 
 
 def test_early_finishers_are_padded_not_extended():
@@ -110,21 +139,126 @@ def test_early_finishers_are_padded_not_extended():
 
     class TwoStarts(BigramToy):
         def decode_step(self, tokens, cache):
-            first = tf.logical_and(tf.equal(cache["step"], 0),
-                                   tf.range(tf.shape(tokens)[0]) % 2 == 1)
+            first = tf.logical_and(
+                tf.equal(cache["step"], 0), tf.range(tf.shape(tokens)[0]) % 2 == 1
+            )
             prev = tf.where(first, START2, tokens)
             return tf.gather(self.logp, prev), dict(cache, step=cache["step"] + 1)
 
-    toy = TwoStarts({BOS: {EOS: 0.9, A: 0.1}, START2: {A: 1.0}, A: {B: 1.0}, B: {C: 1.0},
-                     C: {EOS: 1.0}})
-    out = MD.greedy_loop(toy, tf.constant([[4, 3], [4, 3]]), tf.constant(8)).numpy()
+    toy = TwoStarts(
+        {BOS: {EOS: 0.9, A: 0.1}, START2: {A: 1.0}, A: {B: 1.0}, B: {C: 1.0}, C: {EOS: 1.0}}
+    )
+    out = decoding.greedy_loop(toy, tf.constant([[4, 3], [4, 3]]), tf.constant(8)).numpy()
     assert out.tolist() == [[EOS, PAD, PAD, PAD], [A, B, C, EOS]]
+
+
+class TrigramToy(BigramToy):
+    """A 'model' whose next-token distribution depends on the last two tokens; the one
+    before the last lives in the cache, so a beam search that reorders the cache wrongly
+    scores its hypotheses wrongly."""
+
+    def __init__(self, seed):
+        z = np.random.default_rng(seed).normal(scale=2.0, size=(V, V, V))
+        z[..., PAD] = -30.0
+        self.logp3 = tf.constant(z - np.log(np.exp(z).sum(-1, keepdims=True)), tf.float32)
+
+    def init_cache(self, memory, mask, max_len):
+        n = tf.shape(memory)[0]
+        return {
+            "step": tf.constant(0),
+            "memory_mask": mask,
+            "layers": [{"before_last": tf.fill((n,), BOS)}],
+        }
+
+    def decode_step(self, tokens, cache):
+        before = cache["layers"][0]["before_last"]
+        logp = tf.gather_nd(self.logp3, tf.stack([before, tokens], axis=1))
+        return logp, dict(cache, step=cache["step"] + 1, layers=[{"before_last": tokens}])
+
+    def replay(self, seq):
+        """The log-probability of seq (up to its </S>), token by token without a cache."""
+        logp3, total, before, last = self.logp3.numpy(), 0.0, BOS, BOS
+        for tok in seq:
+            total += logp3[before, last, tok]
+            before, last = last, tok
+            if tok == EOS:
+                break
+        return total
+
+
+@pytest.mark.parametrize("seed", [0, 2, 3])
+def test_beam_reorders_the_cache_with_its_hypotheses(seed):
+    toy = TrigramToy(seed)
+    ids, scores = run_beam(toy, k=3, alpha=0.0, n=2)
+    for sent_ids, sent_scores in zip(ids, scores):
+        for seq, score in zip(sent_ids, sent_scores):
+            assert score == pytest.approx(toy.replay(seq), abs=1e-4), seq
+
+
+def test_decoding_budgets_and_length_penalty():
+    """Each sentence gets its own budget: its length (</S> included, PAD not) + extra,
+    capped by max_len and by a learned position table."""
+    src = tf.constant([[5, 6, 7, EOS, PAD, PAD], [5, EOS, PAD, PAD, PAD, PAD]])
+    sinusoid = tiny_model(11, 11, num_blocks=1)
+    limits, longest = decoding.decode_budgets(sinusoid, src, 3)
+    assert limits.numpy().tolist() == [7, 5] and int(longest) == 7
+    limits, longest = decoding.decode_budgets(sinusoid, src, 3, max_len=6)
+    assert limits.numpy().tolist() == [6, 5] and int(longest) == 6
+    assert decoding.source_limit(sinusoid) == 1024
+    learned = tiny_model(11, 11, num_blocks=1, position="learned", max_position=6)
+    assert decoding.decode_budgets(learned, src, 3)[0].numpy().tolist() == [6, 5]
+    assert decoding.source_limit(learned) == 6
+    assert int(decoding.max_decode_len(learned, 2, 3)) == 5
+    # GNMT: ((5 + |Y|) / 6) ^ alpha
+    np.testing.assert_allclose(decoding.length_penalty(7, 0.6).numpy(), 2.0**0.6, rtol=1e-6)
+    assert float(decoding.length_penalty(3, 0.0)) == 1.0
+
+
+def test_scores_of_translations():
+    refs = ["The dog sleeps in the garden today.", "A cat.", "My brother finds an apple."]
+    figures = decoding.scores(refs, refs)
+    assert figures["sacrebleu"] == pytest.approx(100.0)
+    assert figures["chrf"] == pytest.approx(100.0)
+    assert figures["legacy_bleu"] == pytest.approx(100.0)
+    assert "tok:13a" in figures["sacrebleu_signature"]
+    assert "tok:none" in figures["bleu_tokenize_none_signature"]
+    hyps = ["The dog sleeps in the house today.", "A dog.", "My sister finds an apple."]
+    worse = decoding.scores(hyps, refs)
+    for key in ("sacrebleu", "bleu_tokenize_none", "chrf", "legacy_bleu"):
+        assert 0.0 < worse[key] < 100.0, key
+    # the legacy figure counts only pairs whose both sides have more than 3 words
+    assert decoding.legacy_bleu(["A dog."], ["A cat."]) == 0.0
+    assert decoding.legacy_bleu(refs[:2] + ["x"], refs) == pytest.approx(100.0)
+
+
+# ---------------------------------------------------------------------------------------
+# random and trained tiny Transformers
+# ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("position,max_position", [("sinusoid", 1024), ("learned", 6)])
+def test_greedy_decoder_matches_naive(position, max_position):
+    V = 11
+    m = tiny_model(V, V, seed=7, position=position, max_position=max_position)
+    rng = np.random.default_rng(8)
+    src = rand_ids(rng, (3, 5), V)
+    src[1, 3:] = PAD_ID
+    extra = 3
+    # the budget is source length + extra, capped by a learned position table
+    L = min(src.shape[1] + extra, max_position)
+    limits = np.minimum((src != PAD_ID).sum(axis=1) + extra, max_position)
+    fast = decoding.greedy_decoder(m)(tf.constant(src), tf.constant(extra, tf.int32)).numpy()
+    slow = decoding.naive_greedy(m, src, L, limits)
+    assert slow.shape == (3, L)
+    assert 1 <= fast.shape[1] <= L
+    np.testing.assert_array_equal(fast, slow[:, : fast.shape[1]])
+    # the cached decoder stops early only when every row has emitted </S>
+    if fast.shape[1] < L:
+        assert np.all((fast == EOS_ID).any(axis=1))
+        assert np.all(slow[:, fast.shape[1] :] == PAD_ID)
 
 
 @pytest.fixture(scope="module")
 def trained():
     """A tiny Transformer trained on a toy copy-with-shift task."""
-    import keras
     keras.utils.set_random_seed(3)
     rng = np.random.default_rng(0)
     pairs = []
@@ -135,12 +269,11 @@ def trained():
     def pad(rows):
         out = np.zeros((len(rows), max(map(len, rows))), np.int32)
         for i, r in enumerate(rows):
-            out[i, :len(r)] = r
+            out[i, : len(r)] = r
         return tf.constant(out)
 
     src, dec, lab = (pad([p[i] for p in pairs]) for i in range(3))
-    model = MD.Transformer(16, 16, d_model=32, d_ff=64, num_blocks=1, num_heads=2,
-                           dropout_rate=0.0)
+    model = Transformer(16, 16, d_model=32, d_ff=64, num_blocks=1, num_heads=2, dropout_rate=0.0)
     model.build_all()
     opt = keras.optimizers.Adam(3e-3)
 
@@ -149,8 +282,11 @@ def trained():
         with tf.GradientTape() as tape:
             logits = model((src, dec), training=True)
             real = tf.not_equal(lab, 0)
-            loss = tf.reduce_mean(M.smoothed_cross_entropy(
-                tf.boolean_mask(logits, real), tf.boolean_mask(lab, real), 0.0))
+            loss = tf.reduce_mean(
+                modules.smoothed_cross_entropy(
+                    tf.boolean_mask(logits, real), tf.boolean_mask(lab, real), 0.0
+                )
+            )
         grads = tape.gradient(loss, model.trainable_variables)
         opt.apply_gradients(zip(grads, model.trainable_variables))
         return loss
@@ -161,34 +297,40 @@ def trained():
     return model, src
 
 
+@pytest.mark.slow
 def test_cached_greedy_equals_uncached_on_trained_model(trained):
     model, src = trained
-    cached = MD.greedy_decoder(model)(src, tf.constant(5)).numpy()
-    naive = MD.naive_greedy(model, src, cached.shape[1])
+    cached = decoding.greedy_decoder(model)(src, tf.constant(5)).numpy()
+    naive = decoding.naive_greedy(model, src, cached.shape[1])
     assert np.array_equal(cached, naive)
     assert (cached == EOS).any(axis=1).all(), "a trained model ends its sentences"
 
 
+@pytest.mark.slow
 def test_beam_one_equals_greedy_on_trained_model(trained):
     model, src = trained
-    greedy = MD.greedy_decoder(model)(src, tf.constant(5)).numpy()
-    beam, _ = MD.beam_decoder(model, 1)(src, tf.constant(5))
+    greedy = decoding.greedy_decoder(model)(src, tf.constant(5)).numpy()
+    beam, _ = decoding.beam_decoder(model, 1)(src, tf.constant(5))
     assert np.array_equal(beam.numpy()[:, 0], greedy)
-    beam4, scores = MD.beam_decoder(model, 4)(src, tf.constant(5))
+    beam4, scores = decoding.beam_decoder(model, 4)(src, tf.constant(5))
     assert beam4.shape[1] == 4 and np.all(np.diff(scores.numpy(), axis=1) <= 1e-6)
 
 
+@pytest.mark.slow
 def test_xla_compiled_greedy_matches(trained):
     """The greedy loop compiles with XLA and gives the same output."""
     model, src = trained
     extra = tf.constant(5)
-    assert np.array_equal(MD.greedy_decoder(model, jit_compile=True)(src, extra).numpy(),
-                          MD.greedy_decoder(model)(src, extra).numpy())
+    assert np.array_equal(
+        decoding.greedy_decoder(model, jit_compile=True)(src, extra).numpy(),
+        decoding.greedy_decoder(model)(src, extra).numpy(),
+    )
 
 
+@pytest.mark.slow
 def test_max_len_caps_the_output(trained):
     model, src = trained
-    out = MD.greedy_decoder(model, max_len=2)(src, tf.constant(50)).numpy()
+    out = decoding.greedy_decoder(model, max_len=2)(src, tf.constant(50)).numpy()
     assert out.shape[1] == 2
-    beam, _ = MD.beam_decoder(model, 2, max_len=3)(src, tf.constant(50))
+    beam, _ = decoding.beam_decoder(model, 2, max_len=3)(src, tf.constant(50))
     assert beam.shape[2] <= 3

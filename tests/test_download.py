@@ -5,17 +5,14 @@ import hashlib
 import http.server
 import io
 import os
-import sys
 import tarfile
 import threading
 import time
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-import download  # noqa: E402
-from download import DownloadError, download_corpus, fetch  # noqa: E402
+import download
+from download import DownloadError, download_corpus, fetch
 
 IWSLT_FILES = {
     "train.tags.de-en.de": "<url>http://www.ted.com/talks/x</url>\nHallo Welt.\nWie geht es dir?\n",
@@ -94,7 +91,9 @@ class _Server:
 
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread = threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
         self.thread.start()
         self.url = "http://127.0.0.1:%d" % self.httpd.server_address[1]
 
@@ -120,10 +119,6 @@ def _listing(d):
     return sorted(os.listdir(d)) if os.path.isdir(d) else []
 
 
-def _no_partials(d):
-    return not any(n.endswith(".part") for n in _listing(d))
-
-
 def test_import_has_api():
     assert issubclass(DownloadError, Exception)
     assert set(download.SOURCES) >= {"iwslt2016", "multi30k"}
@@ -146,7 +141,7 @@ def test_iwslt_extracts_and_second_call_is_offline(server, tmp_path):
     assert not os.path.exists(os.path.join(d, "ignored.txt"))
     assert not os.path.exists(os.path.join(d, "deep.txt"))
     assert not os.path.exists(os.path.join(d, "nested"))
-    assert _no_partials(d)
+    assert _listing(d) == sorted([*IWSLT_FILES, "README", "de-en.tgz"])  # no temporary file
 
     # second call: everything present, no network at all (server stopped too)
     server.close()
@@ -190,7 +185,8 @@ def test_fetch_sha256_ok_and_mismatch(server, tmp_path):
     assert bad in msg and good in msg and "\n" not in msg
     assert _listing(out) == []  # no dest, no partial
 
-    assert fetch(server.url + "/f.bin", str(out / "f.bin"), sha256=good.upper()) == str(out / "f.bin")
+    got = fetch(server.url + "/f.bin", str(out / "f.bin"), sha256=good.upper())
+    assert got == str(out / "f.bin")
     assert (out / "f.bin").read_bytes() == data
     assert _listing(out) == ["f.bin"]
 
@@ -231,6 +227,33 @@ def test_truncated_transfer_and_timeout_leave_nothing(server, tmp_path):
         fetch(server.url + "/slow", str(out / "slow"), timeout=0.2)
     assert "timed out" in str(ei.value)
     assert _listing(out) == []
+
+
+def test_interrupted_fetch_leaves_nothing(tmp_path, monkeypatch):
+    def interrupted(url, out, dest, timeout, hint):
+        out.write(b"half a file")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(download, "_stream", interrupted)
+    out = tmp_path / "out"
+    with pytest.raises(KeyboardInterrupt):
+        fetch("http://127.0.0.1:9/f.bin", str(out / "f.bin"))
+    assert _listing(out) == []  # no dest, no temporary file
+
+
+def test_interrupted_extraction_leaves_nothing(server, tmp_path, monkeypatch):
+    _make_tgz(os.path.join(server.root, "de-en.tgz"), _iwslt_members())
+    d = tmp_path / "data"
+    fetch(server.url + "/de-en.tgz", str(d / "de-en.tgz"))  # archive already there
+
+    def interrupted(src, out, length=0):
+        out.write(src.read(5))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(download.shutil, "copyfileobj", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        download_corpus("iwslt2016", str(d), base_url=server.url)
+    assert _listing(d) == ["de-en.tgz"]  # nothing extracted, no temporary file
 
 
 def test_unreachable_host(tmp_path):

@@ -1,20 +1,61 @@
-"""End to end: prepro -> train -> eval on a small generated corpus, resume, TensorBoard."""
+"""End to end: prepro -> train -> eval on a small generated corpus, resume, TensorBoard,
+gradient accumulation, mixed precision, several replicas."""
+
 import glob
 import json
+import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
+import tensorflow as tf
+from tensorboard.backend.event_processing import event_accumulator
 
-import hparams as H
-from conftest import tiny
+import data_load
+import devices
+import hparams
+import train
+from eval import evaluate
+from helpers import ROOT, tiny
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+def test_max_steps_run_checkpoints_every_step(quick_run):
+    """The quick run: stopped by max_steps inside the first epoch, a checkpoint per step,
+    the run's hparams, vocabulary fingerprint and specs in logdir."""
+    hp, summary = quick_run
+    assert summary["step"] == 3 and summary["epoch"] == 0 and summary["history"] == []
+    assert summary["stop_reason"] == "max_steps=3 reached"
+    assert summary["checkpoint"] == os.path.join(hp.logdir, "ckpt-3")
+    assert np.isfinite(summary["train_loss"]) and np.isfinite(summary["first_loss"])
+    for step in (1, 2, 3):
+        assert os.path.exists(os.path.join(hp.logdir, f"ckpt-{step}.index"))
+    assert hparams.load(os.path.join(hp.logdir, "hparams.json")) == hp
+    with open(os.path.join(hp.logdir, "vocab.sha256")) as f:
+        assert f.read().strip() == data_load.vocab_fingerprint(hp)
+    with open(os.path.join(hp.logdir, "specs")) as f:
+        specs = f.read().splitlines()
+    assert specs[-1].startswith("total parameters: ")
+    assert any("encoder_0/self_attn/w_q\t(32, 32)" in line for line in specs)
 
 
+def test_step_stats_and_window():
+    """StepStats are named sums; the Window turns them into per-token means."""
+    stats = train.StepStats(30.0, 20.0, 10.0, 4.0)
+    assert stats.grad_norm == 0.0 and stats._replace(grad_norm=2.0)[4] == 2.0
+    window = train.Window()
+    window.add(stats)
+    window.add(train.StepStats(10.0, 10.0, 10.0, 6.0, 5.0))
+    means = window.means()
+    assert (means["loss"], means["nll"], means["accuracy"]) == (2.0, 1.5, 0.5)
+    assert means["tokens_per_sec"] > 0
+
+
+@pytest.mark.slow
 def test_end_to_end_outputs(run):
     hp, summary, result = run
     assert summary["epoch"] == hp.num_epochs and summary["step"] > 0
@@ -35,17 +76,27 @@ def test_end_to_end_outputs(run):
     assert os.listdir(hp.evaldir), "dev translations are written after each epoch"
 
 
+@pytest.mark.slow
 def test_tensorboard_events(run):
-    from tensorboard.backend.event_processing import event_accumulator
     hp, _, _ = run
-    files = glob.glob(os.path.join(hp.logdir, "train", "events.*"))
-    assert files
-    acc = event_accumulator.EventAccumulator(files[0], size_guidance={"tensors": 0})
+    events = glob.glob(os.path.join(hp.logdir, "train", "events.*"))
+    assert events
+    acc = event_accumulator.EventAccumulator(events[0], size_guidance={"tensors": 0})
     acc.Reload()
     tags = set(acc.Tags()["tensors"])
-    for tag in ("train/loss", "train/lr", "train/accuracy", "train/grad_norm",
-                "train/tokens_per_sec", "dev/loss", "dev/bleu", "dev/translations",
-                "attention/encoder_self", "attention/decoder_self", "attention/decoder_cross"):
+    for tag in (
+        "train/loss",
+        "train/lr",
+        "train/accuracy",
+        "train/grad_norm",
+        "train/tokens_per_sec",
+        "dev/loss",
+        "dev/bleu",
+        "dev/translations",
+        "attention/encoder_self",
+        "attention/decoder_self",
+        "attention/decoder_cross",
+    ):
         assert tag in tags, tag
     plugins = {tag: acc.SummaryMetadata(tag).plugin_data.plugin_name for tag in tags}
     assert plugins["dev/translations"] == "text"
@@ -53,89 +104,141 @@ def test_tensorboard_events(run):
     assert plugins["train/loss"] == "scalars"
 
 
+@pytest.mark.slow
 def test_resume_continues_step_count(tmp_path, run):
     """Stopping at max_steps and resuming ends at the same step as the uninterrupted run."""
-    import train as T
     hp_full, summary, _ = run
-    hp = tiny(str(tmp_path), prepro_dir=hp_full.prepro_dir, data_dir=hp_full.data_dir,
-              max_steps=3)
-    first = T.train(hp)
+    hp = tiny(str(tmp_path), prepro_dir=hp_full.prepro_dir, data_dir=hp_full.data_dir, max_steps=3)
+    first = train.train(hp)
     assert first["step"] == 3 and first["epoch"] == 0
-    second = T.train(H.apply(hp, {"max_steps": 0}))
+    second = train.train(hparams.apply(hp, {"max_steps": 0}))
     assert second["step"] == summary["step"]
     assert second["epoch"] == hp.num_epochs
 
 
-def test_eval_refuses_other_hparams(run):
-    import eval as E
-    hp, _, _ = run
-    with pytest.raises(H.UserError, match="d_model=32"):
-        E.evaluate(hp.logdir, {"d_model": 64})
+def test_eval_refuses_other_hparams(quick_run):
+    hp, _ = quick_run
+    with pytest.raises(hparams.UserError, match="d_model=32"):
+        evaluate(hp.logdir, {"d_model": 64})
 
 
-def test_eval_refuses_foreign_checkpoint(tmp_path, run):
+def test_eval_refuses_foreign_checkpoint(tmp_path, quick_run):
     """A checkpoint of a differently shaped model gives one clear error."""
-    import eval as E
-    import train as T
-    hp, _, _ = run
-    other = tiny(str(tmp_path), prepro_dir=hp.prepro_dir, data_dir=hp.data_dir, d_model=16,
-                 d_ff=32, max_steps=1)
-    path = T.train(other)["checkpoint"]
-    with pytest.raises(H.UserError, match="does not fit this model"):
-        E.evaluate(hp.logdir, {"results_dir": str(tmp_path)}, ckpt=path)
+    hp, _ = quick_run
+    other = tiny(
+        str(tmp_path),
+        prepro_dir=hp.prepro_dir,
+        data_dir=hp.data_dir,
+        d_model=16,
+        d_ff=32,
+        max_steps=1,
+    )
+    path = train.train(other)["checkpoint"]
+    with pytest.raises(hparams.UserError, match="does not fit this model"):
+        evaluate(hp.logdir, {"results_dir": str(tmp_path)}, ckpt=path)
 
 
-def test_long_sentence_decodes(tmp_path, run):
+def test_long_sentence_decodes(tmp_path, quick_run):
     """A test sentence far longer than any training sentence decodes without error
     (the TF1 code crashed past its maxlen-row positional table)."""
-    import eval as E
-    hp, _, _ = run
+    hp, _ = quick_run
     src, ref = tmp_path / "long.de", tmp_path / "long.en"
-    src.write_text(" ".join(["Der Hund schläft und"] * 60) + " die Katze spielt.\n"
-                   "Die Frau liest.\n", encoding="utf-8")
-    ref.write_text(" ".join(["The dog sleeps and"] * 60) + " the cat plays.\n"
-                   "The woman reads.\n", encoding="utf-8")
-    result = E.evaluate(hp.logdir, {"results_dir": str(tmp_path)}, test_src=str(src),
-                        test_ref=str(ref))
-    assert json.load(open(result["results"] + ".json"))["sentences"] == 2
+    src.write_text(
+        " ".join(["Der Hund schläft und"] * 60) + " die Katze spielt.\nDie Frau liest.\n",
+        encoding="utf-8",
+    )
+    ref.write_text(
+        " ".join(["The dog sleeps and"] * 60) + " the cat plays.\nThe woman reads.\n",
+        encoding="utf-8",
+    )
+    result = evaluate(
+        hp.logdir, {"results_dir": str(tmp_path)}, test_src=str(src), test_ref=str(ref)
+    )
+    with open(result["results"] + ".json") as f:
+        assert json.load(f)["sentences"] == 2
 
 
+@pytest.mark.slow
 def test_cli_errors_are_one_line(tmp_path):
     """User errors exit with status 2 and a single 'error:' line, not a traceback."""
     cases = [
         (["prepro.py", "--d_modle", "3"], "did you mean --d_model"),
         (["prepro.py", "--preset", "nope"], "unknown preset"),
-        (["prepro.py", "--preset", "multi30k", "--data_dir", str(tmp_path / "none")],
-         "not found"),
+        (["prepro.py", "--preset", "multi30k", "--data_dir", str(tmp_path / "none")], "not found"),
         (["eval.py", "--logdir", str(tmp_path / "nolog")], "hparams.json not found"),
     ]
     for argv, expected in cases:
-        proc = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True,
-                              text=True, timeout=120)
+        proc = subprocess.run(
+            [sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=120
+        )
         assert proc.returncode == 2, (argv, proc.stderr)
         lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
         assert len(lines) == 1 and expected in lines[0], proc.stderr
         assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_sigkill_mid_epoch_resumes_to_same_step(tmp_path, run):
     """train.py killed with SIGKILL mid-epoch resumes from its last checkpoint and ends at
     the step count of an uninterrupted run."""
     hp_full, summary, _ = run
     log = tmp_path / "log"
-    args = [sys.executable, "train.py", "--corpus", "demo", "--demo_size", "300",
-            "--data_dir", hp_full.data_dir, "--prepro_dir", hp_full.prepro_dir,
-            "--logdir", str(log), "--evaldir", str(tmp_path / "eval"), "--vocab_size", "200",
-            "--d_model", "32", "--d_ff", "64", "--num_blocks", "1", "--num_heads", "2",
-            "--tokens_per_batch", "600", "--num_epochs", "3", "--dev_bleu_sents", "8",
-            "--lr_schedule", "kyubyong", "--lr", "0.003",
-            "--warmup_steps", "20", "--eval_batch_size", "64", "--max_len_extra", "10",
-            "--ckpt_every_steps", "2"]
-    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    args = [
+        sys.executable,
+        "train.py",
+        "--corpus",
+        "demo",
+        "--demo_size",
+        "300",
+        "--data_dir",
+        hp_full.data_dir,
+        "--prepro_dir",
+        hp_full.prepro_dir,
+        "--logdir",
+        str(log),
+        "--evaldir",
+        str(tmp_path / "eval"),
+        "--vocab_size",
+        "200",
+        "--d_model",
+        "32",
+        "--d_ff",
+        "64",
+        "--num_blocks",
+        "1",
+        "--num_heads",
+        "2",
+        "--tokens_per_batch",
+        "600",
+        "--num_epochs",
+        "3",
+        "--dev_bleu_sents",
+        "8",
+        "--lr_schedule",
+        "kyubyong",
+        "--lr",
+        "0.003",
+        "--warmup_steps",
+        "20",
+        "--eval_batch_size",
+        "64",
+        "--max_len_extra",
+        "10",
+        "--ckpt_every_steps",
+        "2",
+    ]
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def newest_checkpoint():
+        names = glob.glob(str(log / "ckpt-*.index"))
+        return max((int(os.path.basename(n)[5:-6]) for n in names), default=0)
+
+    # a step takes milliseconds: wait for any checkpoint from step 4 on (ckpt-4 alone
+    # may already be gone again), and never past the end of the run
     deadline = time.time() + 180
-    while time.time() < deadline and not glob.glob(str(log / "ckpt-4.index")):
-        time.sleep(0.2)
+    while time.time() < deadline and proc.poll() is None and newest_checkpoint() < 4:
+        time.sleep(0.05)
+    assert proc.poll() is None, "train.py ended before it could be killed"
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert glob.glob(str(log / "ckpt-*.index")), "a checkpoint was written before the kill"
@@ -145,17 +248,25 @@ def test_sigkill_mid_epoch_resumes_to_same_step(tmp_path, run):
     assert f"step {summary['step']};" in done.stdout
 
 
-def test_mixed_precision_training_loss_falls(tmp_path, run):
+@pytest.mark.slow
+def test_mixed_precision_training_loss_falls(tmp_path, demo_prepro):
     """mixed_bfloat16 and mixed_float16 (with loss scaling) train on CPU: the loss falls
     as it does in float32."""
-    import train as T
-    hp_full, _, _ = run
+    hp_full = demo_prepro
     results = {}
     for precision in ("float32", "mixed_bfloat16", "mixed_float16"):
-        hp = tiny(str(tmp_path / precision), prepro_dir=hp_full.prepro_dir,
-                  data_dir=hp_full.data_dir, precision=precision, max_steps=60, num_epochs=5,
-                  warmup_steps=10, lr_schedule="kyubyong", lr=0.003)
-        results[precision] = T.train(hp)
+        hp = tiny(
+            str(tmp_path / precision),
+            prepro_dir=hp_full.prepro_dir,
+            data_dir=hp_full.data_dir,
+            precision=precision,
+            max_steps=60,
+            num_epochs=5,
+            warmup_steps=10,
+            lr_schedule="kyubyong",
+            lr=0.003,
+        )
+        results[precision] = train.train(hp)
     f32 = results["float32"]
     for precision in ("mixed_bfloat16", "mixed_float16"):
         mixed = results[precision]
@@ -164,20 +275,18 @@ def test_mixed_precision_training_loss_falls(tmp_path, run):
         assert abs(mixed["train_loss"] - f32["train_loss"]) < 0.3, precision
 
 
-def test_gradient_accumulation_equals_larger_batch(tmp_path, run):
+def test_gradient_accumulation_equals_larger_batch(tmp_path, demo_prepro):
     """accum_steps=2 over batches b1, b2 gives the update of one batch b1 + b2."""
-    import numpy as np
-    import data_load
-    import train as T
-    hp_full, _, _ = run
-    base = dict(prepro_dir=hp_full.prepro_dir, data_dir=hp_full.data_dir, dropout_rate=0.0,
-                clip_norm=1.0)
+    hp_full = demo_prepro
+    base = dict(
+        prepro_dir=hp_full.prepro_dir, data_dir=hp_full.data_dir, dropout_rate=0.0, clip_norm=1.0
+    )
     hp_acc = tiny(str(tmp_path / "acc"), accum_steps=2, **base)
     hp_big = tiny(str(tmp_path / "big"), **base)
     tok = data_load.load_tokenizer(hp_acc)
-    strategy, precision = T.setup_devices(hp_acc)
-    acc, big = T.Trainer(hp_acc, tok, strategy, precision), T.Trainer(hp_big, tok, strategy,
-                                                                      precision)
+    strategy, precision = devices.setup_devices(hp_acc)
+    acc = train.Trainer(hp_acc, tok, strategy, precision)
+    big = train.Trainer(hp_big, tok, strategy, precision)
     for a, b in zip(acc.model.weights, big.model.weights):
         b.assign(a)
     initial = [w.numpy() for w in acc.model.weights]
@@ -195,47 +304,46 @@ def test_gradient_accumulation_equals_larger_batch(tmp_path, run):
     assert sum(changed) > len(changed) // 2, "the update moved the weights"
 
 
-def test_accumulating_run_counts_updates(tmp_path, run):
+@pytest.mark.slow
+def test_accumulating_run_counts_updates(tmp_path, demo_prepro):
     """train() with accum_steps=3 makes one update per 3 batches, plus one for the rest."""
-    import math
-    import data_load
-    import train as T
-    hp_full, _, _ = run
-    hp = tiny(str(tmp_path), prepro_dir=hp_full.prepro_dir, data_dir=hp_full.data_dir,
-              accum_steps=3, num_epochs=1)
+    hp_full = demo_prepro
+    hp = tiny(
+        str(tmp_path),
+        prepro_dir=hp_full.prepro_dir,
+        data_dir=hp_full.data_dir,
+        accum_steps=3,
+        num_epochs=1,
+    )
     batches = len(data_load.TrainData(hp).batches(0))
-    assert T.train(hp)["step"] == math.ceil(batches / 3)
+    assert train.train(hp)["step"] == math.ceil(batches / 3)
 
 
+@pytest.mark.slow
 def test_epoch_checkpoint_holds_the_updated_best(run):
     """Each epoch's checkpoint already knows that epoch's dev BLEU (a resumed run never
     takes a worse epoch for the best)."""
-    import tensorflow as tf
     hp, summary, _ = run
     latest = tf.train.latest_checkpoint(hp.logdir)
     best = tf.train.load_checkpoint(latest).get_tensor("best_bleu/.ATTRIBUTES/VARIABLE_VALUE")
     assert best == pytest.approx(max(h["dev_bleu"] for h in summary["history"]), abs=1e-4)
 
 
-def test_checkpoint_refuses_another_vocabulary(run, tmp_path):
-    import shutil
-    import eval as E
-    import train as T
-    hp, _, _ = run
+def test_checkpoint_refuses_another_vocabulary(quick_run, tmp_path):
+    hp, _ = quick_run
     logdir = tmp_path / "log"
     shutil.copytree(hp.logdir, logdir)
     (logdir / "vocab.sha256").write_text("0" * 64 + "\n")
-    with pytest.raises(H.UserError, match="another vocabulary"):
-        E.evaluate(str(logdir), {})
-    with pytest.raises(H.UserError, match="another vocabulary"):
-        T.train(H.apply(hp, {"logdir": str(logdir)}))
+    with pytest.raises(hparams.UserError, match="another vocabulary"):
+        evaluate(str(logdir), {})
+    with pytest.raises(hparams.UserError, match="another vocabulary"):
+        train.train(hparams.apply(hp, {"logdir": str(logdir)}))
 
 
-def test_resume_refuses_another_batch_plan(run):
-    import train as T
-    hp, _, _ = run
-    with pytest.raises(H.UserError, match="tokens_per_batch=600"):
-        T.train(H.apply(hp, {"tokens_per_batch": 900}))
+def test_resume_refuses_another_batch_plan(quick_run):
+    hp, _ = quick_run
+    with pytest.raises(hparams.UserError, match="tokens_per_batch=600"):
+        train.train(hparams.apply(hp, {"tokens_per_batch": 900}))
 
 
 MIRRORED = r"""
@@ -244,35 +352,52 @@ import numpy as np
 import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-import hparams as H, data_load, train as T
-hp = H.apply(H.Hparams(), json.loads(sys.argv[1]))
+import data_load, hparams, train
+hp = hparams.apply(hparams.Hparams(), json.loads(sys.argv[1]))
 tok = data_load.load_tokenizer(hp)
 data = data_load.TrainData(hp)
 batch = data_load.build_batch(data.corpus, data.batches(0)[0])
-single = T.Trainer(hp, tok, tf.distribute.get_strategy(), "float32")
-mirrored = T.Trainer(hp, tok, tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]), "float32")
+single = train.Trainer(hp, tok, tf.distribute.get_strategy(), "float32")
+mirrored = train.Trainer(hp, tok, tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]),
+                         "float32")
 for a, b in zip(single.model.weights, mirrored.model.weights):
     b.assign(a)
 s1, s2 = single.train_step(*batch), mirrored.train_step(*batch)
 diff = max(float(np.abs(a.numpy() - b.numpy()).max())
            for a, b in zip(single.model.weights, mirrored.model.weights))
-print(json.dumps({"single": s1[:4].tolist(), "mirrored": s2[:4].tolist(), "diff": diff,
+print(json.dumps({"single": list(s1[:4]), "mirrored": list(s2[:4]), "diff": diff,
                   "replicas": mirrored.replicas}))
 """
 
 
-def test_mirrored_step_equals_single_device_step(run):
+@pytest.mark.slow
+def test_mirrored_step_equals_single_device_step(demo_prepro):
     """With 2 logical CPU devices, a MirroredStrategy step on a fixed batch (rows dealt out
     to the replicas) gives the loss and the updated weights of a single-device step."""
-    hp, _, _ = run
-    values = {k: getattr(hp, k) for k in ("prepro_dir", "vocab_size", "d_model", "d_ff",
-                                          "num_blocks", "num_heads", "tokens_per_batch")}
+    hp = demo_prepro
+    values = {
+        k: getattr(hp, k)
+        for k in (
+            "prepro_dir",
+            "vocab_size",
+            "d_model",
+            "d_ff",
+            "num_blocks",
+            "num_heads",
+            "tokens_per_batch",
+        )
+    }
     values["dropout_rate"] = 0.0
-    proc = subprocess.run([sys.executable, "-c", MIRRORED, json.dumps(values)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", MIRRORED, json.dumps(values)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["replicas"] == 2
-    assert out["mirrored"][2] == out["single"][2]            # target tokens of the batch
+    assert out["mirrored"][2] == out["single"][2]  # target tokens of the batch
     assert out["mirrored"][0] == pytest.approx(out["single"][0], rel=1e-5)
     assert out["diff"] < 1e-5

@@ -1,29 +1,42 @@
 """The Weighted Transformer (model_type=weighted; Ahmed et al. 2017, arXiv 1711.02132)."""
+
 import os
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from tensorboard.backend.event_processing import event_accumulator
 
-import hparams as H
-import model as MD
-import modules as M
-from conftest import tiny
-from prepro import BOS_ID, EOS_ID, PAD_ID
-from test_modules import analytic_count, check_cached_equals_full
+import data_load
+import decoding
+import devices
+import hparams
+import modules
+import prepro
+import train
+import weighted
+from data_load import BOS_ID, EOS_ID, PAD_ID
+from eval import evaluate
+from helpers import analytic_count, check_cached_equals_full, rand_ids, tiny
+from model import Transformer
 
 
-def weighted(V, d=32, d_ff=64, n=2, h=4, **kw):
-    import keras
+def weighted_model(V, d=32, d_ff=64, n=2, h=4, **kw):
     keras.utils.set_random_seed(kw.pop("seed", 1))
-    m = MD.Transformer(V, V, d_model=d, d_ff=d_ff, num_blocks=n, num_heads=h,
-                       dropout_rate=0.0, model_type="weighted", **kw)
+    m = Transformer(
+        V,
+        V,
+        d_model=d,
+        d_ff=d_ff,
+        num_blocks=n,
+        num_heads=h,
+        dropout_rate=0.0,
+        model_type="weighted",
+        **kw,
+    )
     m.build_all()
     return m
-
-
-def rand_ids(rng, shape, V):
-    return rng.integers(4, V, size=shape).astype(np.int32)
 
 
 def on_simplex(w, atol=1e-6):
@@ -49,19 +62,24 @@ def brute_force_projection(v):
 def test_project_to_simplex_examples():
     # already on the simplex: unchanged
     v = np.array([0.2, 0.3, 0.5], np.float32)
-    np.testing.assert_allclose(M.project_to_simplex(v).numpy(), v, atol=1e-7)
+    np.testing.assert_allclose(weighted.project_to_simplex(v).numpy(), v, atol=1e-7)
     # a uniform shift is removed: [1, 2, 3] -> [0, 0, 1]; [0.5, 0.5, 0.5] -> 1/3 each
-    np.testing.assert_allclose(M.project_to_simplex(np.array([1., 2., 3.], np.float32)),
-                               [0, 0, 1], atol=1e-7)
-    np.testing.assert_allclose(M.project_to_simplex(np.full(3, 0.5, np.float32)),
-                               np.full(3, 1 / 3), atol=1e-7)
+    np.testing.assert_allclose(
+        weighted.project_to_simplex(np.array([1.0, 2.0, 3.0], np.float32)), [0, 0, 1], atol=1e-7
+    )
+    np.testing.assert_allclose(
+        weighted.project_to_simplex(np.full(3, 0.5, np.float32)), np.full(3, 1 / 3), atol=1e-7
+    )
     # negative entries are clipped: [0.6, 0.6, -0.2] -> [0.5, 0.5, 0]
-    np.testing.assert_allclose(M.project_to_simplex(np.array([.6, .6, -.2], np.float32)),
-                               [0.5, 0.5, 0], atol=1e-7)
+    np.testing.assert_allclose(
+        weighted.project_to_simplex(np.array([0.6, 0.6, -0.2], np.float32)),
+        [0.5, 0.5, 0],
+        atol=1e-7,
+    )
     rng = np.random.default_rng(0)
     for _ in range(20):
         v = rng.normal(size=8).astype(np.float64) * 2
-        w = M.project_to_simplex(v).numpy()
+        w = weighted.project_to_simplex(v).numpy()
         assert on_simplex(w, 1e-9)
         np.testing.assert_allclose(w, brute_force_projection(v), atol=1e-9)
 
@@ -71,28 +89,29 @@ def test_project_to_simplex_examples():
 # ---------------------------------------------------------------------------------------
 def test_shapes_and_initial_branch_weights():
     V = 23
-    m = weighted(V)
+    m = weighted_model(V)
     rng = np.random.default_rng(1)
     src, tgt = rand_ids(rng, (3, 7), V), rand_ids(rng, (3, 5), V)
     logits = m((src, tgt))
     assert logits.shape == (3, 5, V) and logits.dtype == tf.float32
     memory, mask = m.encode(src)
     assert memory.shape == (3, 7, 32)
-    names = sorted(m.branched_layers())
+    assert isinstance(m.variant, weighted.Variant)
+    names = sorted(m.variant.branched_layers(m))
     assert names == ["decoder_0", "decoder_1", "encoder_0", "encoder_1"]
-    weights = m.branch_weights()
-    assert len(weights) == 8 and len(m.branch_variables) == 8
+    weights = m.variant.branch_weights(m)
+    assert len(weights) == 8
     for name, w in weights.items():
         assert w.shape == (4,)
-        assert np.all(w > 0) and on_simplex(w), name   # random positive, sum 1
+        assert np.all(w > 0) and on_simplex(w), name  # random positive, sum 1
     # random, not uniform
     assert np.ptp(weights["encoder_0/kappa"]) > 1e-3
     # the weighted layers have no separate feed-forward sublayer
     assert m.encoder_0.ffn is None and m.decoder_0.ffn is None
     # a branched sublayer is the encoder self-attention and the decoder cross-attention
-    assert isinstance(m.encoder_0.self_attn, M.BranchedAttention)
-    assert isinstance(m.decoder_0.cross_attn, M.BranchedAttention)
-    assert not isinstance(m.decoder_0.self_attn, M.BranchedAttention)
+    assert isinstance(m.encoder_0.self_attn, weighted.BranchedAttention)
+    assert isinstance(m.decoder_0.cross_attn, weighted.BranchedAttention)
+    assert not isinstance(m.decoder_0.self_attn, weighted.BranchedAttention)
 
 
 def analytic_weighted_count(V, d, d_ff, n, h):
@@ -104,10 +123,9 @@ def analytic_weighted_count(V, d, d_ff, n, h):
 @pytest.mark.parametrize("d,d_ff,n,h", [(32, 64, 2, 4), (48, 96, 3, 8), (512, 2048, 6, 8)])
 def test_parameter_count_parity(d, d_ff, n, h):
     V = 1000
-    m = MD.Transformer(V, V, d_model=d, d_ff=d_ff, num_blocks=n, num_heads=h,
-                       model_type="weighted")
+    m = Transformer(V, V, d_model=d, d_ff=d_ff, num_blocks=n, num_heads=h, model_type="weighted")
     m.build()
-    std = MD.Transformer(V, V, d_model=d, d_ff=d_ff, num_blocks=n, num_heads=h)
+    std = Transformer(V, V, d_model=d, d_ff=d_ff, num_blocks=n, num_heads=h)
     std.build()
     assert std.count_params() == analytic_count(V, V, d, d_ff, n)
     assert m.count_params() == analytic_weighted_count(V, d, d_ff, n, h)
@@ -115,9 +133,9 @@ def test_parameter_count_parity(d, d_ff, n, h):
     assert abs(m.count_params() - std.count_params()) == 2 * n * abs(2 * h - 2 * d)
 
 
-def test_summary_lines_list_branch_weights():
-    m = weighted(17)
-    lines = m.summary_lines()
+def test_specs_lines_list_branch_weights():
+    m = weighted_model(17)
+    lines = m.specs_lines()
     kappa = [line for line in lines if line.startswith("encoder_0/kappa\t")]
     assert len(kappa) == 1
     values = np.array(kappa[0].split("\t")[1].split(), float)
@@ -127,10 +145,9 @@ def test_summary_lines_list_branch_weights():
 
 def test_branched_attention_matches_per_branch_loop():
     """The batched matmuls equal the paper's formula evaluated branch by branch."""
-    import keras
     keras.utils.set_random_seed(3)
     d, h, d_ff = 16, 4, 32
-    layer = M.BranchedAttention(d, h, d_ff)
+    layer = weighted.BranchedAttention(d, h, d_ff)
     layer.build((None, None, d), (None, None, d))
     rng = np.random.default_rng(5)
     for w in (layer.ffn_b1, layer.ffn_b2):  # nonzero biases, so they are checked too
@@ -140,8 +157,7 @@ def test_branched_attention_matches_per_branch_loop():
     out = layer(x, mem).numpy()
     dk, f = d // h, d_ff // h
     wq, wk, wv, wo = (w.numpy() for w in (layer.w_q, layer.w_k, layer.w_v, layer.w_o))
-    w1, b1, w2, b2 = (w.numpy() for w in (layer.ffn_w1, layer.ffn_b1, layer.ffn_w2,
-                                          layer.ffn_b2))
+    w1, b1, w2, b2 = (w.numpy() for w in (layer.ffn_w1, layer.ffn_b1, layer.ffn_w2, layer.ffn_b2))
     kappa, alpha = layer.kappa.numpy(), layer.alpha.numpy()
     expected = np.zeros_like(out)
     for i in range(h):
@@ -160,29 +176,31 @@ def test_branched_attention_matches_per_branch_loop():
 # ---------------------------------------------------------------------------------------
 # cache, save/load
 # ---------------------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("norm", ["post", "pre"])
 def test_incremental_decoding_matches_full(norm):
     V = 19
-    m = weighted(V, norm=norm, seed=5)
+    m = weighted_model(V, norm=norm, seed=5)
     rng = np.random.default_rng(4)
     src = rand_ids(rng, (3, 7), V)
     src[0, 4:] = PAD_ID
     T2 = 6
-    tgt = np.concatenate([np.full((3, 1), BOS_ID, np.int32), rand_ids(rng, (3, T2 - 1), V)],
-                         axis=1)
+    tgt = np.concatenate([np.full((3, 1), BOS_ID, np.int32), rand_ids(rng, (3, T2 - 1), V)], axis=1)
     check_cached_equals_full(m, src, tgt)
-    fast = MD.greedy_decoder(m)(tf.constant(src), tf.constant(4, tf.int32)).numpy()
+    fast = decoding.greedy_decoder(m)(tf.constant(src), tf.constant(4, tf.int32)).numpy()
     L = src.shape[1] + 4
     limits = (src != PAD_ID).sum(axis=1) + 4
-    slow = MD.naive_greedy(m, src, L, limits)
-    np.testing.assert_array_equal(fast, slow[:, :fast.shape[1]])
+    slow = decoding.naive_greedy(m, src, L, limits)
+    np.testing.assert_array_equal(fast, slow[:, : fast.shape[1]])
     # beam search runs on the same cache: k = 1 is greedy, k = 3 ranks its hypotheses
-    beam, _ = MD.beam_decoder(m, 1)(tf.constant(src), tf.constant(4, tf.int32))
+    beam, _ = decoding.beam_decoder(m, 1)(tf.constant(src), tf.constant(4, tf.int32))
     b = beam.numpy()[:, 0]
     width = max(b.shape[1], fast.shape[1])
-    np.testing.assert_array_equal(np.pad(b, ((0, 0), (0, width - b.shape[1]))),
-                                  np.pad(fast, ((0, 0), (0, width - fast.shape[1]))))
-    beam3, scores = MD.beam_decoder(m, 3)(tf.constant(src), tf.constant(4, tf.int32))
+    np.testing.assert_array_equal(
+        np.pad(b, ((0, 0), (0, width - b.shape[1]))),
+        np.pad(fast, ((0, 0), (0, width - fast.shape[1]))),
+    )
+    beam3, scores = decoding.beam_decoder(m, 3)(tf.constant(src), tf.constant(4, tf.int32))
     assert beam3.shape[:2] == (3, 3)
     # best first: finished hypotheses (with </S>) by score, then unfinished ones by score
     ended = (beam3.numpy() == EOS_ID).any(axis=-1)
@@ -193,19 +211,18 @@ def test_incremental_decoding_matches_full(norm):
 
 
 def test_checkpoint_and_keras_round_trip(tmp_path):
-    import keras
     V = 21
-    m = weighted(V, seed=2)
+    m = weighted_model(V, seed=2)
     rng = np.random.default_rng(2)
     src, tgt = rand_ids(rng, (2, 6), V), rand_ids(rng, (2, 4), V)
     base = m((src, tgt)).numpy()
     path = tf.train.Checkpoint(model=m).write(str(tmp_path / "ckpt"))
-    other = weighted(V, seed=9)
+    other = weighted_model(V, seed=9)
     assert np.max(np.abs(other((src, tgt)).numpy() - base)) > 1e-3
     tf.train.Checkpoint(model=other).read(path).assert_existing_objects_matched()
     np.testing.assert_allclose(other((src, tgt)).numpy(), base, atol=1e-6)
-    for k, v in m.branch_weights().items():
-        np.testing.assert_array_equal(other.branch_weights()[k], v)
+    for k, v in m.variant.branch_weights(m).items():
+        np.testing.assert_array_equal(other.variant.branch_weights(other)[k], v)
     m.save(str(tmp_path / "m.keras"))
     loaded = keras.models.load_model(str(tmp_path / "m.keras"))
     assert loaded.model_type == "weighted"
@@ -213,131 +230,200 @@ def test_checkpoint_and_keras_round_trip(tmp_path):
 
 
 def test_hparams_weighted_validation():
-    hp = H.apply(H.Hparams(), {"model_type": "weighted"})
+    hp = hparams.apply(hparams.Hparams(), {"model_type": "weighted"})
     assert hp.model_type == "weighted" and hp.branch_warmup_steps == 400
-    with pytest.raises(H.UserError, match="d_ff .* must be divisible"):
-        H.apply(H.Hparams(), {"model_type": "weighted", "d_ff": 510, "num_heads": 4})
-    with pytest.raises(H.UserError, match="did you mean --model_type"):
-        H.apply(H.Hparams(), {"model_typ": "weighted"})
+    with pytest.raises(hparams.UserError, match="d_ff .* must be divisible"):
+        hparams.apply(hparams.Hparams(), {"model_type": "weighted", "d_ff": 510, "num_heads": 4})
+    with pytest.raises(hparams.UserError, match="did you mean --model_type"):
+        hparams.apply(hparams.Hparams(), {"model_typ": "weighted"})
+
+
+# ---------------------------------------------------------------------------------------
+# the variant hook: the kappa/alpha optimizer group
+# ---------------------------------------------------------------------------------------
+def test_optimizer_groups_hold_every_kappa_and_alpha():
+    """weighted.Variant().optimizer_groups: one group, 'branch', with the kappa and alpha
+    of every layer and a schedule of the run's kind with branch_warmup_steps."""
+    m = weighted_model(17, n=2)
+    hp = hparams.apply(
+        hparams.Hparams(),
+        {
+            "model_type": "weighted",
+            "d_model": 32,
+            "num_heads": 4,
+            "lr_schedule": "kyubyong",
+            "lr": 7e-4,
+            "warmup_steps": 4000,
+            "branch_warmup_steps": 300,
+        },
+    )
+    groups = weighted.Variant().optimizer_groups(m, hp)
+    assert list(groups) == ["branch"]
+    variables, schedule = groups["branch"]
+    expected = [
+        w
+        for layer in m.encoder_layers + m.decoder_layers
+        for w in (layer.branched().kappa, layer.branched().alpha)
+    ]
+    assert len(variables) == 8
+    assert [id(v) for v in variables] == [id(v) for v in expected]
+    assert {v.path.rsplit("/", 1)[-1] for v in variables} == {"kappa", "alpha"}
+    assert isinstance(schedule, modules.TransformerSchedule)
+    assert schedule.get_config() == {
+        "kind": "kyubyong",
+        "d_model": 32,
+        "warmup_steps": 300,
+        "lr": 7e-4,
+    }
+
+
+def test_variant_summaries_write_every_branch_weight(tmp_path):
+    """The hook's TensorBoard summaries: one scalar per branch weight, a histogram per
+    layer and weight kind, and the branch optimizer's lr."""
+    m = weighted_model(17, n=1)
+    schedule = modules.TransformerSchedule("noam", 32, 400)
+    writer = tf.summary.create_file_writer(str(tmp_path))
+    with writer.as_default(step=5):
+        m.variant.summaries(m, 5, {"branch": schedule})
+    writer.close()
+    acc = event_accumulator.EventAccumulator(str(tmp_path), size_guidance={"tensors": 0})
+    acc.Reload()
+    tags = set(acc.Tags()["tensors"])
+    for layer in ("encoder_0", "decoder_0"):
+        for kind in ("kappa", "alpha"):
+            assert f"branch/{layer}/{kind}" in tags  # the histogram
+            values = [
+                float(tf.make_ndarray(acc.Tensors(f"branch/{layer}/{kind}_{i}")[0].tensor_proto))
+                for i in range(4)
+            ]
+            np.testing.assert_allclose(
+                values, m.variant.branch_weights(m)[f"{layer}/{kind}"], rtol=1e-6
+            )
+    lr = float(tf.make_ndarray(acc.Tensors("train/branch_lr")[0].tensor_proto))
+    assert lr == pytest.approx(float(schedule(4)), rel=1e-6)
 
 
 # ---------------------------------------------------------------------------------------
 # training: the separate schedule, the simplex constraint, TensorBoard
 # ---------------------------------------------------------------------------------------
-def test_branch_schedule_peaks_at_its_own_warmup(tmp_path):
-    import data_load
-    import prepro
-    import train as T
-    hp = tiny(str(tmp_path), model_type="weighted", lr_schedule="noam", warmup_steps=4000,
-              branch_warmup_steps=400, num_heads=4)
+def weighted_trainer(hp):
+    """The Trainer of hp (preprocessed first) on this machine's devices."""
     prepro.preprocess(hp)
     tok = data_load.load_tokenizer(hp)
-    strategy, precision = T.setup_devices(hp)
-    trainer = T.Trainer(hp, tok, strategy, precision)
-    lr = trainer.branch_schedule
+    strategy, precision = devices.setup_devices(hp)
+    return train.Trainer(hp, tok, strategy, precision), tok, strategy, precision
+
+
+def test_branch_schedule_peaks_at_its_own_warmup(tmp_path):
+    hp = tiny(
+        str(tmp_path),
+        model_type="weighted",
+        lr_schedule="noam",
+        warmup_steps=4000,
+        branch_warmup_steps=400,
+        num_heads=4,
+    )
+    trainer, _, _, _ = weighted_trainer(hp)
+    lr = trainer.schedules["branch"]
     steps = np.arange(1, 3000)
-    values = lr(steps - 1).numpy()          # lr(iterations) is the lr of step iterations+1
+    values = lr(steps - 1).numpy()  # lr(iterations) is the lr of step iterations+1
     assert steps[np.argmax(values)] == 400
-    assert float(lr(399)) == pytest.approx(32 ** -0.5 * 400 ** -0.5, rel=1e-6)
+    assert float(lr(399)) == pytest.approx(32**-0.5 * 400**-0.5, rel=1e-6)
     # the main schedule still warms up for 4000 steps
     assert float(trainer.schedule(399)) < 0.2 * float(lr(399))
-    ids = {id(v) for v in trainer.model.branch_variables}
-    assert ids and not ids & {id(v) for v in trainer.main_variables}
-    assert len(trainer.main_variables) + len(ids) == len(trainer.model.trainable_variables)
+    # kappa and alpha are trained by the branch optimizer only, everything else by the main
+    model = trainer.model
+    ids = {
+        id(v)
+        for sub in model.variant.branched_layers(model).values()
+        for v in (sub.kappa, sub.alpha)
+    }
+    assert ids and {i for i, g in trainer.group_of.items() if g == "branch"} == ids
+    main = [v for v in model.trainable_variables if id(v) not in ids]
+    assert len(main) + len(ids) == len(model.trainable_variables)
+    assert len(trainer.optimizer._momentums) == len(main)
+    assert len(trainer.group_optimizers["branch"]._momentums) == len(ids)
+    assert all(trainer.optimizer._get_variable_index(v) >= 0 for v in main)
 
 
+@pytest.mark.slow
 def test_training_keeps_the_simplex_and_moves_the_weights(tmp_path):
-    import data_load
-    import prepro
-    import train as T
-    hp = tiny(str(tmp_path), model_type="weighted", num_heads=4, num_epochs=2,
-              ckpt_every_steps=5)
-    prepro.preprocess(hp)
-    tok = data_load.load_tokenizer(hp)
-    strategy, precision = T.setup_devices(hp)
-    trainer = T.Trainer(hp, tok, strategy, precision)
-    before = trainer.model.branch_weights()
+    hp = tiny(str(tmp_path), model_type="weighted", num_heads=4, num_epochs=2, ckpt_every_steps=5)
+    trainer, tok, strategy, precision = weighted_trainer(hp)
+    model = trainer.model
+    before = model.variant.branch_weights(model)
     data = data_load.TrainData(hp)
     losses = []
     for epoch in range(4):
         for src, dec_in, labels in data.dataset(epoch, 0, data.batches(epoch)):
             stats, _ = trainer.train_batch(src, dec_in, labels)
-            losses.append(stats[0] / stats[2])
-            for name, w in trainer.model.branch_weights().items():
+            losses.append(stats.loss_sum / stats.tokens)
+            for name, w in model.variant.branch_weights(model).items():
                 assert on_simplex(w, 1e-5), (name, w, trainer.step)
     assert trainer.step >= 40
-    assert int(trainer.branch_optimizer.iterations) == trainer.step
-    after = trainer.model.branch_weights()
+    assert int(trainer.group_optimizers["branch"].iterations) == trainer.step
+    after = model.variant.branch_weights(model)
     moved = max(np.max(np.abs(after[k] - before[k])) for k in before)
     assert moved > 1e-3
     assert np.mean(losses[-5:]) < np.mean(losses[:5]) - 0.5
     # the branch optimizer's state is checkpointed and restored
     path = trainer.manager.save(checkpoint_number=trainer.step)
-    again = T.Trainer(hp, tok, strategy, precision)
+    again = train.Trainer(hp, tok, strategy, precision)
     assert again.restore()
     for k, v in after.items():
-        np.testing.assert_array_equal(again.model.branch_weights()[k], v)
-    m1 = [v.numpy() for v in trainer.branch_optimizer.variables]
-    m2 = [v.numpy() for v in again.branch_optimizer.variables]
+        np.testing.assert_array_equal(again.model.variant.branch_weights(again.model)[k], v)
+    m1 = [v.numpy() for v in trainer.group_optimizers["branch"].variables]
+    m2 = [v.numpy() for v in again.group_optimizers["branch"].variables]
     assert len(m1) == len(m2) > 2
     for a, b in zip(m1, m2):
         np.testing.assert_array_equal(a, b)
     assert os.path.exists(path + ".index")
 
 
-def test_end_to_end_weighted_run_logs_branch_weights(tmp_path):
-    import eval as E
-    import prepro
-    import train as T
-    from tensorboard.backend.event_processing import event_accumulator
+@pytest.mark.slow
+def test_end_to_end_weighted_run_logs_branch_weights(tmp_path, monkeypatch):
     hp = tiny(str(tmp_path), model_type="weighted", num_heads=4, num_epochs=1)
     prepro.preprocess(hp)
-    T.LOG_EVERY, old = 10, T.LOG_EVERY
-    try:
-        summary = T.train(hp)
-    finally:
-        T.LOG_EVERY = old
+    monkeypatch.setattr(train, "LOG_EVERY", 10)
+    summary = train.train(hp)
     assert summary["epoch"] == 1
-    acc = event_accumulator.EventAccumulator(os.path.join(hp.logdir, "train"),
-                                             size_guidance={"tensors": 0})
+    acc = event_accumulator.EventAccumulator(
+        os.path.join(hp.logdir, "train"), size_guidance={"tensors": 0}
+    )
     acc.Reload()
     tags = acc.Tags()["tensors"]
     assert "branch/encoder_0/kappa_0" in tags and "branch/decoder_0/alpha_3" in tags
-    assert "branch/encoder_0/kappa" in tags          # the histogram
+    assert "branch/encoder_0/kappa" in tags  # the histogram
     assert "train/branch_lr" in tags
     with open(os.path.join(hp.logdir, "specs")) as f:
         specs = f.read()
     assert "encoder_0/kappa\t" in specs and "decoder_0/alpha\t" in specs
-    result = E.evaluate(hp.logdir, {"results_dir": hp.results_dir})
+    result = evaluate(hp.logdir, {"results_dir": hp.results_dir})
     # eval rebuilds the weighted model from the logdir's hparams and writes its results
     assert os.path.exists(result["results"]) and result["results"].endswith("ckpt-20")
     with open(result["results"], encoding="utf-8") as f:
         assert len(f.read().splitlines()) > 500
 
 
+@pytest.mark.slow
 def test_weighted_mixed_float16_keeps_the_simplex(tmp_path):
     """Under mixed_float16 the kappa/alpha gradients are unscaled by hand (the loss-scale
     optimizer only wraps the main Adam): they still train, stay on the simplex, and the
     loss falls."""
-    import data_load
-    import prepro
-    import train as T
     hp = tiny(str(tmp_path), model_type="weighted", num_heads=4, precision="mixed_float16")
-    prepro.preprocess(hp)
-    tok = data_load.load_tokenizer(hp)
-    strategy, precision = T.setup_devices(hp)
+    trainer, _, _, precision = weighted_trainer(hp)
     assert precision == "mixed_float16"
-    trainer = T.Trainer(hp, tok, strategy, precision)
-    before = trainer.model.branch_weights()
+    model = trainer.model
+    before = model.variant.branch_weights(model)
     data = data_load.TrainData(hp)
     losses = []
     for epoch in range(3):
         for batch in data.dataset(epoch, 0, data.batches(epoch)):
             stats, _ = trainer.train_batch(*batch)
-            losses.append(stats[0] / stats[2])
+            losses.append(stats.loss_sum / stats.tokens)
     assert np.all(np.isfinite(losses))
     assert np.mean(losses[-5:]) < np.mean(losses[:5]) - 0.3
-    after = trainer.model.branch_weights()
+    after = model.variant.branch_weights(model)
     for name, w in after.items():
         assert on_simplex(w, 1e-5), name
     moved = max(np.max(np.abs(after[k] - before[k])) for k in before)

@@ -1,0 +1,367 @@
+"""Decoding: the greedy and beam-search loops, the Translator that batches them, loading a
+trained run, and the BLEU figures of its translations. Used by train.py (dev BLEU),
+eval.py, translate.py, export.py and average_checkpoints.py.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import keras
+import numpy as np
+import sacrebleu
+import tensorflow as tf
+from nltk.translate.bleu_score import corpus_bleu
+from tqdm import tqdm
+
+import data_load
+import devices
+import hparams
+from hparams import UserError
+from model import Transformer
+
+# hparams eval may change without touching the model
+DECODE_KEYS = (
+    "beam_size",
+    "length_penalty",
+    "max_len_extra",
+    "max_len",
+    "eval_batch_size",
+    "results_dir",
+    "precision",
+    "jit_compile",
+)
+
+
+# ---------------------------------------------------------------------------------------
+# Decoding loops (compiled)
+# ---------------------------------------------------------------------------------------
+def max_decode_len(model, src_len, extra, max_len: int = 0):
+    """Decoding budget: source length + extra, capped by ``max_len`` (if > 0) and by the
+    learned position table."""
+    limit = src_len + extra
+    if max_len > 0:
+        limit = tf.minimum(limit, max_len)
+    if model.position == "learned":
+        limit = tf.minimum(limit, model.max_position)
+    return limit
+
+
+def source_limit(model) -> int:
+    """Longest source (</S> included) decoded; longer ones are cut: the learned position
+    table's size, or 1024 tokens with sinusoids (far beyond any training sentence)."""
+    return model.max_position if model.position == "learned" else 1024
+
+
+def decode_budgets(model, src, extra, max_len: int = 0):
+    """Per-sentence budgets (N,) from each source's own length (non-PAD tokens, </S>
+    included), so that a sentence decodes the same whatever batch it is in; and their
+    maximum, the length of the output buffers."""
+    lengths = tf.reduce_sum(tf.cast(tf.not_equal(src, data_load.PAD_ID), tf.int32), axis=1)
+    limits = max_decode_len(model, lengths, extra, max_len)
+    return limits, tf.reduce_max(limits)
+
+
+def greedy_loop(model, src, extra, max_len: int = 0):
+    """Greedy autoregressive decoding of src (N, T1) -> (N, L) ids, PAD after </S>.
+
+    Encodes once, computes the cross-attention keys/values once, and appends one
+    position per step to the self-attention cache; a sentence stops at </S> or after
+    ``its source length + extra`` tokens, the loop when every sentence has stopped.
+    Meant to run inside a tf.function.
+    """
+    memory, mask = model.encode(src)
+    n = tf.shape(src)[0]
+    limits, max_len = decode_budgets(model, src, extra, max_len)
+    cache = model.init_cache(memory, mask, max_len)
+    out = tf.zeros((n, max_len), tf.int32)
+    tokens = tf.fill((n,), data_load.BOS_ID)
+    done = tf.zeros((n,), tf.bool)
+
+    def cond(i, tokens, done, out, cache):
+        return tf.logical_and(i < max_len, tf.logical_not(tf.reduce_all(done)))
+
+    def body(i, tokens, done, out, cache):
+        logits, cache = model.decode_step(tokens, cache)
+        nxt = tf.argmax(logits, axis=-1, output_type=tf.int32)
+        nxt = tf.where(done, data_load.PAD_ID, nxt)
+        out = keras.ops.slice_update(out, [0, i], nxt[:, None])
+        done = tf.logical_or(done, tf.logical_or(tf.equal(nxt, data_load.EOS_ID), i + 1 >= limits))
+        return i + 1, nxt, done, out, cache
+
+    i, _, _, out, _ = tf.while_loop(cond, body, (tf.constant(0), tokens, done, out, cache))
+    return out[:, :i]
+
+
+def greedy_decoder(model, jit_compile: bool = False, max_len: int = 0):
+    """A compiled ``fn(src (N, T1) int32, extra scalar int32) -> (N, L) int32``."""
+    spec = [tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([], tf.int32)]
+    return tf.function(
+        lambda src, extra: greedy_loop(model, src, extra, max_len),
+        input_signature=spec,
+        jit_compile=jit_compile,
+    )
+
+
+def naive_greedy(model, src, max_len: int, limits=None):
+    """Reference decoder of the original code: re-runs the full decoder over the whole
+    prefix at every step, for max_len steps, without early stopping. (N, max_len) ids.
+    ``limits`` (N,), if given, PADs each row past its own budget (as the cached loop)."""
+    memory, mask = model.encode(src)
+    out = np.full((src.shape[0], max_len + 1), data_load.PAD_ID, np.int32)
+    out[:, 0] = data_load.BOS_ID
+    for t in range(max_len):
+        logits = model.logits(model.decode(tf.constant(out[:, : t + 1]), memory, mask))
+        out[:, t + 1] = tf.argmax(logits[:, -1], axis=-1).numpy()
+    result = out[:, 1:]
+    # PAD everything after the first </S>, as the cached decoder does
+    ended = np.cumsum(result == data_load.EOS_ID, axis=1) - (result == data_load.EOS_ID) > 0
+    result[ended] = data_load.PAD_ID
+    if limits is not None:
+        result[np.arange(max_len)[None, :] >= np.asarray(limits)[:, None]] = data_load.PAD_ID
+    return result
+
+
+def length_penalty(length, alpha: float):
+    """((5 + |Y|) / 6) ^ alpha of Wu et al. 2016 (GNMT), |Y| counting </S>."""
+    return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
+
+
+def beam_loop(model, src, extra, beam_size: int, alpha: float = 0.6, max_len: int = 0):
+    """Batched beam search (Vaswani et al. 7: k = 4, alpha = 0.6) in one tf.while_loop.
+
+    src (N, T1) -> (ids (N, k, L) best first, PAD after </S>; scores (N, k)), where a
+    score is the sum of token log-probabilities divided by the length penalty.
+    At each step every alive hypothesis is extended by every token and the k best
+    extensions are kept; those ending in </S> move to a separate finished set (scored
+    with the length penalty at their own length), so a shorter finished hypothesis is
+    never pushed out by longer, worse alive ones, and their slot stays empty. A
+    sentence's search stops when no alive hypothesis can beat its k-th finished one,
+    when none is alive, or after ``its source length + extra`` steps. With k = 1 this is
+    exactly greedy decoding. ``model`` needs encode / init_cache / decode_step / reorder_cache.
+    """
+    k = beam_size
+    neg = -1e9
+    memory, mask = model.encode(src)
+    n = tf.shape(src)[0]
+    limits, max_len = decode_budgets(model, src, extra, max_len)
+    memory = tf.repeat(memory, k, axis=0)  # (N * k, T1, d_model)
+    mask = tf.repeat(mask, k, axis=0)
+    cache = model.init_cache(memory, mask, max_len)
+    batch_offsets = (tf.range(n) * k)[:, None]  # (N, 1)
+
+    alive_seq = tf.zeros((n, k, max_len), tf.int32)
+    alive_logp = tf.tile(tf.concat([[0.0], tf.fill([k - 1], neg)], 0)[None], (n, 1))
+    fin_seq = tf.zeros((n, k, max_len), tf.int32)
+    fin_score = tf.fill((n, k), neg)
+    tokens = tf.fill((n * k,), data_load.BOS_ID)
+
+    def cond(i, tokens, alive_seq, alive_logp, fin_seq, fin_score, cache):
+        best_possible = alive_logp[:, 0] / length_penalty(limits, alpha)
+        open_ = tf.logical_and(alive_logp[:, 0] > neg / 2, best_possible > fin_score[:, -1])
+        return tf.reduce_any(tf.logical_and(open_, i < limits))
+
+    def body(i, tokens, alive_seq, alive_logp, fin_seq, fin_score, cache):
+        old = (alive_seq, alive_logp, fin_seq, fin_score)
+        logits, cache = model.decode_step(tokens, cache)
+        vocab = tf.shape(logits)[-1]
+        logp = tf.nn.log_softmax(tf.reshape(logits, (n, k, -1)), axis=-1)
+        cand = tf.reshape(alive_logp[:, :, None] + logp, (n, -1))  # (N, k * V)
+        top_logp, top_idx = tf.math.top_k(cand, k=k)
+        beam, tok = top_idx // vocab, top_idx % vocab  # (N, k)
+        seq = tf.gather(alive_seq, beam, batch_dims=1)
+        seq = keras.ops.slice_update(seq, [0, 0, i], tok[:, :, None])
+        ended = tf.logical_or(tf.equal(tok, data_load.EOS_ID), top_logp <= neg / 2)
+        # finished set: merge the newly ended hypotheses, keep the k best
+        new_score = tf.where(
+            tf.logical_and(tf.equal(tok, data_load.EOS_ID), top_logp > neg / 2),
+            top_logp / length_penalty(i + 1, alpha),
+            neg,
+        )
+        all_score = tf.concat([fin_score, new_score], axis=1)
+        all_seq = tf.concat([fin_seq, seq], axis=1)
+        fin_score, keep = tf.math.top_k(all_score, k=k)
+        fin_seq = tf.gather(all_seq, keep, batch_dims=1)
+        # alive set: the extensions that did not end; ended slots become empty
+        alive_logp = tf.where(ended, neg, top_logp)
+        order = tf.argsort(alive_logp, axis=1, direction="DESCENDING", stable=True)
+        alive_logp = tf.gather(alive_logp, order, batch_dims=1)
+        alive_seq = tf.gather(seq, order, batch_dims=1)
+        tokens = tf.reshape(tf.gather(tok, order, batch_dims=1), (-1,))
+        source_beam = tf.gather(beam, order, batch_dims=1)
+        cache = model.reorder_cache(cache, tf.reshape(source_beam + batch_offsets, (-1,)))
+        # sentences past their own budget keep their state unchanged
+        active = i < limits
+        alive_seq, alive_logp, fin_seq, fin_score = (
+            tf.where(tf.reshape(active, (-1,) + (1,) * (len(cur.shape) - 1)), cur, prev)
+            for cur, prev in zip((alive_seq, alive_logp, fin_seq, fin_score), old)
+        )
+        return i + 1, tokens, alive_seq, alive_logp, fin_seq, fin_score, cache
+
+    i, _, alive_seq, alive_logp, fin_seq, fin_score, _ = tf.while_loop(
+        cond, body, (tf.constant(0), tokens, alive_seq, alive_logp, fin_seq, fin_score, cache)
+    )
+    # sentences with fewer than k finished hypotheses are completed from the alive
+    # (unfinished) ones, which always rank after every finished hypothesis
+    alive_len = tf.minimum(i, limits)[:, None]
+    alive_score = tf.where(alive_logp > neg / 2, alive_logp / length_penalty(alive_len, alpha), neg)
+    all_score = tf.concat([fin_score, alive_score], axis=1)
+    rank = tf.concat(
+        [fin_score, tf.where(alive_score > neg / 2, alive_score + neg / 4, neg)], axis=1
+    )
+    all_seq = tf.concat([fin_seq, alive_seq], axis=1)
+    _, keep = tf.math.top_k(rank, k=k)
+    scores = tf.gather(all_score, keep, batch_dims=1)
+    seqs = tf.gather(all_seq, keep, batch_dims=1)[:, :, :i]
+    # PAD everything after the first </S>
+    after = (
+        tf.cumsum(tf.cast(tf.equal(seqs, data_load.EOS_ID), tf.int32), axis=-1, exclusive=True) > 0
+    )
+    return tf.where(after, data_load.PAD_ID, seqs), scores
+
+
+def beam_decoder(model, beam_size: int, alpha: float = 0.6, max_len: int = 0):
+    """A compiled ``fn(src (N, T1) int32, extra int32) -> (ids (N, k, L), scores (N, k))``.
+
+    A tf.function graph; unlike the greedy loop it is not XLA-compiled: with its
+    data-dependent buffer sizes, XLA on CPU (TF 2.21) crashed on it.
+    """
+    spec = [tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([], tf.int32)]
+    return tf.function(
+        lambda src, extra: beam_loop(model, src, extra, beam_size, alpha, max_len),
+        input_signature=spec,
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Batched translation, scores, loading a run
+# ---------------------------------------------------------------------------------------
+class Translator:
+    """Batched translation with one compiled decoding loop: greedy, or beam search when
+    ``hp.beam_size`` > 1. Used by train.py (dev BLEU), eval.py and translate.py."""
+
+    def __init__(self, model, tok, hp: hparams.Hparams):
+        self.model, self.tok, self.hp = model, tok, hp
+        self.k = max(hp.beam_size, 1)
+        if self.k > 1:
+            self.decode = beam_decoder(model, self.k, hp.length_penalty, hp.max_len)
+        else:
+            self.decode = greedy_decoder(model, hp.jit_compile, hp.max_len)
+
+    def translate_ids(self, src_ids: list, progress: bool = False) -> list:
+        """Source id lists (no </S>) -> per sentence (ids (k, L), scores (k,)), best
+        first, in the input order; an empty source gives None. Sources are cut to
+        :func:`source_limit`; greedy scores are 0."""
+        out: list = [None] * len(src_ids)
+        real = [i for i, s in enumerate(src_ids) if len(s)]
+        extra = tf.constant(self.hp.max_len_extra, tf.int32)
+        batches = list(
+            data_load.eval_batches(
+                [src_ids[i] for i in real], self.hp.eval_batch_size, source_limit(self.model)
+            )
+        )
+        for idx, batch in tqdm(batches, disable=not progress, file=sys.stderr, unit="batch"):
+            result = self.decode(tf.constant(batch), extra)
+            if self.k > 1:
+                seqs, scores = result[0].numpy(), result[1].numpy()
+            else:
+                seqs, scores = result.numpy()[:, None], np.zeros((len(idx), 1), np.float32)
+            for row, i in enumerate(idx):
+                out[real[i]] = (seqs[row], scores[row])
+        return out
+
+    def translate_nbest(
+        self, sentences: list[str], n: int = 1, progress: bool = False, src_ids: list | None = None
+    ) -> list:
+        """Per sentence the n best (translation, score) pairs; [] for an empty line.
+        ``src_ids``, if given, are the sentences already encoded."""
+        if src_ids is None:
+            src_ids = self.tok.encode_src(sentences)
+        outs = self.translate_ids(src_ids, progress)
+        return [
+            [] if o is None else [(self.tok.decode_tgt(o[0][r]), float(o[1][r])) for r in range(n)]
+            for o in outs
+        ]
+
+    def translate(self, sentences: list[str]) -> list[str]:
+        """The best translation of each sentence; an empty line gives ''."""
+        return [best[0][0] if best else "" for best in self.translate_nbest(sentences)]
+
+
+def legacy_bleu(hyps: list[str], refs: list[str]) -> float:
+    """The TF1 eval.py BLEU: see eval.py's docstring."""
+    list_of_refs, hypotheses = [], []
+    for hyp, ref in zip(hyps, refs):
+        r, h = data_load.clean(ref).split(), data_load.clean(hyp).split()
+        if len(r) > 3 and len(h) > 3:
+            list_of_refs.append([r])
+            hypotheses.append(h)
+    if not hypotheses:
+        return 0.0
+    return 100 * corpus_bleu(list_of_refs, hypotheses)
+
+
+def scores(hyps: list[str], refs: list[str]) -> dict:
+    """Every figure of eval.py's docstring for detokenized hypotheses and references."""
+    std = sacrebleu.metrics.BLEU()
+    raw = sacrebleu.metrics.BLEU(tokenize="none")
+    chrf = sacrebleu.metrics.CHRF()
+    b = std.corpus_score(hyps, [refs])
+    return {
+        "legacy_bleu": legacy_bleu(hyps, refs),
+        "sacrebleu": b.score,
+        "sacrebleu_signature": str(std.get_signature()),
+        "bleu_tokenize_none": raw.corpus_score(hyps, [refs]).score,
+        "bleu_tokenize_none_signature": str(raw.get_signature()),
+        "chrf": chrf.corpus_score(hyps, [refs]).score,
+        "chrf_signature": str(chrf.get_signature()),
+    }
+
+
+def load_run(logdir: str, overrides: dict, ckpt: str = "", who: str = "eval"):
+    """Hparams, tokenizer and restored model of a training run.
+
+    ``overrides`` may change decoding settings; changing the model's shape is an error.
+    """
+    saved = hparams.load(os.path.join(logdir, "hparams.json"))
+    wanted = hparams.apply(saved, overrides)
+    hparams.check_same(
+        saved,
+        wanted,
+        hparams.MODEL_KEYS,
+        f"the checkpoint in {logdir}",
+        "evaluate with the settings it was trained with (drop those options)",
+    )
+    ignored = sorted(
+        k for k in overrides if k not in DECODE_KEYS + hparams.MODEL_KEYS + ("logdir",)
+    )
+    if ignored:
+        print(
+            f"{who}: ignoring {', '.join('--' + k for k in ignored)}: the run's own "
+            f"settings in {logdir}/hparams.json are used",
+            file=sys.stderr,
+        )
+    hp = hparams.apply(
+        saved, {**{k: v for k, v in overrides.items() if k in DECODE_KEYS}, "logdir": logdir}
+    )  # the run may have been moved
+    tok = data_load.load_tokenizer(hp)
+    data_load.check_vocab_fingerprint(hp)
+    devices.setup_devices(hp, who)
+    model = Transformer.from_hparams(hp, tok.src_vocab_size, tok.tgt_vocab_size)
+    path = ckpt or tf.train.latest_checkpoint(logdir)
+    if not path:
+        raise UserError(f"no checkpoint in {logdir}: run train.py first or pass --ckpt")
+    if not tf.io.gfile.exists(path + ".index"):
+        raise UserError(f"checkpoint {path} not found (expected {path}.index)")
+    try:
+        tf.train.Checkpoint(model=model).restore(
+            path
+        ).expect_partial().assert_existing_objects_matched()
+    except (ValueError, AssertionError, IndexError, tf.errors.OpError) as e:
+        raise UserError(
+            f"checkpoint {path} does not fit this model or is damaged "
+            f"({str(e).splitlines()[0][:200]}); was it trained with other "
+            f"hparams?"
+        ) from None
+    return hp, tok, model, path

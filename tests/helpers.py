@@ -1,0 +1,95 @@
+"""Plain helpers shared by the test files (the fixtures are in conftest.py)."""
+
+import os
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+import hparams
+from model import Transformer
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def tiny(tmp, **kw):
+    """Hparams of a tiny run on a 300-pair demo corpus inside the folder tmp."""
+    values = dict(
+        corpus="demo",
+        demo_size=300,
+        data_dir=f"{tmp}/data",
+        prepro_dir=f"{tmp}/prepro",
+        logdir=f"{tmp}/log",
+        evaldir=f"{tmp}/eval",
+        results_dir=f"{tmp}/results",
+        vocab_size=200,
+        d_model=32,
+        d_ff=64,
+        num_blocks=1,
+        num_heads=2,
+        tokens_per_batch=600,
+        num_epochs=3,
+        dev_bleu_sents=8,
+        warmup_steps=20,
+        lr_schedule="kyubyong",
+        lr=0.003,
+        eval_batch_size=64,
+        max_len_extra=10,
+    )
+    values.update(kw)
+    return hparams.apply(hparams.Hparams(), values)
+
+
+def tiny_model(src_vocab=23, tgt_vocab=23, seed=0, **kw):
+    """A small built Transformer with random weights (dropout is off at inference)."""
+    keras.utils.set_random_seed(seed)
+    args = dict(
+        d_model=32, d_ff=64, num_blocks=2, num_heads=4, share_embeddings=src_vocab == tgt_vocab
+    )
+    args.update(kw)
+    model = Transformer(src_vocab, tgt_vocab, **args)
+    model.build_all()
+    return model
+
+
+def rand_ids(rng, shape, vocab, low=4):
+    """Random real tokens (no PAD/BOS/EOS/UNK)."""
+    return rng.integers(low, vocab, size=shape).astype(np.int32)
+
+
+def analytic_count(
+    src_vocab,
+    tgt_vocab,
+    d,
+    d_ff,
+    n,
+    share=True,
+    position="sinusoid",
+    max_position=1024,
+    norm="post",
+):
+    """The parameter count of the paper's Transformer, by hand."""
+    ln = 2 * d  # gamma and beta
+    ffn = d * d_ff + d_ff + d_ff * d + d  # two Dense layers with biases
+    enc_layer = 4 * d * d + ffn + 2 * ln  # W^Q, W^K, W^V, W^O; no biases
+    dec_layer = 8 * d * d + ffn + 3 * ln  # self + cross attention
+
+    def rows(v):  # rounded up to a multiple of 8
+        return -(-v // 8) * 8
+
+    emb = rows(tgt_vocab) * d if share else (rows(src_vocab) + rows(tgt_vocab)) * d
+    pos = 2 * max_position * d if position == "learned" else 0  # src and tgt tables
+    final = 2 * ln if norm == "pre" else 0
+    return emb + pos + n * (enc_layer + dec_layer) + final
+
+
+def check_cached_equals_full(model, src, tgt):
+    """decode_step with the cache gives the logits of the full teacher-forced pass."""
+    full = model((src, tgt)).numpy()
+    memory, mask = model.encode(src)
+    cache = model.init_cache(memory, mask, tgt.shape[1])
+    for t in range(tgt.shape[1]):
+        logits, cache = model.decode_step(tf.constant(tgt[:, t]), cache)
+        assert logits.shape == full[:, t].shape and logits.dtype == tf.float32
+        np.testing.assert_allclose(logits.numpy(), full[:, t], atol=1e-5, err_msg=f"position {t}")
+    assert int(cache["step"]) == tgt.shape[1]

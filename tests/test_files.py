@@ -1,0 +1,116 @@
+"""files.py: atomic_path and atomic_write leave the old version or the new one, never a
+part of one, and no temporary files."""
+
+import os
+import stat
+
+import pytest
+
+import files
+import hparams
+
+
+def test_atomic_write_replaces_and_leaves_no_temp(tmp_path):
+    path = tmp_path / "deep" / "dir" / "f.txt"
+    files.atomic_write(str(path), "first\n")
+    assert path.read_text(encoding="utf-8") == "first\n"
+    files.atomic_write(str(path), "zweite Fassung: äöüß\n")
+    assert path.read_text(encoding="utf-8") == "zweite Fassung: äöüß\n"
+    files.atomic_write(str(path), b"\x00\x01bytes")
+    assert path.read_bytes() == b"\x00\x01bytes"
+    assert os.listdir(path.parent) == ["f.txt"]
+
+
+def test_atomic_write_failure_keeps_old_content(tmp_path):
+    path = tmp_path / "f.txt"
+    files.atomic_write(str(path), "old")
+    with pytest.raises(TypeError):
+        files.atomic_write(str(path), 12345)  # not str/bytes: fails while writing
+    assert path.read_text() == "old"
+    assert os.listdir(tmp_path) == ["f.txt"]
+
+
+def test_atomic_path_writes_a_file(tmp_path):
+    path = tmp_path / "new" / "plot.png"
+    with files.atomic_path(str(path)) as tmp:
+        assert os.path.dirname(tmp) == str(path.parent)  # beside path: atomic renames
+        assert not os.path.exists(path)
+        with open(tmp, "wb") as f:
+            f.write(b"png")
+    assert path.read_bytes() == b"png"
+    assert os.listdir(path.parent) == ["plot.png"]
+
+
+def test_atomic_path_replaces_an_existing_file(tmp_path):
+    path = tmp_path / "f.txt"
+    path.write_text("old")
+    with files.atomic_path(str(path)) as tmp:
+        with open(tmp, "w") as f:
+            f.write("new")
+        assert path.read_text() == "old"  # untouched until the end
+    assert path.read_text() == "new"
+    assert os.listdir(tmp_path) == ["f.txt"]
+
+
+def test_atomic_path_folder_replaces_a_folder(tmp_path):
+    """A SavedModel-like folder replaces the previous export as a whole."""
+    path = tmp_path / "saved"
+    (path / "variables").mkdir(parents=True)
+    (path / "saved_model.pb").write_text("old")
+    (path / "variables" / "stale").write_text("old")
+    with files.atomic_path(str(path)) as tmp:
+        os.makedirs(os.path.join(tmp, "assets"))
+        with open(os.path.join(tmp, "saved_model.pb"), "w") as f:
+            f.write("new")
+    assert sorted(os.listdir(path)) == ["assets", "saved_model.pb"]
+    assert (path / "saved_model.pb").read_text() == "new"
+    assert os.listdir(tmp_path) == ["saved"]
+
+
+def test_atomic_path_renames_files_that_extend_the_temporary_name(tmp_path):
+    """A checkpoint written to the temporary prefix is its .index and .data files."""
+    path = tmp_path / "avg-last2"
+    (tmp_path / "avg-last2.index").write_text("old index")
+    with files.atomic_path(str(path)) as tmp:
+        for ext in (".index", ".data-00000-of-00001"):
+            with open(tmp + ext, "w") as f:
+                f.write("new" + ext)
+    assert sorted(os.listdir(tmp_path)) == ["avg-last2.data-00000-of-00001", "avg-last2.index"]
+    assert (tmp_path / "avg-last2.index").read_text() == "new.index"
+    assert (tmp_path / "avg-last2.data-00000-of-00001").read_text() == "new.data-00000-of-00001"
+
+
+@pytest.mark.parametrize("kind", ["file", "folder", "siblings"])
+def test_atomic_path_error_keeps_old_content_and_no_temporary_files(tmp_path, kind):
+    path = tmp_path / "out"
+    path.write_text("old")
+    with pytest.raises(RuntimeError, match="interrupted"):
+        with files.atomic_path(str(path)) as tmp:
+            if kind == "file":
+                with open(tmp, "w") as f:
+                    f.write("half")
+            elif kind == "folder":
+                os.makedirs(os.path.join(tmp, "sub"))
+            else:
+                for ext in (".index", ".data-00000-of-00001"):
+                    with open(tmp + ext, "w") as f:
+                        f.write("half")
+            raise RuntimeError("interrupted")
+    assert path.read_text() == "old"
+    assert os.listdir(tmp_path) == ["out"]
+
+
+def test_atomic_write_respects_umask(tmp_path):
+    """Files are created with the mode the umask gives (0644 here), not mkstemp's 0600,
+    so that hparams.json, vocabularies and prepro text files are readable by others."""
+    old = os.umask(0o022)
+    try:
+        files.atomic_write(str(tmp_path / "plain.txt"), "x\n")
+        with files.atomic_path(str(tmp_path / "via_path.bin")) as tmp:
+            with open(tmp, "wb") as f:
+                f.write(b"x")
+        hparams.save(hparams.Hparams(), str(tmp_path / "hparams.json"))
+    finally:
+        os.umask(old)
+    for name in ("plain.txt", "via_path.bin", "hparams.json"):
+        assert stat.S_IMODE(os.stat(tmp_path / name).st_mode) == 0o644, name

@@ -1,0 +1,352 @@
+"""The Transformer of model.py (tiny sizes, CPU): causality, padding invariance, the
+decoding cache against the full pass, mixed precision, the exact parameter count, the
+specs lines, serialization, the variant registry, and a small run that has to learn a
+toy mapping.
+"""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import decoding
+import modules
+import weighted
+from data_load import BOS_ID, EOS_ID, PAD_ID
+from helpers import analytic_count, check_cached_equals_full, rand_ids, tiny_model
+from model import VARIANTS, Transformer
+
+
+# ---------------------------------------------------------------------------------------
+# 3-4. causality and padding invariance
+# ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_decoder_is_causal(norm):
+    V = 23
+    m = tiny_model(V, V, norm=norm)
+    rng = np.random.default_rng(2)
+    src = rand_ids(rng, (2, 6), V)
+    tgt = rand_ids(rng, (2, 7), V)
+    base = m((src, tgt)).numpy()
+    for t in (0, 3, 5):
+        changed = tgt.copy()
+        changed[:, t + 1 :] = rand_ids(rng, changed[:, t + 1 :].shape, V)
+        changed[:, t + 1 :] = np.where(
+            changed[:, t + 1 :] == tgt[:, t + 1 :],
+            (changed[:, t + 1 :] - 4 + 1) % (V - 4) + 4,
+            changed[:, t + 1 :],
+        )
+        assert np.all(changed[:, t + 1 :] != tgt[:, t + 1 :])
+        out = m((src, changed)).numpy()
+        np.testing.assert_allclose(out[:, : t + 1], base[:, : t + 1], atol=1e-5)
+        # and the change is visible later (the test is not vacuous)
+        assert np.max(np.abs(out[:, t + 1 :] - base[:, t + 1 :])) > 1e-3
+
+
+def test_padding_invariance():
+    V = 23
+    m = tiny_model(V, V)
+    rng = np.random.default_rng(3)
+    src = rand_ids(rng, (2, 5), V)
+    tgt = rand_ids(rng, (2, 6), V)
+    base = m((src, tgt)).numpy()
+    # PAD appended to the source changes nothing
+    src_padded = np.concatenate([src, np.zeros((2, 4), np.int32)], axis=1)
+    np.testing.assert_allclose(m((src_padded, tgt)).numpy(), base, atol=1e-5)
+    # PAD appended to the target input leaves the real positions unchanged
+    tgt_padded = np.concatenate([tgt, np.zeros((2, 3), np.int32)], axis=1)
+    out = m((src, tgt_padded)).numpy()
+    assert out.shape == (2, 9, V)
+    np.testing.assert_allclose(out[:, :6], base, atol=1e-5)
+    # a different real source token does change the output (not vacuous)
+    other = src.copy()
+    other[:, 2] = (other[:, 2] - 4 + 1) % (V - 4) + 4
+    assert np.max(np.abs(m((other, tgt)).numpy() - base)) > 1e-3
+    # batch padding: a short sentence padded in a batch equals it alone
+    short = src[:1, :3]
+    alone = m((short, tgt[:1])).numpy()
+    in_batch = m((np.concatenate([np.pad(short, ((0, 0), (0, 2))), src[1:]]), tgt)).numpy()
+    np.testing.assert_allclose(in_batch[:1], alone, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------
+# 5. incremental decoding: the cache gives the full pass
+# ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "norm,position",
+    [("post", "sinusoid"), ("pre", "sinusoid"), ("post", "learned"), ("pre", "learned")],
+)
+def test_incremental_decoding_matches_full(norm, position):
+    V = 19
+    m = tiny_model(V, V, norm=norm, position=position, seed=5)
+    rng = np.random.default_rng(4)
+    src = rand_ids(rng, (3, 7), V)
+    src[0, 4:] = PAD_ID  # lengths 4, 7, 2
+    src[2, 2:] = PAD_ID
+    T2 = 6
+    tgt = np.concatenate([np.full((3, 1), BOS_ID, np.int32), rand_ids(rng, (3, T2 - 1), V)], axis=1)
+    check_cached_equals_full(m, src, tgt)
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_mixed_bfloat16_model(norm):
+    """Under mixed_bfloat16 the logits are float32, close to the float32 model with the
+    same weights, and incremental decoding still matches the full pass."""
+    V = 19
+    rng = np.random.default_rng(19)
+    src = rand_ids(rng, (3, 6), V)
+    src[0, 3:] = PAD_ID
+    tgt = rand_ids(rng, (3, 5), V)
+    ref_model = tiny_model(V, V, norm=norm, seed=20)
+    ref = ref_model((src, tgt)).numpy()
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        m = tiny_model(V, V, norm=norm, seed=21)
+        m.set_weights(ref_model.get_weights())
+        assert m.tgt_embedding.compute_dtype == "bfloat16"
+        full = m((src, tgt))
+        assert full.dtype == tf.float32
+        full = full.numpy()
+        memory, mask = m.encode(src)
+        cache = m.init_cache(memory, mask, 5)
+        for t in range(5):
+            logits, cache = m.decode_step(tf.constant(tgt[:, t]), cache)
+            assert logits.dtype == tf.float32
+            np.testing.assert_allclose(logits.numpy(), full[:, t], atol=2e-2)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    assert np.all(np.isfinite(full))
+    # bfloat16 has 8 bits of mantissa: agree with float32 to a few percent of the scale
+    assert np.max(np.abs(full - ref)) < 0.1 * max(1.0, np.max(np.abs(ref))), np.max(
+        np.abs(full - ref)
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# 8. parameter count
+# ---------------------------------------------------------------------------------------
+def test_parameter_count_base_model():
+    m = Transformer(
+        32000, 32000, d_model=512, d_ff=2048, num_blocks=6, num_heads=8, share_embeddings=True
+    )
+    m.build()
+    expected = analytic_count(32000, 32000, 512, 2048, 6)
+    # 16,384,000 + 6 * (3,150,336 + 4,199,936) = 60,485,632
+    assert expected == 60_485_632
+    assert m.count_params() == expected
+    assert sum(int(np.prod(v.shape)) for v in m.weights) == expected
+    assert m.src_embedding is m.tgt_embedding
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(src_vocab=301, tgt_vocab=257, share=False),
+        dict(src_vocab=300, tgt_vocab=300, position="learned", max_position=64),
+        dict(src_vocab=300, tgt_vocab=300, norm="pre"),
+        dict(
+            src_vocab=301,
+            tgt_vocab=257,
+            share=False,
+            position="learned",
+            max_position=50,
+            norm="pre",
+        ),
+    ],
+)
+def test_parameter_count_variants(kw):
+    d, d_ff, n = 48, 96, 3
+    m = Transformer(
+        kw["src_vocab"],
+        kw["tgt_vocab"],
+        d_model=d,
+        d_ff=d_ff,
+        num_blocks=n,
+        num_heads=4,
+        share_embeddings=kw.get("share", True),
+        position=kw.get("position", "sinusoid"),
+        max_position=kw.get("max_position", 1024),
+        norm=kw.get("norm", "post"),
+    )
+    m.build()
+    expected = analytic_count(
+        kw["src_vocab"],
+        kw["tgt_vocab"],
+        d,
+        d_ff,
+        n,
+        share=kw.get("share", True),
+        position=kw.get("position", "sinusoid"),
+        max_position=kw.get("max_position", 1024),
+        norm=kw.get("norm", "post"),
+    )
+    assert m.count_params() == expected
+
+
+def test_share_embeddings_requires_joint_vocab():
+    with pytest.raises(ValueError):
+        Transformer(10, 12, d_model=8, d_ff=16, num_blocks=1, num_heads=2, share_embeddings=True)
+
+
+def test_specs_lines_end_with_total():
+    m = tiny_model(23, 29)
+    lines = m.specs_lines()
+    total = sum(int(np.prod(v.shape)) for v in m.weights)
+    assert total == analytic_count(23, 29, 32, 64, 2, share=False)
+    assert lines[-1] == f"total parameters: {total:,}"
+    assert len(lines) == len(m.weights) + 1
+
+
+# ---------------------------------------------------------------------------------------
+# 9. serialization
+# ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "vocabs,kw", [((23, 23), dict(norm="pre", position="learned")), ((23, 29), dict())]
+)
+def test_checkpoint_round_trip(tmp_path, vocabs, kw):
+    V1, V2 = vocabs
+    rng = np.random.default_rng(10)
+    src, tgt = rand_ids(rng, (2, 5), V1), rand_ids(rng, (2, 4), V2)
+    m = tiny_model(V1, V2, seed=11, **kw)
+    ref = m((src, tgt)).numpy()
+    path = tf.train.Checkpoint(model=m).write(str(tmp_path / "ckpt"))
+    fresh = tiny_model(V1, V2, seed=12, **kw)
+    assert np.max(np.abs(fresh((src, tgt)).numpy() - ref)) > 1e-3  # different weights
+    status = tf.train.Checkpoint(model=fresh).read(path)
+    status.assert_existing_objects_matched()
+    np.testing.assert_array_equal(fresh((src, tgt)).numpy(), ref)
+    for a, b in zip(m.weights, fresh.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_keras_save_and_load(tmp_path):
+    V1, V2 = 23, 29
+    rng = np.random.default_rng(13)
+    src, tgt = rand_ids(rng, (2, 5), V1), rand_ids(rng, (2, 4), V2)
+    m = tiny_model(V1, V2, seed=14)
+    ref = m((src, tgt)).numpy()
+    path = str(tmp_path / "m.keras")
+    m.save(path)
+    loaded = keras.models.load_model(path)
+    assert isinstance(loaded, Transformer)
+    assert loaded.get_config()["tgt_vocab_size"] == V2
+    np.testing.assert_array_equal(loaded((src, tgt)).numpy(), ref)
+
+
+def test_keras_save_and_load_shared_embeddings(tmp_path):
+    V = 23
+    rng = np.random.default_rng(15)
+    src, tgt = rand_ids(rng, (2, 5), V), rand_ids(rng, (2, 4), V)
+    m = tiny_model(V, V, seed=16)
+    ref = m((src, tgt)).numpy()
+    path = str(tmp_path / "m.keras")
+    m.save(path)
+    loaded = keras.models.load_model(path)
+    assert loaded.src_embedding is loaded.tgt_embedding
+    np.testing.assert_array_equal(loaded((src, tgt)).numpy(), ref)
+
+
+# ---------------------------------------------------------------------------------------
+# 11. a real learning check
+# ---------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_training_learns_toy_mapping():
+    keras.utils.set_random_seed(21)
+    rng = np.random.default_rng(21)
+    V, n_pairs, T1, T2 = 16, 20, 7, 7  # tokens 4..13 in the source, +1 in the target
+    src = np.zeros((n_pairs, T1), np.int32)
+    tgt_in = np.zeros((n_pairs, T2), np.int32)
+    tgt_out = np.zeros((n_pairs, T2), np.int32)
+    targets = []
+    for i in range(n_pairs):
+        n = int(rng.integers(3, 7))
+        s = rng.integers(4, 14, size=n)
+        y = list(s[::-1] + 1)
+        src[i, :n], src[i, n] = s, EOS_ID
+        tgt_in[i, : n + 1] = [BOS_ID] + y
+        tgt_out[i, : n + 1] = y + [EOS_ID]
+        targets.append(y + [EOS_ID])
+    model = Transformer(
+        V,
+        V,
+        d_model=32,
+        d_ff=64,
+        num_blocks=1,
+        num_heads=4,
+        dropout_rate=0.0,
+        share_embeddings=True,
+    )
+    model.build_all()
+    opt = keras.optimizers.Adam(3e-3, beta_2=0.98, epsilon=1e-9)
+    src_t, tin_t, tout_t = (tf.constant(a) for a in (src, tgt_in, tgt_out))
+
+    def mean_loss(training):
+        logits = model((src_t, tin_t), training=training)
+        keep = tf.not_equal(tout_t, PAD_ID)
+        return tf.reduce_mean(
+            modules.smoothed_cross_entropy(
+                tf.boolean_mask(logits, keep), tf.boolean_mask(tout_t, keep), 0.0
+            )
+        )
+
+    @tf.function
+    def train_step():
+        with tf.GradientTape() as tape:
+            loss = mean_loss(True)
+        grads = tape.gradient(loss, model.trainable_variables)
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    first = float(train_step())
+    for step in range(600):
+        loss = float(train_step())
+        if step > 50 and loss < 0.02:
+            break
+    final = float(mean_loss(False))
+    assert first > 1.5, first  # started near log(V)
+    assert final < 0.1, (step, final)
+    out = decoding.greedy_decoder(model)(src_t, tf.constant(5, tf.int32)).numpy()
+    correct = 0
+    for row, y in zip(out, targets):
+        got = list(row[: len(y)])
+        correct += got == y
+    assert correct >= 18, (correct, out)
+
+
+# ---------------------------------------------------------------------------------------
+# model variants
+# ---------------------------------------------------------------------------------------
+def test_variants_registry():
+    assert set(VARIANTS) >= {"transformer", "weighted"}
+    assert type(VARIANTS["transformer"]) is modules.Variant
+    assert isinstance(VARIANTS["weighted"], weighted.Variant)
+    for name, variant in VARIANTS.items():
+        assert variant.name == name
+    m = tiny_model(13, 13, num_blocks=1)
+    assert m.variant is VARIANTS["transformer"] and m.model_type == "transformer"
+    assert type(m.encoder_0) is modules.EncoderLayer
+    assert type(m.decoder_0) is modules.DecoderLayer
+    with pytest.raises(ValueError, match="model_type must be one of transformer, weighted"):
+        Transformer(13, 13, d_model=8, d_ff=16, num_blocks=1, num_heads=2, model_type="nope")
+
+
+def test_reorder_cache_follows_the_hypotheses():
+    """Transformer.reorder_cache picks batch rows of every decoder layer's self-attention
+    keys/values (beam search) and leaves the rest of the cache as it is."""
+    m = tiny_model(17, 17, seed=3)
+    rng = np.random.default_rng(3)
+    src = rand_ids(rng, (3, 5), 17)
+    memory, mask = m.encode(src)
+    cache = m.init_cache(memory, mask, 4)
+    for _ in range(2):
+        _, cache = m.decode_step(tf.constant(rand_ids(rng, (3,), 17)), cache)
+    index = tf.constant([2, 2, 0])
+    new = m.reorder_cache(cache, index)
+    assert new["step"] is cache["step"] and new["memory_mask"] is cache["memory_mask"]
+    assert len(new["layers"]) == len(cache["layers"]) == 2
+    for old, layer in zip(cache["layers"], new["layers"]):
+        for key in ("k", "v"):
+            assert np.abs(old[key].numpy()[:, :, :2]).max() > 0  # written positions
+            np.testing.assert_array_equal(layer[key].numpy(), old[key].numpy()[[2, 2, 0]])
+        for key in ("cross_k", "cross_v"):
+            assert layer[key] is old[key]
