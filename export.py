@@ -13,6 +13,7 @@ split and a lookup table for word vocabularies), greedy decoding (or beam search
 
 from __future__ import annotations
 
+import importlib.util
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # quiet TensorFlow's C++ start-up logs
@@ -40,6 +41,7 @@ def build_module(model, tok, hp: hparams.Hparams):
             # model inside a tf.Module makes Keras trace its call with float inputs).
             self.weights = [w.value for w in model.weights]
             if tok.kind == "bpe":
+                # tensorflow-text (the [export] extra) is needed for BPE models only
                 import tensorflow_text as tft
 
                 proto = open(os.path.join(hp.prepro_dir, "bpe.model"), "rb").read()
@@ -96,13 +98,8 @@ def build_module(model, tok, hp: hparams.Hparams):
 def export(logdir: str, export_dir: str, overrides: dict, ckpt: str = "") -> str:
     """Write the SavedModel (via a temp folder, renamed when complete)."""
     hp, tok, model, path = decoding.load_run(logdir, overrides, ckpt, "export")
-    if tok.kind == "bpe":
-        try:
-            import tensorflow_text  # noqa: F401
-        except ImportError:
-            raise UserError(
-                "exporting a BPE model needs tensorflow-text: pip install tensorflow-text"
-            ) from None
+    if tok.kind == "bpe" and importlib.util.find_spec("tensorflow_text") is None:
+        raise UserError("exporting a BPE model needs tensorflow-text: pip install tensorflow-text")
     if os.path.exists(export_dir) and not os.path.isdir(export_dir):
         raise UserError(f"{export_dir} exists and is not a folder; choose another --export_dir")
     module = build_module(model, tok, hp)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-import fast_ops
 import modules
 import weighted
 
@@ -81,8 +80,8 @@ class Transformer(keras.Model):
         self.tgt_position = modules.PositionalEncoding(
             d_model, position, max_position, name="tgt_position"
         )
-        self.src_dropout = fast_ops.dropout(dropout_rate)
-        self.tgt_dropout = fast_ops.dropout(dropout_rate)
+        self.src_dropout = keras.layers.Dropout(dropout_rate)
+        self.tgt_dropout = keras.layers.Dropout(dropout_rate)
         layer_args = dict(
             d_model=d_model,
             num_heads=num_heads,

@@ -49,7 +49,7 @@ class Residual(keras.layers.Layer):
     def __init__(self, dropout_rate: float, norm: str = "post", **kwargs):
         super().__init__(**kwargs)
         self.dropout_rate, self.norm = dropout_rate, norm
-        self.dropout = fast_ops.dropout(dropout_rate)
+        self.dropout = keras.layers.Dropout(dropout_rate)
         self.ln = layer_norm("layer_norm")
 
     def build(self, input_shape):
@@ -284,7 +284,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.d_model, self.num_heads, self.dropout_rate = d_model, num_heads, dropout_rate
         self.d_k = d_model // num_heads
         self.scale = scale
-        self.dropout = fast_ops.dropout(dropout_rate) if dropout_rate > 0 else None
+        self.dropout = keras.layers.Dropout(dropout_rate) if dropout_rate > 0 else None
 
     def build(self, query_shape=None, memory_shape=None):
         init = keras.initializers.GlorotUniform()
@@ -402,7 +402,7 @@ class TokenEmbedding(keras.layers.Layer):
     def logits(self, x):
         """Pre-softmax linear transformation with the shared weights; float32 output."""
         w = cast(self.embeddings.value, self.compute_dtype)
-        z = cast(fast_ops.output_logits(cast(x, w.dtype), w), tf.float32)
+        z = cast(fast_ops.dense(cast(x, w.dtype), w, transpose_b=True), tf.float32)
         return z if self.rows == self.vocab_size else z[..., : self.vocab_size]
 
     def get_config(self):

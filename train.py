@@ -32,7 +32,6 @@ from tqdm import tqdm
 import data_load
 import decoding
 import devices
-import fast_ops
 import files
 import hparams
 import modules
@@ -110,7 +109,7 @@ class Trainer:
         self.schedule = modules.TransformerSchedule(
             hp.lr_schedule, hp.d_model, hp.warmup_steps, hp.lr
         )
-        self.optimizer = fast_ops.adam(self.schedule, **adam)
+        self.optimizer = keras.optimizers.Adam(self.schedule, **adam)
         if self.loss_scaling:
             self.optimizer = keras.optimizers.LossScaleOptimizer(self.optimizer)
         groups = model.variant.optimizer_groups(model, hp)
@@ -118,7 +117,7 @@ class Trainer:
         self.group_of = {id(v): name for name, (vs, _) in groups.items() for v in vs}
         self.group_optimizers = {}
         for name, (variables, schedule) in groups.items():
-            self.group_optimizers[name] = fast_ops.adam(schedule, **adam)
+            self.group_optimizers[name] = keras.optimizers.Adam(schedule, **adam)
             self.group_optimizers[name].build(variables)
         main = [v for v in model.trainable_variables if id(v) not in self.group_of]
         self.optimizer.build(main)

@@ -6,7 +6,7 @@ same size, and against the machine's measured matmul peak.
     python bench/train_throughput.py --preset multi30k [--sizes small,base] [--quick]
         [--configs "ours float32,ours weighted float32"]      # a subset of the rows
         [--baseline_tree PATH]        # one more row: the project's code at PATH (float32)
-    python bench/train_throughput.py --preset multi30k --ablate dense2d,dropout16 [--pairs 3]
+    python bench/train_throughput.py --preset multi30k --ablate dense2d,xent_grad [--pairs 3]
 
 ``--ablate`` measures each rewrite of fast_ops.py against the standard op: for every
 name, ``--pairs`` interleaved on/off pairs of the small float32 configuration (on, off, on,
