@@ -72,6 +72,17 @@ class Window:
         }
 
 
+def deal_rows(strategy, *batch):
+    """With several replicas, the rows of each (N, T) tensor dealt out among them (row i
+    to replica i mod replicas) as per-replica values; else the batch unchanged."""
+    n = strategy.num_replicas_in_sync
+    if n == 1:
+        return batch
+    return strategy.experimental_distribute_values_from_function(
+        lambda ctx: tuple(x[ctx.replica_id_in_sync_group :: n] for x in batch)
+    )
+
+
 def check_logdir(hp: hparams.Hparams) -> None:
     """A logdir holding a run with another model shape, another batch plan or another
     vocabulary cannot be resumed."""
@@ -192,32 +203,19 @@ class Trainer:
 
     # -- the update: batch -> loss -> gradients -> Adam -------------------------------------
     def train_step(self, src, dec_in, labels) -> StepStats:
-        """One update on one batch (N, T) x 3; its StepStats as numbers. With several
-        replicas the batch's rows are dealt out among them."""
-        if self.replicas > 1:
-            n = self.replicas
-            src, dec_in, labels = self.strategy.experimental_distribute_values_from_function(
-                lambda ctx: tuple(
-                    x[ctx.replica_id_in_sync_group :: n] for x in (src, dec_in, labels)
-                )
-            )
-        return StepStats(*(float(x) for x in self._step(src, dec_in, labels)))
+        """One update on one batch (N, T) x 3; its StepStats as numbers."""
+        batch = deal_rows(self.strategy, src, dec_in, labels)
+        return StepStats(*(float(x) for x in self._step(*batch)))
 
     def _distributed_step(self, src, dec_in, labels) -> StepStats:
-        # the replicas' StepStats go through one all-reduce as a stacked vector
-        # (MultiWorkerMirroredStrategy.reduce packs a NamedTuple into one tensor)
-        per_replica = self.strategy.run(
-            lambda *batch: tf.stack(self._compiled(*batch)), (src, dec_in, labels)
-        )
-        total = StepStats(
-            *tf.unstack(self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None))
-        )
+        """The replicas' StepStats summed in one all-reduce of a stacked vector."""
+        stacked = self.strategy.run(lambda *b: tf.stack(self._compiled(*b)), (src, dec_in, labels))
+        total = StepStats(*tf.unstack(self.strategy.reduce("SUM", stacked, axis=None)))
         return total._replace(grad_norm=total.grad_norm / self.replicas)  # their mean
 
     def _replica_step(self, src, dec_in, labels) -> StepStats:
         """One replica's share: its loss over the global number of target tokens, so that
-        the summed gradients of the replicas are the single-device gradient (its grad
-        norm and clipping see this replica's share)."""
+        the replicas' summed gradients are the single-device gradient."""
         ctx = tf.distribute.get_replica_context()
         with tf.GradientTape() as tape:
             sums = self.loss_sums(src, dec_in, labels, training=True)
@@ -242,18 +240,15 @@ class Trainer:
             weight = tf.ones_like(labels, tf.float32)
         eps = self.hp.label_smoothing
         losses, nll, correct = modules.cross_entropy_terms(self.model.logits(hidden), labels, eps)
-        sums = [tf.reduce_sum(x * weight) for x in (losses, nll, weight, correct)]
-        return StepStats(*sums)
+        return StepStats(*[tf.reduce_sum(x * weight) for x in (losses, nll, weight, correct)])
 
     def apply_gradients(self, grads):
-        """Clip (optional) and apply the gradients; returns their global norm. Under
-        mixed_float16 they arrive loss-scaled and the optimizer unscales them."""
+        """Clip (optional) and apply the gradients (loss-scaled under mixed_float16; the
+        optimizer unscales them); returns their global norm (this replica's share)."""
         scale = tf.cast(self.optimizer.scale_loss(1.0), tf.float32) if self.loss_scaling else 1.0
         norm = tf.linalg.global_norm(grads) / scale
         if self.hp.clip_norm > 0:
-            grads, _ = tf.clip_by_global_norm(
-                grads, self.hp.clip_norm * scale, use_norm=norm * scale
-            )
+            grads, _ = tf.clip_by_global_norm(grads, self.hp.clip_norm * scale, norm * scale)
         pairs = list(zip(grads, self.model.trainable_variables))
         self.optimizer.apply_gradients([(g, v) for g, v in pairs if id(v) not in self.group_of])
         for name, optimizer in self.group_optimizers.items():
