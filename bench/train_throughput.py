@@ -369,6 +369,12 @@ def ablation_configurations(preset: str, names: list[str], pairs: int) -> list[d
     return out
 
 
+def keep_rewrite(gains: list[float], bar: float = 0.05) -> bool:
+    """A rewrite stays if its median gain (on / off - 1) is at least ``bar`` and every
+    pair favours it."""
+    return bool(gains) and float(np.median(gains)) >= bar and min(gains) > 0
+
+
 def print_ablation(rows: list[dict]) -> None:
     """Per rewrite: each pair's tokens/s on and off, its gain, and the median gain."""
     print(f"{'rewrite':18} {'pair':>4} {'on tok/s':>9} {'off tok/s':>9} {'gain':>7}")
@@ -378,7 +384,7 @@ def print_ablation(rows: list[dict]) -> None:
         gains = [a / b - 1 for a, b in zip(on, off)]
         for k, (a, b, g) in enumerate(zip(on, off, gains)):
             print(f"{name:18} {k + 1:4d} {a:9,.0f} {b:9,.0f} {g:+7.1%}")
-        verdict = "keep" if gains and np.median(gains) >= 0.05 and min(gains) > 0 else "remove"
+        verdict = "keep" if keep_rewrite(gains) else "remove"
         print(
             f"{name:18} {'med':>4} {'':9} {'':9} {np.median(gains):+7.1%}  -> {verdict} "
             f"(kept if the median gain is >= 5% and every pair favours it)"

@@ -58,3 +58,25 @@ def test_peak_rss_reset():
     del block  # numpy returns it to the OS
     throughput.reset_peak_rss()
     assert throughput.peak_rss_mb() < before + 32
+
+
+def test_keep_rewrite_needs_the_median_bar_and_every_pair():
+    assert throughput.keep_rewrite([0.31, 0.268, 0.263])
+    assert not throughput.keep_rewrite([0.033, 0.02, 0.348])  # median 3.3 %
+    assert not throughput.keep_rewrite([0.20, 0.10, -0.01])  # one pair against it
+    assert not throughput.keep_rewrite([])
+
+
+def test_ablation_configurations_interleave_on_and_off():
+    cfgs = throughput.ablation_configurations("multi30k", ["dense2d", "xent_grad"], 2)
+    assert [(c["rewrite"], c["ablate"]) for c in cfgs] == [
+        ("dense2d", []),
+        ("dense2d", ["dense2d"]),
+        ("dense2d", []),
+        ("dense2d", ["dense2d"]),
+        ("xent_grad", []),
+        ("xent_grad", ["xent_grad"]),
+        ("xent_grad", []),
+        ("xent_grad", ["xent_grad"]),
+    ]
+    assert all(c["hparams"]["precision"] == "float32" and not c["probe"] for c in cfgs)
