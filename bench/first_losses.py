@@ -1,0 +1,80 @@
+"""The first training losses of a run, bit for bit: a check that a change moved code
+without changing arithmetic.
+
+    python prepro.py                                       # the demo data, once
+    python bench/first_losses.py --steps 100 --out /tmp/new.json
+    python bench/first_losses.py --steps 100 --out /tmp/old.json --tree /tmp/old
+    python bench/first_losses.py --compare /tmp/old.json /tmp/new.json
+
+With TensorFlow's op determinism on, the run's Trainer trains on the first ``--steps``
+batches of epoch 0 of the chosen preset and writes each batch's label-smoothed loss per
+target token (float32 sum over float32 count). ``--tree PATH`` runs another checkout of the
+project (``git worktree add /tmp/old HEAD~1``) on this checkout's preprocessed data.
+``--compare A B`` prints whether two such files are identical and the largest difference.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+
+def first_losses(preset: str, steps: int) -> list[float]:
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    tf.config.experimental.enable_op_determinism()
+    import data_load
+    import hparams
+    import train
+
+    try:
+        import devices
+
+        setup_devices = devices.setup_devices
+    except ImportError:  # a tree from before devices.py
+        setup_devices = train.setup_devices
+    hp = hparams.preset(preset)
+    tok = data_load.load_tokenizer(hp)
+    strategy, precision = setup_devices(hp)
+    keras.utils.set_random_seed(hp.seed)
+    data = data_load.TrainData(hp)
+    trainer = train.Trainer(hp, tok, strategy, precision)
+    losses = []
+    for src, dec_in, labels in data.dataset(0):
+        stats, _ = trainer.train_batch(src, dec_in, labels)
+        losses.append(float(np.float32(stats[0]) / np.float32(stats[2])))
+        if len(losses) == steps:
+            break
+    return losses
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--preset", default="demo")
+    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--out", default="")
+    ap.add_argument("--tree", default="", help="another checkout of the project to run")
+    ap.add_argument("--compare", nargs=2, metavar=("A", "B"))
+    args = ap.parse_args()
+    if args.compare:
+        a, b = (json.load(open(path)) for path in args.compare)
+        diff = max((abs(x - y) for x, y in zip(a, b)), default=float("nan"))
+        same = a == b
+        print(f"{len(a)} and {len(b)} losses; identical: {same}; largest difference {diff:.3g}")
+        sys.exit(0 if same else 1)
+    sys.path.insert(0, os.path.abspath(args.tree) if args.tree else ROOT)
+    losses = first_losses(args.preset, args.steps)
+    text = json.dumps(losses)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text + "\n")
+    print(f"{len(losses)} losses: first {losses[:3]}, last {losses[-3:]}")
+
+
+if __name__ == "__main__":
+    main()
