@@ -14,7 +14,8 @@ import tensorflow as tf
 import modules
 import weighted
 
-# model_type -> its hook (modules.Variant); a new variant module adds one entry
+# model_type -> its hook (modules.Variant); a new variant adds an entry here and its name to
+# hparams.CHOICES['model_type']
 VARIANTS = {v.name: v for v in (modules.Variant(), weighted.Variant())}
 
 

@@ -537,7 +537,8 @@ def smoothed_cross_entropy(logits, labels, epsilon: float = 0.1, with_nll: bool 
 class Variant:
     """What a ``model_type`` changes, at one hook; this base is the paper's Transformer.
 
-    A variant module (weighted.py, ...) subclasses it and overrides what it needs:
+    A variant module (weighted.py, ...) subclasses it, is listed in model.VARIANTS and
+    in hparams.CHOICES["model_type"], and overrides what it needs:
     * layer construction: :meth:`encoder_layer`, :meth:`decoder_layer` (a layer class
       also owns its decoding cache: ``init_cache``, ``step``, ``reorder_cache``);
     * :meth:`extra_loss`: terms added to the training loss;
@@ -555,7 +556,8 @@ class Variant:
         return DecoderLayer(**args)
 
     def extra_loss(self, model):
-        """A scalar float32 added to the mean training loss."""
+        """A scalar float32 added once to the mean training loss of each update (with
+        several replicas or accumulated batches, the trainer splits it among them)."""
         return tf.constant(0.0, tf.float32)
 
     def optimizer_groups(self, model, hp) -> dict:

@@ -221,7 +221,7 @@ class Trainer:
             sums = self.loss_sums(src, dec_in, labels, training=True)
             global_tokens = ctx.all_reduce("sum", sums.tokens) if ctx else sums.tokens
             loss = sums.loss_sum / tf.maximum(global_tokens, 1.0)
-            loss += self.model.variant.extra_loss(self.model)
+            loss += self.model.variant.extra_loss(self.model) / self.replicas  # once in all
             scaled = self.optimizer.scale_loss(loss) if self.loss_scaling else loss
         grads = tape.gradient(scaled, self.model.trainable_variables)
         return sums._replace(grad_norm=self.apply_gradients(grads))
@@ -278,6 +278,9 @@ class Trainer:
             # divided by the token budget so that float16 gradients keep the magnitude
             # of a per-token mean (the update divides by the real token count)
             per_budget = sums.loss_sum / float(self.hp.tokens_per_batch)
+            # the variant's term, weighted by the batch's tokens: once per update in all
+            extra = self.model.variant.extra_loss(self.model) * sums.tokens
+            per_budget += extra / float(self.hp.tokens_per_batch)
             scaled = self.optimizer.scale_loss(per_budget) if self.loss_scaling else per_budget
         grads = tape.gradient(scaled, self.model.trainable_variables)
         for acc, grad in zip(self.accum, grads):

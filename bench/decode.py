@@ -6,7 +6,7 @@ decoder, and beam 4 vs greedy.
 
 One run, one process, one trained model (the run's latest checkpoint), the test split:
 * naive: the original's decoder, re-run over the whole prefix at every step for the full
-  length budget, no early stop (model.naive_greedy), batches of --batch sentences;
+  length budget, no early stop (decoding.naive_greedy), batches of --batch sentences;
 * cached greedy: one compiled tf.while_loop with the key/value cache and early stop;
 * beam 4 (alpha 0.6), same loop;
 * keras-hub: keras_hub.layers.TransformerDecoder layers of the same size, driven by

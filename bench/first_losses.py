@@ -31,13 +31,9 @@ def first_losses(preset: str, steps: int) -> list[float]:
     import data_load
     import hparams
     import train
+    from train_throughput import project_setup_devices
 
-    try:
-        import devices
-
-        setup_devices = devices.setup_devices
-    except ImportError:  # a tree from before devices.py
-        setup_devices = train.setup_devices
+    setup_devices = project_setup_devices()
     hp = hparams.preset(preset)
     tok = data_load.load_tokenizer(hp)
     strategy, precision = setup_devices(hp)

@@ -209,6 +209,18 @@ def batches_for(hp, data, count):
     return [data_load.build_batch(data.corpus, idx, hp.pad_multiple) for idx in plan]
 
 
+def project_setup_devices():
+    """The project's setup_devices, in this tree (devices.py) or an older one (train.py)."""
+    try:
+        import devices
+
+        return devices.setup_devices
+    except ImportError:
+        import train
+
+        return train.setup_devices
+
+
 def run_ours(cfg: dict) -> dict:
     """This project's train step; ``cfg['tree']``: the project's code at another path,
     ``cfg['ablate']``: fast_ops switches to turn off."""
@@ -227,12 +239,7 @@ def run_ours(cfg: dict) -> dict:
 
         for name in cfg["ablate"]:
             fast_ops.ENABLED[name] = False
-    try:
-        import devices
-
-        setup_devices = devices.setup_devices
-    except ImportError:  # an older tree
-        setup_devices = train.setup_devices
+    setup_devices = project_setup_devices()
     hp = hparams.apply(hparams.preset(cfg["preset"]), cfg["hparams"])
     tok = data_load.load_tokenizer(hp)
     strategy, precision = setup_devices(hp)

@@ -19,6 +19,7 @@ from tensorboard.backend.event_processing import event_accumulator
 import data_load
 import devices
 import hparams
+import modules
 import train
 from eval import evaluate
 from helpers import ROOT, tiny
@@ -275,8 +276,17 @@ def test_mixed_precision_training_loss_falls(tmp_path, demo_prepro):
         assert abs(mixed["train_loss"] - f32["train_loss"]) < 0.3, precision
 
 
-def test_gradient_accumulation_equals_larger_batch(tmp_path, demo_prepro):
-    """accum_steps=2 over batches b1, b2 gives the update of one batch b1 + b2."""
+class L2Variant(modules.Variant):
+    """A variant whose extra loss depends on the weights: 0.5 * |E|^2 of the embedding."""
+
+    def extra_loss(self, model):
+        return 0.5 * tf.reduce_sum(tf.square(model.tgt_embedding.embeddings))
+
+
+@pytest.mark.parametrize("extra_loss", [False, True])
+def test_gradient_accumulation_equals_larger_batch(tmp_path, demo_prepro, extra_loss):
+    """accum_steps=2 over batches b1, b2 gives the update of one batch b1 + b2, also with
+    a variant's extra loss term (counted once per update)."""
     hp_full = demo_prepro
     base = dict(
         prepro_dir=hp_full.prepro_dir, data_dir=hp_full.data_dir, dropout_rate=0.0, clip_norm=1.0
@@ -289,6 +299,8 @@ def test_gradient_accumulation_equals_larger_batch(tmp_path, demo_prepro):
     big = train.Trainer(hp_big, tok, strategy, precision)
     for a, b in zip(acc.model.weights, big.model.weights):
         b.assign(a)
+    if extra_loss:
+        acc.model.variant = big.model.variant = L2Variant()
     initial = [w.numpy() for w in acc.model.weights]
     data = data_load.TrainData(hp_acc)
     b1, b2 = data.batches(0)[:2]
@@ -352,7 +364,7 @@ import numpy as np
 import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-import data_load, hparams, train
+import data_load, hparams, modules, train
 hp = hparams.apply(hparams.Hparams(), json.loads(sys.argv[1]))
 tok = data_load.load_tokenizer(hp)
 data = data_load.TrainData(hp)
@@ -362,6 +374,11 @@ mirrored = train.Trainer(hp, tok, tf.distribute.MirroredStrategy(["/cpu:0", "/cp
                          "float32")
 for a, b in zip(single.model.weights, mirrored.model.weights):
     b.assign(a)
+if sys.argv[2] == "extra":  # an extra loss term that depends on the weights
+    class L2(modules.Variant):
+        def extra_loss(self, model):
+            return 0.5 * tf.reduce_sum(tf.square(model.tgt_embedding.embeddings))
+    single.model.variant = mirrored.model.variant = L2()
 s1, s2 = single.train_step(*batch), mirrored.train_step(*batch)
 diff = max(float(np.abs(a.numpy() - b.numpy()).max())
            for a, b in zip(single.model.weights, mirrored.model.weights))
@@ -371,9 +388,11 @@ print(json.dumps({"single": list(s1[:4]), "mirrored": list(s2[:4]), "diff": diff
 
 
 @pytest.mark.slow
-def test_mirrored_step_equals_single_device_step(demo_prepro):
+@pytest.mark.parametrize("variant", ["plain", "extra"])
+def test_mirrored_step_equals_single_device_step(demo_prepro, variant):
     """With 2 logical CPU devices, a MirroredStrategy step on a fixed batch (rows dealt out
-    to the replicas) gives the loss and the updated weights of a single-device step."""
+    to the replicas) gives the loss and the updated weights of a single-device step, also
+    with a variant's extra loss term (counted once, not once per replica)."""
     hp = demo_prepro
     values = {
         k: getattr(hp, k)
@@ -389,7 +408,7 @@ def test_mirrored_step_equals_single_device_step(demo_prepro):
     }
     values["dropout_rate"] = 0.0
     proc = subprocess.run(
-        [sys.executable, "-c", MIRRORED, json.dumps(values)],
+        [sys.executable, "-c", MIRRORED, json.dumps(values), variant],
         cwd=ROOT,
         capture_output=True,
         text=True,
