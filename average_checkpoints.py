@@ -10,16 +10,28 @@ weights are averaged; the result holds no optimizer state.
 
 from __future__ import annotations
 
-import os
+import cli
+import hparams
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # quiet TensorFlow's C++ start-up logs
+SCRIPT = cli.Script(
+    "average_checkpoints",
+    __doc__,
+    fields=("logdir",),
+    options={
+        "last": (5, "how many of the latest checkpoints to average"),
+        "out": ("", "output checkpoint prefix (default: <logdir>/averaged/avg-last<N>)"),
+    },
+)
+if __name__ == "__main__":
+    cli.start(SCRIPT)  # --help and option errors answer before TensorFlow loads
+
+import os
 
 import numpy as np
 import tensorflow as tf
 
 import decoding
 import files
-import hparams
 from hparams import UserError
 
 
@@ -58,7 +70,7 @@ def average(logdir: str, last: int, out: str = "") -> str:
 
 
 def main() -> None:
-    hp, opts = hparams.parse_args(extra={"last": 5, "out": ""})
+    hp, opts = cli.parse_args(script=SCRIPT)
     average(hp.logdir, opts["last"], opts["out"])
 
 

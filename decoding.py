@@ -21,18 +21,6 @@ import hparams
 from hparams import UserError
 from model import Transformer
 
-# hparams eval may change without touching the model
-DECODE_KEYS = (
-    "beam_size",
-    "length_penalty",
-    "max_len_extra",
-    "max_len",
-    "eval_batch_size",
-    "results_dir",
-    "precision",
-    "jit_compile",
-)
-
 
 # ---------------------------------------------------------------------------------------
 # Decoding loops (compiled)
@@ -334,7 +322,7 @@ def load_run(logdir: str, overrides: dict, ckpt: str = "", who: str = "eval"):
         "evaluate with the settings it was trained with (drop those options)",
     )
     ignored = sorted(
-        k for k in overrides if k not in DECODE_KEYS + hparams.MODEL_KEYS + ("logdir",)
+        k for k in overrides if k not in hparams.DECODE_KEYS + hparams.MODEL_KEYS + ("logdir",)
     )
     if ignored:
         print(
@@ -343,7 +331,8 @@ def load_run(logdir: str, overrides: dict, ckpt: str = "", who: str = "eval"):
             file=sys.stderr,
         )
     hp = hparams.apply(
-        saved, {**{k: v for k, v in overrides.items() if k in DECODE_KEYS}, "logdir": logdir}
+        saved,
+        {**{k: v for k, v in overrides.items() if k in hparams.DECODE_KEYS}, "logdir": logdir},
     )  # the run may have been moved
     tok = data_load.load_tokenizer(hp)
     data_load.check_vocab_fingerprint(hp)

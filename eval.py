@@ -22,17 +22,30 @@ in the legacy format: ``- source:``, ``- expected:``, ``- got:`` blocks, then
 
 from __future__ import annotations
 
-import os
+import cli
+import hparams
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # quiet TensorFlow's C++ start-up logs
+SCRIPT = cli.Script(
+    "eval",
+    __doc__,
+    fields=cli.DECODING_FIELDS,
+    options={
+        "ckpt": ("", "checkpoint to load (default: the latest in logdir)"),
+        "test_src": ("", "a source file to translate instead of the test split"),
+        "test_ref": ("", "its reference translations, line by line"),
+    },
+    note=cli.DECODING_NOTE,
+)
+if __name__ == "__main__":
+    cli.start(SCRIPT)  # --help and option errors answer before TensorFlow loads
 
 import json
+import os
 import time
 
 import data_load
 import decoding
 import files
-import hparams
 from hparams import UserError
 
 
@@ -108,7 +121,7 @@ def evaluate(
 
 
 def main() -> None:
-    hp, opts = hparams.parse_args(extra={"ckpt": "", "test_src": "", "test_ref": ""})
+    hp, opts = cli.parse_args(script=SCRIPT)
     overrides = {k: getattr(hp, k) for k in opts["_set"]}
     evaluate(hp.logdir, overrides, opts["ckpt"], opts["test_src"], opts["test_ref"])
 

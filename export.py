@@ -13,17 +13,30 @@ split and a lookup table for word vocabularies), greedy decoding (or beam search
 
 from __future__ import annotations
 
+import cli
+import hparams
+
+SCRIPT = cli.Script(
+    "export",
+    __doc__,
+    fields=cli.DECODING_FIELDS,
+    options={
+        "ckpt": ("", "checkpoint to export (default: the latest in logdir)"),
+        "export_dir": ("", "where to write the SavedModel (default: exported/<run>)"),
+    },
+    note=cli.DECODING_NOTE,
+)
+if __name__ == "__main__":
+    cli.start(SCRIPT)  # --help and option errors answer before TensorFlow loads
+
 import importlib.util
 import os
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # quiet TensorFlow's C++ start-up logs
 
 import tensorflow as tf
 
 import data_load
 import decoding
 import files
-import hparams
 from hparams import UserError
 
 LEGACY_CLEAN_RE2 = r"[^\s\p{Z}\p{Latin}']"  # data_load.clean in RE2 (whose \s is ASCII)
@@ -110,7 +123,7 @@ def export(logdir: str, export_dir: str, overrides: dict, ckpt: str = "") -> str
 
 
 def main() -> None:
-    hp, opts = hparams.parse_args(extra={"ckpt": "", "export_dir": ""})
+    hp, opts = cli.parse_args(script=SCRIPT)
     overrides = {k: getattr(hp, k) for k in opts["_set"]}
     out = opts["export_dir"] or os.path.join(
         "exported", os.path.basename(os.path.normpath(hp.logdir))

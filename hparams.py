@@ -1,7 +1,8 @@
 """Every hyperparameter of the pipeline, in one place.
 
 Edit the defaults below, pick a named preset with ``--preset NAME``, and override any
-field on the command line with ``--name value``::
+field on the command line with ``--name value`` (parsed by cli.py; the comment on each
+field's line is its ``--help`` text, so every field has one)::
 
     python train.py --preset multi30k --d_model 512 --num_epochs 30
 
@@ -36,15 +37,13 @@ class Hparams:
     corpus: str = "demo"  # demo | iwslt2016 | parallel (plain text, e.g. Multi30k)
     data_dir: str = "data/demo"  # raw corpus files
     prepro_dir: str = "prepro/demo"  # vocabularies, cleaned text, encoded ids, hparams.json
-    src_lang: str = "de"
-    tgt_lang: str = "en"
-    # file stems for corpus=parallel: <data_dir>/<stem>.<lang>[.gz]
-    train_stem: str = "train"
-    dev_stem: str = "val"
-    test_stem: str = "test_2016_flickr"
-    # IWSLT 2016 dev and test sets (IWSLT16.TED.<name>.de-en.<lang>.xml)
-    iwslt_dev: str = "tst2013"
-    iwslt_test: str = "tst2014"
+    src_lang: str = "de"  # source language: the file suffix of the source side
+    tgt_lang: str = "en"  # target language: the file suffix of the target side
+    train_stem: str = "train"  # corpus=parallel: training files <data_dir>/<stem>.<lang>[.gz]
+    dev_stem: str = "val"  # corpus=parallel: dev files (dev loss and BLEU after each epoch)
+    test_stem: str = "test_2016_flickr"  # corpus=parallel: test files (eval.py)
+    iwslt_dev: str = "tst2013"  # IWSLT 2016 dev set: IWSLT16.TED.<name>.de-en.<lang>.xml
+    iwslt_test: str = "tst2014"  # IWSLT 2016 test set, same naming
     demo_size: int = 20000  # training pairs of the synthetic demo corpus
 
     # ---- vocabulary -----------------------------------------------------------------
@@ -61,17 +60,13 @@ class Hparams:
     eval_batch_size: int = 128  # sentences per decoding batch
 
     # ---- model (paper section 3) ----------------------------------------------------
-    model_type: str = (
-        "transformer"  # transformer | weighted (Ahmed et al. 2017: branched attention)
-    )
-    d_model: int = 128
-    d_ff: int = 512
-    num_blocks: int = 2
-    num_heads: int = 4
+    model_type: str = "transformer"  # transformer | weighted (Ahmed et al. 2017)
+    d_model: int = 128  # width of every layer's input and output (3.1)
+    d_ff: int = 512  # inner width of the position-wise feed-forward networks (3.3)
+    num_blocks: int = 2  # N: layers in the encoder and in the decoder (3.1)
+    num_heads: int = 4  # h: attention heads; d_model / h per head (3.2.2)
     dropout_rate: float = 0.1  # residual and embedding dropout (5.4)
-    attention_dropout: float = (
-        0.0  # on attention weights (Kyubyong/tensor2tensor; not in the paper)
-    )
+    attention_dropout: float = 0.0  # on attention weights (Kyubyong; not in the paper)
     position: str = "sinusoid"  # sinusoid (3.5) | learned (legacy sinusoid=False)
     max_position: int = 1024  # rows of the learned position table
     norm: str = "post"  # post (paper) | pre (LayerNorm before each sublayer)
@@ -80,30 +75,31 @@ class Hparams:
     # ---- training (paper section 5) -------------------------------------------------
     lr_schedule: str = "noam"  # noam (5.3) | kyubyong (lr * warmup^0.5 * min(...)) | constant
     lr: float = 0.0005  # peak lr for kyubyong, fixed lr for constant; noam ignores it
-    warmup_steps: int = 400
+    warmup_steps: int = 400  # linear warmup steps of noam and kyubyong (5.3; paper: 4000)
     branch_warmup_steps: int = 400  # weighted: warmup of the kappa/alpha schedule (paper: 400)
-    label_smoothing: float = 0.1
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.98
-    adam_epsilon: float = 1e-9
+    label_smoothing: float = 0.1  # epsilon_ls of the label-smoothed loss (5.4)
+    adam_beta1: float = 0.9  # Adam beta1 (5.3)
+    adam_beta2: float = 0.98  # Adam beta2 (5.3)
+    adam_epsilon: float = 1e-9  # Adam epsilon (5.3)
     clip_norm: float = 0.0  # >0: clip gradients to this global norm
     accum_steps: int = 1  # >1: accumulate this many batches per update
-    num_epochs: int = 6
+    num_epochs: int = 6  # passes over the training data
     max_steps: int = 0  # >0: stop after this many steps (checkpointed)
     max_minutes: float = 0.0  # >0: stop after this wall time (checkpointed)
-    seed: int = 42
+    seed: int = 42  # weights, dropout and batch order
     precision: str = "auto"  # auto | float32 | mixed_float16 | mixed_bfloat16
     jit_compile: bool = False  # XLA-compile the train step
     logdir: str = "log/demo"  # checkpoints, TensorBoard events, hparams.json, specs
     ckpt_every_steps: int = 0  # >0: also checkpoint every K steps
-    keep_ckpts: int = 3
+    keep_ckpts: int = 3  # the latest checkpoints kept in logdir (older ones are deleted)
     early_stopping: int = 0  # >0: stop after this many epochs without a better dev BLEU
     dev_bleu_sents: int = 200  # dev sentences decoded after each epoch (0 = all)
     evaldir: str = "eval/demo"  # dev translations written after each epoch
+    attention_layers: str = "last"  # last | all | none: attention figures in TensorBoard
 
     # ---- decoding -------------------------------------------------------------------
-    results_dir: str = "results"
-    beam_size: int = 1
+    results_dir: str = "results"  # eval.py writes <results_dir>/<run>_<checkpoint>[.json]
+    beam_size: int = 1  # 1: greedy decoding; k > 1: beam search with k hypotheses
     length_penalty: float = 0.6  # alpha of Wu et al. 2016 (beam search)
     max_len_extra: int = 50  # decode at most source length + this many tokens
     max_len: int = 0  # >0: and never more than this many tokens
@@ -125,6 +121,18 @@ MODEL_KEYS = (
     "max_position",
     "norm",
     "share_embeddings",
+)
+
+# Fields eval.py, translate.py and export.py may change without touching the model.
+DECODE_KEYS = (
+    "beam_size",
+    "length_penalty",
+    "max_len_extra",
+    "max_len",
+    "eval_batch_size",
+    "results_dir",
+    "precision",
+    "jit_compile",
 )
 
 # Fields that fix the batch plan and the position within an epoch: a resumed run must
@@ -219,6 +227,7 @@ CHOICES = {
     "position": ("sinusoid", "learned"),
     "norm": ("post", "pre"),
     "lr_schedule": ("noam", "kyubyong", "constant"),
+    "attention_layers": ("last", "all", "none"),
     "precision": ("auto", "float32", "mixed_float16", "mixed_bfloat16"),
 }
 
@@ -229,7 +238,7 @@ def _convert(key: str, value: Any) -> Any:
     """Type-check and convert ``value`` (a string from the command line or a JSON value)."""
     kind = type(getattr(Hparams(), key))
     if kind is bool:
-        return _to_bool(key, value)
+        return to_bool(key, value)
     try:
         if kind is int:
             if isinstance(value, float) and not value.is_integer():
@@ -242,7 +251,7 @@ def _convert(key: str, value: Any) -> Any:
         raise UserError(f"--{key} expects {kind.__name__}, got {value!r}") from None
 
 
-def _to_bool(key: str, value: Any) -> bool:
+def to_bool(key: str, value: Any) -> bool:
     if isinstance(value, bool):
         return value
     text = str(value).strip().lower()
@@ -253,7 +262,7 @@ def _to_bool(key: str, value: Any) -> bool:
     raise UserError(f"--{key} expects true or false, got {value!r}")
 
 
-def _suggest(key: str) -> str:
+def suggest(key: str) -> str:
     close = difflib.get_close_matches(key, list(FIELDS) + ["preset", "sinusoid"], n=1)
     return f"; did you mean --{close[0]}?" if close else "; see hparams.py for the list"
 
@@ -263,10 +272,10 @@ def apply(hp: Hparams, overrides: dict[str, Any]) -> Hparams:
     values = dataclasses.asdict(hp)
     for key, value in overrides.items():
         if key == "sinusoid":  # legacy flag of the original: sinusoid=False -> learned
-            values["position"] = "sinusoid" if _to_bool(key, value) else "learned"
+            values["position"] = "sinusoid" if to_bool(key, value) else "learned"
             continue
         if key not in FIELDS:
-            raise UserError(f"unknown hyperparameter '{key}'{_suggest(key)}")
+            raise UserError(f"unknown hyperparameter '{key}'{suggest(key)}")
         values[key] = _convert(key, value)
     for key, allowed in CHOICES.items():
         if values[key] not in allowed:
@@ -325,73 +334,6 @@ def preset(name: str) -> Hparams:
         hint = f"; did you mean '{close[0]}'?" if close else ""
         raise UserError(f"unknown preset '{name}'{hint} (known: {', '.join(PRESETS)})")
     return apply(Hparams(), PRESETS[name])
-
-
-def parse_args(
-    argv: list[str] | None = None, extra: dict[str, Any] | None = None
-) -> tuple[Hparams, dict[str, Any]]:
-    """Parse ``--preset NAME`` and ``--key value`` pairs (also ``--key=value``).
-
-    ``extra`` maps script-specific options (not hyperparameters) to their defaults, e.g.
-    ``{"ckpt": ""}`` for eval.py; their values come back in the second return value.
-    ``extra['_preset']`` is the preset name and ``extra['_set']`` the hyperparameters
-    given explicitly on the command line.
-    """
-    argv = list(sys.argv[1:] if argv is None else argv)
-    extra = dict(extra or {})
-    pairs: list[tuple[str, str]] = []
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        if not arg.startswith("--"):
-            raise UserError(f"unexpected argument '{arg}': options look like --name value")
-        key, eq, value = arg[2:].partition("=")
-        key = key.replace("-", "_")
-        if eq:
-            pass
-        elif (
-            key in ("help", "h")
-            or key in extra
-            and isinstance(extra[key], bool)
-            and (i + 1 == len(argv) or argv[i + 1].startswith("--"))
-        ):
-            value = "true"  # bare switch such as --download or --help
-        else:
-            if i + 1 == len(argv):
-                raise UserError(f"--{key} needs a value")
-            i += 1
-            value = argv[i]
-        pairs.append((key, value))
-        i += 1
-    name = "demo"
-    overrides: dict[str, Any] = {}
-    for key, value in pairs:
-        if key == "preset":
-            name = value
-        elif key in extra:
-            default = extra[key]
-            if isinstance(default, bool):
-                extra[key] = _to_bool(key, value)
-            elif isinstance(default, int):
-                try:
-                    extra[key] = int(value)
-                except ValueError:
-                    raise UserError(f"--{key} expects int, got {value!r}") from None
-            else:
-                extra[key] = value
-        elif key == "help" or key == "h":
-            print(__doc__)
-            print("hyperparameters:", ", ".join(FIELDS))
-            print("script options:", ", ".join(k for k in extra if not k.startswith("_")))
-            sys.exit(0)
-        else:
-            overrides[key] = value
-    hp = apply(preset(name), overrides)
-    extra["_preset"] = name
-    extra["_set"] = set(overrides) - {"sinusoid"} | (
-        {"position"} if "sinusoid" in overrides else set()
-    )
-    return hp, extra
 
 
 def save(hp: Hparams, path: str) -> None:

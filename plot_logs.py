@@ -8,6 +8,20 @@ curve per epoch.
 
 from __future__ import annotations
 
+import cli
+import hparams
+
+SCRIPT = cli.Script(
+    "plot_logs",
+    __doc__,
+    fields=("logdir",),
+    options={
+        "out": ("", "output path prefix of the PNGs (default: figures/<run>)"),
+    },
+)
+if __name__ == "__main__":
+    cli.start(SCRIPT)  # --help and option errors answer before TensorFlow loads
+
 import glob
 import os
 
@@ -16,7 +30,6 @@ import tensorflow as tf
 from tensorboard.backend.event_processing import event_accumulator
 
 import files
-import hparams
 from hparams import UserError
 
 matplotlib.use("Agg")
@@ -79,7 +92,7 @@ def plot(logdir: str, out: str) -> list[str]:
 
 
 def main() -> None:
-    hp, opts = hparams.parse_args(extra={"out": ""})
+    hp, opts = cli.parse_args(script=SCRIPT)
     out = opts["out"] or os.path.join("figures", os.path.basename(os.path.normpath(hp.logdir)))
     for path in plot(hp.logdir, out):
         print(f"wrote {path}")

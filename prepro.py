@@ -17,6 +17,21 @@ the vocabulary (``bpe.model`` for a joint sentencepiece BPE, or ``vocab.<lang>.t
 
 from __future__ import annotations
 
+import cli
+import hparams
+
+SCRIPT = cli.Script(
+    "prepro",
+    __doc__,
+    fields=("data", "vocabulary", "seed"),
+    options={
+        "download": (False, "fetch the IWSLT 2016 archive into data_dir first"),
+        "force": (False, "rebuild even if prepro_dir is up to date"),
+    },
+)
+if __name__ == "__main__":
+    cli.start(SCRIPT)  # --help and option errors answer before TensorFlow loads
+
 import collections
 import io
 import json
@@ -30,7 +45,6 @@ import data_load
 import demo_corpus
 import download
 import files
-import hparams
 from hparams import UserError
 
 SPLITS = ("train", "dev", "test")
@@ -260,7 +274,7 @@ def preprocess(hp: hparams.Hparams, fetch: bool = False, force: bool = False) ->
 
 
 def main() -> None:
-    hp, opts = hparams.parse_args(extra={"download": False, "force": False})
+    hp, opts = cli.parse_args(script=SCRIPT)
     preprocess(hp, fetch=opts["download"], force=opts["force"])
 
 

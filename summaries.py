@@ -5,10 +5,9 @@ translations and attention images. Every function writes inside the caller's
 
 from __future__ import annotations
 
-import numpy as np
 import tensorflow as tf
 
-import data_load
+import plots
 
 
 def train_scalars(means: dict, grad_norm: float, lr: float) -> None:
@@ -37,28 +36,12 @@ def sample_translations(sources, refs, hyps, count: int = 5) -> None:
     tf.summary.text("dev/translations", "\n".join(table))
 
 
-def attention_images(model, tok, src_text: str, ref_text: str, scale: int = 8) -> dict:
-    """Last-layer attention maps for one sentence pair, teacher-forced on the reference.
-
-    Returns {name: (num_heads, T_q * scale, T_k * scale, 1) float images in [0, 1]} for
-    encoder_self, decoder_self and decoder_cross.
-    """
-    src_ids = tok.encode_src([src_text])[0] + [data_load.EOS_ID]
-    tgt_ids = [data_load.BOS_ID] + tok.encode_tgt([ref_text])[0]
-    src = np.asarray(src_ids, np.int32)[None]
-    tgt = np.asarray(tgt_ids, np.int32)[None]
-    memory, mask, enc_w = model.encode(tf.constant(src), return_attention=True)
-    _, dec_w = model.decode(tf.constant(tgt), memory, mask, return_attention=True)
-    maps = {"encoder_self": enc_w[-1], "decoder_self": dec_w[-1][0], "decoder_cross": dec_w[-1][1]}
-    out = {}
-    for name, w in maps.items():
-        w = w.numpy()[0]  # (h, T_q, T_k)
-        w = np.repeat(np.repeat(w, scale, axis=1), scale, axis=2)
-        out[name] = w[..., None].astype(np.float32)
-    return out
-
-
-def attention(model, tok, src_text: str, ref_text: str) -> None:
-    """attention/<name>: one image per head of each last-layer map."""
-    for key, image in attention_images(model, tok, src_text, ref_text).items():
-        tf.summary.image(f"attention/{key}", image, max_outputs=image.shape[0])
+def attention(model, tok, sentence: str, max_len_extra: int, layers="last", greedy=None):
+    """attention/<map> (or attention/layer<k>/<map> with ``layers='all'``): the labelled
+    figures of plots.py for one sentence and the model's greedy translation, one panel per
+    head. Returns the plots.Attention drawn."""
+    att = plots.attention(model, tok, sentence, max_len_extra, greedy)
+    for tag, fig in plots.figures(att, layers).items():
+        image = tf.image.decode_png(plots.png(fig), channels=3)[None]  # (1, H, W, 3) uint8
+        tf.summary.image(f"attention/{tag}", image, description=f"{sentence} -> {att.text}")
+    return att

@@ -15,10 +15,18 @@ forward, label-smoothed loss, gradients, clipping, Adam) -> StepStats -> Window 
 
 from __future__ import annotations
 
+import cli
+import hparams
+
+SCRIPT = cli.Script(
+    "train",
+    __doc__,
+    fields=("data", "vocabulary", "batching", "model", "training", "decoding"),
+)
+if __name__ == "__main__":
+    cli.start(SCRIPT)  # --help and option errors answer before TensorFlow loads
+
 import os
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # quiet TensorFlow's C++ start-up logs
-
 import shutil
 import sys
 import time
@@ -33,7 +41,6 @@ import data_load
 import decoding
 import devices
 import files
-import hparams
 import modules
 import summaries
 from hparams import UserError
@@ -494,7 +501,7 @@ def train_loop(hp, trainer: Trainer, data, dev: Dev, translator, writer) -> dict
 
 def end_of_epoch(hp, trainer: Trainer, dev: Dev, translator, writer) -> dict:
     """Dev loss, dev BLEU, translations to evaldir, summaries, best checkpoint."""
-    epoch, step = int(trainer.epoch), trainer.step
+    epoch, step, tok = int(trainer.epoch), trainer.step, trainer.tok
     dev_loss, dev_nll = trainer.dev_loss(dev.corpus, max(1, hp.tokens_per_batch // 64))
     hyps = translator.translate(dev.src)
     scores = decoding.scores(hyps, dev.ref)
@@ -507,8 +514,11 @@ def end_of_epoch(hp, trainer: Trainer, dev: Dev, translator, writer) -> dict:
     with writer.as_default(step=step):
         summaries.dev_figures(dev_loss, dev_nll, scores)
         summaries.sample_translations(dev.src, dev.ref, hyps)
-        if dev.src:
-            summaries.attention(trainer.model, trainer.tok, dev.src[0], dev.ref[0])
+        if dev.src and hp.attention_layers != "none":
+            greedy = translator.decode if translator.k == 1 else None
+            summaries.attention(
+                trainer.model, tok, dev.src[0], hp.max_len_extra, hp.attention_layers, greedy
+            )
     writer.flush()
     improved = bleu > float(trainer.best_bleu)
     if improved:
@@ -527,7 +537,7 @@ def end_of_epoch(hp, trainer: Trainer, dev: Dev, translator, writer) -> dict:
 
 
 def main() -> None:
-    hp, _ = hparams.parse_args()
+    hp, _ = cli.parse_args(script=SCRIPT)
     train(hp)
 
 

@@ -14,52 +14,45 @@ gives N lines ``rank<TAB>score<TAB>translation``.
 
 from __future__ import annotations
 
-import os
+import cli
+import hparams
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # quiet TensorFlow's C++ start-up logs
+SCRIPT = cli.Script(
+    "translate",
+    __doc__,
+    fields=cli.DECODING_FIELDS,
+    options={
+        "ckpt": ("", "checkpoint to load (default: the latest in logdir)"),
+        "input": ("", "a file of German sentences, one per line (default: stdin)"),
+        "n_best": (1, "print the N best translations of each line (needs --beam_size >= N)"),
+        "attention": ("", "PNG path: the cross-attention of one sentence, one panel per head"),
+    },
+    note=cli.DECODING_NOTE,
+)
+if __name__ == "__main__":
+    cli.start(SCRIPT)  # --help and option errors answer before TensorFlow loads
+
 
 import sys
-
-import matplotlib
-import tensorflow as tf
 
 import data_load
 import decoding
 import files
-import hparams
+import plots
 from hparams import UserError
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (after choosing the Agg backend)
 
 
 def plot_attention(model, tok, sentence: str, path: str, max_len_extra: int) -> str:
-    """Cross-attention of the last decoder layer (mean over heads) for one sentence,
-    target tokens down, source tokens across; returns the translation."""
-    limit = decoding.source_limit(model)
-    src_ids = tok.encode_src([sentence])[0][: limit - 1] + [data_load.EOS_ID]
-    src = tf.constant([src_ids], tf.int32)
-    out = decoding.greedy_decoder(model)(src, tf.constant(max_len_extra, tf.int32)).numpy()[0]
-    out = [int(t) for t in out if t != data_load.PAD_ID]
-    tgt_in = tf.constant([[data_load.BOS_ID] + out[:-1]], tf.int32)  # one row per output token
-    memory, mask = model.encode(src)
-    _, weights = model.decode(tgt_in, memory, mask, return_attention=True)
-    attn = weights[-1][1].numpy()[0].mean(axis=0)  # (T2, T1)
-    fig, ax = plt.subplots(figsize=(0.5 * len(src_ids) + 2, 0.45 * len(out) + 2), dpi=100)
-    ax.imshow(attn, cmap="viridis", aspect="auto", vmin=0.0)
-    ax.set_xticks(range(len(src_ids)), tok.src_tokens(src_ids), rotation=90)
-    ax.set_yticks(range(len(out)), tok.tgt_tokens(out))
-    ax.set_xlabel("source")
-    ax.set_ylabel("translation")
-    fig.tight_layout()
-    with files.atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png")
-    plt.close(fig)
-    return tok.decode_tgt(out)
+    """A PNG of the last decoder layer's cross-attention for one sentence, one panel per
+    head: translation tokens down, source tokens across (plots.py). Returns the greedy
+    translation."""
+    att = plots.attention(model, tok, sentence, max_len_extra)
+    files.atomic_write(path, plots.png(plots.figures(att)["decoder_cross"]))
+    return att.text
 
 
 def main() -> None:
-    hp, opts = hparams.parse_args(extra={"ckpt": "", "input": "", "n_best": 1, "attention": ""})
+    hp, opts = cli.parse_args(script=SCRIPT)
     overrides = {k: getattr(hp, k) for k in opts["_set"]}
     hp, tok, model, _ = decoding.load_run(hp.logdir, overrides, opts["ckpt"], "translate")
     n_best = opts["n_best"]

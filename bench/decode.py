@@ -26,6 +26,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np
 
+import cli
 import hparams
 
 
@@ -151,7 +152,7 @@ def main() -> None:
     import data_load
     import decoding
 
-    hp, opts = hparams.parse_args(extra={"sents": 1000, "naive_sents": 200, "batch": 64})
+    hp, opts = cli.parse_args(extra={"sents": 1000, "naive_sents": 200, "batch": 64})
     hp, tok, model, path = decoding.load_run(hp.logdir, {}, who="bench")
     src_txt, refs = data_load.read_raw(hp, "test")
     src_txt, refs = src_txt[: opts["sents"]], refs[: opts["sents"]]

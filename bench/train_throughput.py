@@ -50,6 +50,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np
 
+import cli
 import hparams
 
 SIZES = {
@@ -452,7 +453,7 @@ def configurations(preset: str, sizes: list[str], quick: bool, tree: str = "") -
 
 
 def main() -> None:
-    hp, opts = hparams.parse_args(
+    hp, opts = cli.parse_args(
         extra={
             "sizes": "small,base",
             "quick": False,

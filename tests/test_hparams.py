@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+import cli
 import hparams
 
 
@@ -92,14 +93,12 @@ def test_unknown_preset_suggests_closest():
     msg = str(e.value)
     assert "unknown preset 'multi30'" in msg and "did you mean 'multi30k'" in msg
     with pytest.raises(hparams.UserError, match="did you mean 'iwslt2016"):
-        hparams.parse_args(["--preset", "iwslt2061"])
+        cli.parse_args(["--preset", "iwslt2061"])
 
 
 # ------------------------------------------------------------------------------ parse_args
 def test_parse_args_preset_and_overrides():
-    hp, extra = hparams.parse_args(
-        ["--preset", "multi30k", "--d_model", "512", "--sinusoid", "false"]
-    )
+    hp, extra = cli.parse_args(["--preset", "multi30k", "--d_model", "512", "--sinusoid", "false"])
     assert hp.d_model == 512 and isinstance(hp.d_model, int)
     assert hp.position == "learned"
     # the rest of the preset is kept
@@ -109,13 +108,13 @@ def test_parse_args_preset_and_overrides():
 
 
 def test_parse_args_defaults_to_demo_and_empty_set():
-    hp, extra = hparams.parse_args([])
+    hp, extra = cli.parse_args([])
     assert hp == hparams.Hparams()
     assert extra == {"_preset": "demo", "_set": set()}
 
 
 def test_parse_args_equals_form_and_types():
-    hp, extra = hparams.parse_args(
+    hp, extra = cli.parse_args(
         [
             "--preset=iwslt2016",
             "--num_epochs=3",
@@ -135,7 +134,7 @@ def test_parse_args_equals_form_and_types():
 
 
 def test_parse_args_dashes_in_key_become_underscores():
-    hp, _ = hparams.parse_args(["--d-model", "256", "--num-heads", "8"])
+    hp, _ = cli.parse_args(["--d-model", "256", "--num-heads", "8"])
     assert hp.d_model == 256 and hp.num_heads == 8
 
 
@@ -143,15 +142,15 @@ def test_parse_args_equals_form_keeps_value_verbatim():
     """BUG (hparams.py, parse_args): `arg[2:].replace("-", "_")` is applied before splitting
     on '=', so dashes inside the *value* of --key=value are turned into underscores:
     --data_dir=/tmp/my-data becomes /tmp/my_data and --lr=1e-4 is rejected as '1e_4'."""
-    hp, _ = hparams.parse_args(["--data_dir=/tmp/my-data", "--prepro_dir", "/tmp/pre-pro"])
+    hp, _ = cli.parse_args(["--data_dir=/tmp/my-data", "--prepro_dir", "/tmp/pre-pro"])
     assert hp.prepro_dir == "/tmp/pre-pro"  # the space-separated form is fine
     assert hp.data_dir == "/tmp/my-data"
-    hp, _ = hparams.parse_args(["--lr=1e-4"])
+    hp, _ = cli.parse_args(["--lr=1e-4"])
     assert hp.lr == pytest.approx(1e-4)
 
 
 def test_parse_args_extra_options():
-    hp, extra = hparams.parse_args(
+    hp, extra = cli.parse_args(
         ["--ckpt", "log/x/ckpt-3", "--download", "--n", "7", "--preset", "multi30k"],
         extra={"ckpt": "", "download": False, "n": 0},
     )
@@ -159,12 +158,12 @@ def test_parse_args_extra_options():
     assert extra["download"] is True  # bare switch followed by another option
     assert extra["n"] == 7
     assert hp.corpus == "parallel"
-    _, extra = hparams.parse_args(["--force"], extra={"force": False})
+    _, extra = cli.parse_args(["--force"], extra={"force": False})
     assert extra["force"] is True  # bare switch at the very end
-    _, extra = hparams.parse_args(["--force", "no"], extra={"force": True})
+    _, extra = cli.parse_args(["--force", "no"], extra={"force": True})
     assert extra["force"] is False
     with pytest.raises(hparams.UserError, match="--n expects int"):
-        hparams.parse_args(["--n", "x"], extra={"n": 0})
+        cli.parse_args(["--n", "x"], extra={"n": 0})
 
 
 @pytest.mark.parametrize(
@@ -179,16 +178,16 @@ def test_parse_args_extra_options():
 )
 def test_type_errors_name_the_key(argv, key):
     with pytest.raises(hparams.UserError) as e:
-        hparams.parse_args(argv)
+        cli.parse_args(argv)
     assert f"--{key}" in str(e.value)
 
 
 def test_int_error_message_is_specific():
     with pytest.raises(hparams.UserError) as e:
-        hparams.parse_args(["--num_blocks", "3.5"])
+        cli.parse_args(["--num_blocks", "3.5"])
     assert str(e.value) == "--num_blocks expects int, got '3.5'"
     with pytest.raises(hparams.UserError) as e:
-        hparams.parse_args(["--jit_compile", "maybe"])
+        cli.parse_args(["--jit_compile", "maybe"])
     assert str(e.value) == "--jit_compile expects true or false, got 'maybe'"
 
 
@@ -206,56 +205,44 @@ def test_int_error_message_is_specific():
     ],
 )
 def test_bool_spellings(text, value):
-    hp, _ = hparams.parse_args(["--share_embeddings", text])
+    hp, _ = cli.parse_args(["--share_embeddings", text])
     assert hp.share_embeddings is value
 
 
 def test_unknown_key_suggests_closest():
     with pytest.raises(hparams.UserError) as e:
-        hparams.parse_args(["--d_modle", "512"])
+        cli.parse_args(["--d_modle", "512"])
     msg = str(e.value)
-    assert "unknown hyperparameter 'd_modle'" in msg
+    assert "unknown option --d_modle" in msg
     assert "did you mean --d_model" in msg
     with pytest.raises(hparams.UserError, match="did you mean --num_heads"):
-        hparams.parse_args(["--num_head=8"])
-    with pytest.raises(hparams.UserError, match="see hparams.py"):
-        hparams.parse_args(["--zzzzqqqq", "1"])
+        cli.parse_args(["--num_head=8"])
+    with pytest.raises(hparams.UserError, match="see --help for the list"):
+        cli.parse_args(["--zzzzqqqq", "1"])
 
 
 def test_malformed_command_lines():
     with pytest.raises(hparams.UserError, match="unexpected argument 'foo'"):
-        hparams.parse_args(["foo"])
+        cli.parse_args(["foo"])
     with pytest.raises(hparams.UserError, match="--d_model needs a value"):
-        hparams.parse_args(["--d_model"])
-
-
-def test_bare_help_exits_zero(capsys):
-    """BUG (hparams.py, parse_args): a bare `--help` (the usual spelling, last on the line)
-    is parsed as a key that needs a value -> UserError "--help needs a value", so
-    `python train.py --help` prints an error and exits 2; the help branch is only reached
-    by `--help <something>`."""
-    with pytest.raises(SystemExit) as e:
-        hparams.parse_args(["--help"], extra={"ckpt": ""})
-    assert e.value.code == 0
-    out = capsys.readouterr().out
-    assert "hyperparameters:" in out and "d_model" in out and "ckpt" in out
+        cli.parse_args(["--d_model"])
 
 
 # ------------------------------------------------------------------------------ validation
 def test_choices_validated():
     with pytest.raises(hparams.UserError) as e:
-        hparams.parse_args(["--norm", "mid"])
+        cli.parse_args(["--norm", "mid"])
     assert "--norm must be one of post, pre" in str(e.value) and "'mid'" in str(e.value)
     for key in ("vocab_type", "position", "lr_schedule", "precision", "corpus"):
         with pytest.raises(hparams.UserError, match=f"--{key} must be one of"):
-            hparams.parse_args([f"--{key}", "nonsense"])
+            cli.parse_args([f"--{key}", "nonsense"])
 
 
 def test_d_model_divisible_by_num_heads():
     with pytest.raises(hparams.UserError) as e:
-        hparams.parse_args(["--d_model", "100", "--num_heads", "8"])
+        cli.parse_args(["--d_model", "100", "--num_heads", "8"])
     assert "d_model (100)" in str(e.value) and "num_heads (8)" in str(e.value)
-    hp, _ = hparams.parse_args(["--d_model", "96", "--num_heads", "8"])
+    hp, _ = cli.parse_args(["--d_model", "96", "--num_heads", "8"])
     assert hp.d_model == 96
 
 
@@ -263,11 +250,11 @@ def test_zero_num_heads_is_a_user_error():
     """BUG (hparams.py, apply): `values["d_model"] % values["num_heads"]` raises
     ZeroDivisionError (a traceback) for --num_heads 0 instead of a UserError."""
     with pytest.raises(hparams.UserError):
-        hparams.parse_args(["--num_heads", "0"])
+        cli.parse_args(["--num_heads", "0"])
 
 
 def test_word_vocab_disables_shared_embeddings():
-    hp, _ = hparams.parse_args(["--vocab_type", "word", "--share_embeddings", "true"])
+    hp, _ = cli.parse_args(["--vocab_type", "word", "--share_embeddings", "true"])
     assert hp.vocab_type == "word" and hp.share_embeddings is False
 
 
@@ -279,7 +266,7 @@ def test_apply_returns_a_copy():
 
 # ------------------------------------------------------------------------------ JSON
 def test_save_load_round_trip(tmp_path):
-    hp, _ = hparams.parse_args(
+    hp, _ = cli.parse_args(
         [
             "--preset",
             "iwslt2016_legacy",
@@ -366,10 +353,10 @@ def test_run_main_passes_success_and_bugs(capsys):
 def test_run_main_with_parse_args_error(capsys, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["train.py", "--d_modle", "3"])
     with pytest.raises(SystemExit) as e:
-        hparams.run_main(lambda: hparams.parse_args())
+        hparams.run_main(lambda: cli.parse_args())
     assert e.value.code == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("error: unknown hyperparameter")
+    assert err.count("\n") == 1 and err.startswith("error: unknown option --d_modle")
     assert "did you mean --d_model" in err
 
 
@@ -386,4 +373,4 @@ def test_run_main_with_parse_args_error(capsys, monkeypatch):
 )
 def test_out_of_range_values_are_user_errors(key, value, expected):
     with pytest.raises(hparams.UserError, match=expected):
-        hparams.parse_args([f"--{key}", value])
+        cli.parse_args([f"--{key}", value])

@@ -1,0 +1,395 @@
+"""The command line of every script: options parsed with argparse from the Hparams dataclass,
+a ``--help`` that explains them, and a quiet start on a machine without a GPU.
+
+A script declares a :class:`Script` and calls :func:`start` before it imports TensorFlow::
+
+    SCRIPT = cli.Script("eval", __doc__, fields=("logdir", "decoding"), options={...})
+    if __name__ == "__main__":
+        cli.start(SCRIPT)  # --help and option errors answer here, in well under a second
+    import tensorflow as tf
+
+then parses for real in its ``main`` with :func:`parse_args`. Nothing here imports TensorFlow.
+
+The help text of a hyperparameter is the comment on its line in hparams.py (comments do not
+exist at run time, so they are read from the source); the groups are the ``# ---- name``
+sections of the dataclass and the preset lines the comments above each preset.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import atexit
+import dataclasses
+import difflib
+import functools
+import glob
+import io
+import os
+import re
+import signal
+import sys
+import textwrap
+import time
+import tokenize
+from typing import Any
+
+import hparams
+from hparams import UserError
+
+# what eval.py, translate.py and export.py list: the decoding hyperparameters
+DECODING_FIELDS = ("logdir",) + hparams.DECODE_KEYS
+DECODING_NOTE = (
+    "The model's settings come from <logdir>/hparams.json (the run's own); of the "
+    "hyperparameters only the decoding ones below may change."
+)
+VERBOSE_HELP = "show TensorFlow's own start-up log lines (hidden by default on a CPU-only machine)"
+
+# ---------------------------------------------------------------------------------------
+# What hparams.py says about its fields and presets
+
+
+@dataclasses.dataclass(frozen=True)
+class FieldDocs:
+    comments: dict[str, str]  # field -> the comment on its line(s)
+    sections: dict[str, list[str]]  # section name -> its fields, in source order
+    titles: dict[str, str]  # section name -> its heading, e.g. "model (paper section 3)"
+    presets: dict[str, str]  # preset -> the comment above it
+
+
+@functools.lru_cache(maxsize=1)
+def field_docs(path: str = hparams.__file__) -> FieldDocs:
+    """Read the field comments, sections and preset comments of hparams.py's source."""
+    with open(path, encoding="utf-8") as f:
+        source = f.read()
+    comment_at: dict[int, str] = {}
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT:
+            comment_at[tok.start[0]] = tok.string.lstrip("#").strip()
+    tree = ast.parse(source)
+    comments: dict[str, str] = {}
+    sections: dict[str, list[str]] = {}
+    titles: dict[str, str] = {}
+    presets: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == "Hparams":
+            section, line = "", node.lineno
+            for item in node.body:
+                if not isinstance(item, ast.AnnAssign):
+                    continue
+                for n in range(line + 1, item.lineno):  # a heading between two fields
+                    heading = re.fullmatch(r"-+ (.+?) -+", comment_at.get(n, ""))
+                    if heading:
+                        title = heading.group(1)
+                        section = title.split()[0]
+                        titles[section] = title
+                name = item.target.id
+                lines = range(item.lineno, item.end_lineno + 1)
+                comments[name] = " ".join(comment_at[n] for n in lines if n in comment_at)
+                sections.setdefault(section, []).append(name)
+                line = item.end_lineno
+        if (
+            isinstance(node, ast.AnnAssign)
+            and getattr(node.target, "id", "") == "PRESETS"
+            and isinstance(node.value, ast.Dict)
+        ):
+            for key in node.value.keys:
+                above, n = [], key.lineno - 1
+                while n in comment_at and source.splitlines()[n - 1].strip().startswith("#"):
+                    above.insert(0, comment_at[n])
+                    n -= 1
+                presets[key.value] = " ".join(above)
+    return FieldDocs(comments, sections, titles, presets)
+
+
+# ---------------------------------------------------------------------------------------
+# Parsing
+
+
+@dataclasses.dataclass(frozen=True)
+class Script:
+    """What a script tells its ``--help``.
+
+    ``fields`` names the hyperparameters it uses, as hparams.py sections ("model") or single
+    fields ("logdir"); every other hyperparameter is still accepted, and listed by
+    ``--help`` only under "other". ``options`` maps the script's own options to
+    ``(default, help)``; ``note`` is printed after the description.
+    """
+
+    name: str
+    doc: str
+    fields: tuple[str, ...] = ()
+    options: dict[str, tuple[Any, str]] = dataclasses.field(default_factory=dict)
+    note: str = ""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with errors raised as the project's one-line UserError."""
+
+    def error(self, message):
+        missing = re.fullmatch(r"argument --(\w+): expected one argument", message)
+        if missing:
+            raise UserError(f"--{missing.group(1)} needs a value")
+        raise UserError(message)
+
+
+def _normalize(argv: list[str]) -> list[str]:
+    """``--d-model=x`` -> ``--d_model=x``: dashes in option names (never in values)."""
+    out = []
+    for arg in argv:
+        if arg.startswith("--"):
+            key, eq, value = arg[2:].partition("=")
+            arg = "--" + key.replace("-", "_") + eq + value
+        out.append(arg)
+    return out
+
+
+def _metavar(value: Any) -> str:
+    return {bool: "BOOL", int: "INT", float: "FLOAT"}.get(type(value), "STR")
+
+
+def _help(text: str, value: Any) -> str:
+    if "(default:" not in text:
+        shown = str(value).lower() if isinstance(value, bool) else repr(value)
+        text = f"{text} (default: {shown})"
+    return text.replace("%", "%%").strip()
+
+
+def _add(group, name: str, default: Any, text: str, hidden: bool = False) -> None:
+    kwargs: dict[str, Any] = dict(dest=name, default=argparse.SUPPRESS, metavar=_metavar(default))
+    if isinstance(default, bool):  # a bare --name means true
+        kwargs.update(nargs="?", const="true")
+    if name in hparams.CHOICES:
+        kwargs["metavar"] = "{" + ",".join(hparams.CHOICES[name]) + "}"
+    group.add_argument(
+        f"--{name}", help=argparse.SUPPRESS if hidden else _help(text, default), **kwargs
+    )
+
+
+def _description(script: Script | None) -> str:
+    if script is None:
+        return ""
+    paragraphs = script.doc.strip().split("\n\n")
+    text = paragraphs[0]
+    if len(paragraphs) > 1 and paragraphs[1].startswith("    "):  # the usage examples
+        text += "\n\n" + paragraphs[1]
+    return text + ("\n\n" + textwrap.fill(script.note, 88) if script.note else "")
+
+
+def build_parser(
+    script: Script | None, base: hparams.Hparams, options: dict[str, tuple[Any, str]]
+) -> argparse.ArgumentParser:
+    """The full parser: the script's options, then the hyperparameters by section (with the
+    defaults of ``base``, i.e. of the preset), then the presets in the epilog."""
+    docs = field_docs()
+    wanted = set()
+    for name in script.fields if script else tuple(docs.sections):
+        wanted.update(docs.sections.get(name, [name]))
+    presets = "\n".join(f"  {name:<18} {text}" for name, text in docs.presets.items())
+    parser = _Parser(
+        prog=f"python {script.name}.py" if script else None,
+        usage="%(prog)s [--preset NAME] [--name value ...]",
+        description=_description(script),
+        epilog=f"presets (--preset NAME):\n{presets}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    own = parser.add_argument_group(f"{script.name if script else 'script'} options")
+    own.add_argument(
+        "--preset",
+        default=argparse.SUPPRESS,
+        metavar="NAME",
+        help="start from a named preset (listed below) (default: demo)",
+    )
+    for name, (default, text) in options.items():
+        _add(own, name, default, text)
+    for section, names in docs.sections.items():
+        if any(n in wanted for n in names):
+            group = parser.add_argument_group(f"hyperparameters: {docs.titles[section]}")
+        for name in names:
+            hidden = name not in wanted
+            _add(
+                parser if hidden else group, name, getattr(base, name), docs.comments[name], hidden
+            )
+    if script is not None and set(hparams.FIELDS) - wanted:
+        parser.add_argument_group(
+            "other hyperparameters",
+            f"The other fields of hparams.py are accepted too; {script.name}.py does not use them.",
+        )
+    # the original's flag: --sinusoid false means position=learned
+    parser.add_argument("--sinusoid", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    return parser
+
+
+def _convert_option(key: str, default: Any, value: str) -> Any:
+    if isinstance(default, bool):
+        return hparams.to_bool(key, value)
+    if isinstance(default, (int, float)):
+        try:
+            return type(default)(value)
+        except ValueError:
+            raise UserError(f"--{key} expects {type(default).__name__}, got {value!r}") from None
+    return value
+
+
+def parse_args(
+    argv: list[str] | None = None,
+    extra: dict[str, Any] | None = None,
+    script: Script | None = None,
+) -> tuple[hparams.Hparams, dict[str, Any]]:
+    """Parse ``--preset NAME`` and ``--key value`` / ``--key=value`` options.
+
+    Two phases: the preset is read first, so that ``--preset multi30k --help`` shows the
+    preset's values as defaults. ``extra`` (or ``script.options``) maps the script's own
+    options to their defaults; their values come back in the second return value, with
+    ``'_preset'`` (the preset name) and ``'_set'`` (the hyperparameters given explicitly).
+    Raises UserError for an unknown option (with the closest name), a missing value, a
+    wrong type or a value out of range.
+    """
+    argv = _normalize(list(sys.argv[1:] if argv is None else argv))
+    options = {k: (v, "") for k, v in (extra or {}).items()}
+    if script is not None:
+        options.update(script.options)
+        options.setdefault("verbose", (False, VERBOSE_HELP))
+    first = _Parser(add_help=False, allow_abbrev=False)
+    first.add_argument("--preset", default="demo")
+    name = first.parse_known_args(argv)[0].preset
+    base = hparams.preset(name)
+    namespace, rest = build_parser(script, base, options).parse_known_args(argv)
+    for arg in rest:
+        if arg.startswith("--"):
+            key = arg[2:].partition("=")[0]
+            known = [*hparams.FIELDS, *options, "preset", "sinusoid"]
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f"did you mean --{close[0]}?" if close else "see --help for the list"
+            raise UserError(f"unknown option --{key}; {hint}")
+        raise UserError(f"unexpected argument '{arg}': options look like --name value")
+    given = vars(namespace)
+    overrides = {k: v for k, v in given.items() if k in hparams.FIELDS or k == "sinusoid"}
+    hp = hparams.apply(base, overrides)
+    opts = {
+        k: _convert_option(k, default, given[k]) if k in given else default
+        for k, (default, _) in options.items()
+    }
+    opts["_preset"] = name
+    opts["_set"] = set(overrides) - {"sinusoid"} | (
+        {"position"} if "sinusoid" in overrides else set()
+    )
+    return hp, opts
+
+
+# ---------------------------------------------------------------------------------------
+# A quiet start
+
+# TensorFlow's C++ start-up lines on a machine without a GPU; some are printed before its
+# logging starts, so TF_CPP_MIN_LOG_LEVEL cannot hide them. Only these are filtered.
+NOISE = re.compile(
+    rb"WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"
+    rb"|[IWE]\d{4} [\d:.]+ +\d+ \w+\.cc:\d+\] (?:oneDNN custom operations are on"
+    rb"|Could not find cuda drivers on your machine|failed call to cuInit"
+    rb"|This TensorFlow binary is optimized to use available CPU instructions).*"
+    rb"|To enable the following instructions: .* rebuild TensorFlow with the appropriate "
+    rb"compiler flags\."
+)
+NOISE_HEADS = (b"WARNING: All log messages", b"To enable the following instructions")
+
+
+def gpu_present() -> bool:
+    """An NVIDIA device file or CUDA_VISIBLE_DEVICES: then nothing is filtered."""
+    return bool(glob.glob("/dev/nvidia*")) or "CUDA_VISIBLE_DEVICES" in os.environ
+
+
+def is_noise(line: bytes) -> bool:
+    return NOISE.fullmatch(line.rstrip(b"\r\n")) is not None
+
+
+def _may_become_noise(partial: bytes) -> bool:
+    """Whether an unfinished line could still turn out to be a NOISE line."""
+    if re.match(rb"[IWE]\d{0,4}$|[IWE]\d{4} ", partial):
+        return True
+    return any(h.startswith(partial) or partial.startswith(h) for h in NOISE_HEADS)
+
+
+def filter_stream(read_fd: int, write_fd: int) -> None:
+    """Copy read_fd to write_fd until EOF, dropping NOISE lines; an unfinished line that
+    cannot be noise (a progress bar) passes at once. A failing write (a closed pipe)
+    stops the copying, not the draining."""
+    pending, writable = b"", True
+    while True:
+        chunk = os.read(read_fd, 65536)
+        if not chunk:
+            break
+        *lines, pending = (pending + chunk).split(b"\n")
+        out = b"".join(line + b"\n" for line in lines if not is_noise(line))
+        if pending and not _may_become_noise(pending):
+            out, pending = out + pending, b""
+        if out and writable:
+            try:
+                os.write(write_fd, out)
+            except OSError:
+                writable = False
+    if pending and writable and not is_noise(pending):
+        try:
+            os.write(write_fd, pending)
+        except OSError:
+            pass
+
+
+def quiet_stderr() -> None:
+    """Route this process's standard error (fd 2, C++ writes included) through a child
+    process that drops the NOISE lines. The child outlives a crash of this process, so no
+    last words are lost; it ignores Ctrl-C and ends when the pipe closes."""
+    if os.isatty(2):  # progress bars size themselves from these once stderr is a pipe
+        size = os.get_terminal_size(2)
+        os.environ.setdefault("COLUMNS", str(size.columns))
+        os.environ.setdefault("LINES", str(size.lines))
+    read_fd, write_fd = os.pipe()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the filter
+        try:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            os.close(write_fd)
+            os.close(0)
+            os.close(1)
+            filter_stream(read_fd, 2)
+        finally:
+            os._exit(0)
+    os.close(read_fd)
+    real = os.dup(2)
+    os.dup2(write_fd, 2)
+    os.close(write_fd)
+    atexit.register(_end_filter, real, pid)
+
+
+def _end_filter(real: int, pid: int) -> None:
+    """At exit: close the pipe and wait (at most 5 s) for the filter to copy the rest."""
+    try:
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+    os.dup2(real, 2)
+    os.close(real)
+    deadline = time.time() + 5
+    while time.time() < deadline:
+        if os.waitpid(pid, os.WNOHANG)[0]:
+            return
+        time.sleep(0.01)
+
+
+def start(script: Script, argv: list[str] | None = None) -> None:
+    """What a script does before it imports TensorFlow: answer ``--help`` and option errors
+    (one line, exit status 2), then unless ``--verbose`` hide TensorFlow's INFO logs and,
+    on a machine without an NVIDIA device, its CPU-only start-up lines."""
+    try:
+        _, opts = parse_args(argv, script=script)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    if opts["verbose"]:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "0")
+        return
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if not gpu_present() and hasattr(os, "fork"):
+        quiet_stderr()

@@ -1,0 +1,338 @@
+"""cli.py: --help built from the Hparams dataclass, two-phase parsing, no TensorFlow before
+the help, and the quiet start (filtered C++ start-up lines) on a CPU-only machine."""
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import average_checkpoints
+import cli
+import eval as eval_script
+import export
+import hparams
+import plot_logs
+import prepro
+import train
+import translate
+from helpers import ROOT
+
+SCRIPTS = {
+    "train": train,
+    "prepro": prepro,
+    "eval": eval_script,
+    "translate": translate,
+    "export": export,
+    "average_checkpoints": average_checkpoints,
+    "plot_logs": plot_logs,
+}
+
+
+def help_text(script, argv=(), capsys=None) -> str:
+    with pytest.raises(SystemExit) as e:
+        cli.parse_args([*argv, "--help"], script=script.SCRIPT)
+    assert e.value.code == 0
+    return capsys.readouterr().out
+
+
+def option_line(text: str, name: str) -> str:
+    """The help of --name, its wrapped lines joined."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip().startswith(f"--{name} "))
+    out = [lines[start]]
+    for line in lines[start + 1 :]:
+        if not line.startswith(" " * 10):  # continuation lines are indented deeper
+            break
+        out.append(line)
+    return " ".join(" ".join(out).split())
+
+
+# ------------------------------------------------------------------------- hparams source
+def test_every_field_and_preset_has_a_comment_and_a_section():
+    docs = cli.field_docs()
+    names = [f.name for f in dataclasses.fields(hparams.Hparams)]
+    assert sorted(docs.comments) == sorted(names)
+    missing = [n for n in names if len(docs.comments[n]) < 8]
+    assert missing == [], f"fields without a comment in hparams.py: {missing}"
+    assert list(docs.sections) == [
+        "data",
+        "vocabulary",
+        "batching",
+        "model",
+        "training",
+        "decoding",
+    ]
+    assert sum(docs.sections.values(), []) == names  # each field once, in source order
+    assert docs.titles["model"] == "model (paper section 3)"
+    assert set(docs.presets) == set(hparams.PRESETS)
+    assert all(len(text) > 10 for text in docs.presets.values()), docs.presets
+    # a comment inside a field written over several lines is found too
+    assert docs.comments["d_model"].startswith("width of every layer")
+
+
+def test_field_comments_are_read_from_the_source(tmp_path):
+    src = tmp_path / "hp.py"
+    src.write_text(
+        "import dataclasses\n"
+        "@dataclasses.dataclass\n"
+        "class Hparams:\n"
+        "    # ---- data (section 5.1) ----\n"
+        "    a: int = 1  # the a\n"
+        "    b: str = (\n"
+        '        "x"  # the b, on the second line\n'
+        "    )\n"
+        "    # ---- model ----\n"
+        "    c: float = 0.5\n"
+        "PRESETS: dict = {\n"
+        "    # first preset\n"
+        "    # on two lines\n"
+        '    "p": {},\n'
+        '    "q": {},\n'
+        "}\n"
+    )
+    docs = cli.field_docs.__wrapped__(str(src))
+    assert docs.comments == {"a": "the a", "b": "the b, on the second line", "c": ""}
+    assert docs.sections == {"data": ["a", "b"], "model": ["c"]}
+    assert docs.titles == {"data": "data (section 5.1)", "model": "model"}
+    assert docs.presets == {"p": "first preset on two lines", "q": ""}
+
+
+# ---------------------------------------------------------------------------------- help
+def test_train_help_lists_every_hyperparameter_with_type_default_and_comment(capsys):
+    text = help_text(train, capsys=capsys)
+    assert text.startswith("usage: python train.py [--preset NAME] [--name value ...]")
+    assert "Train the Transformer: Adam + the Noam schedule" in text  # its own description
+    line = option_line(text, "d_model")
+    assert line == "--d_model INT width of every layer's input and output (3.1) (default: 128)"
+    assert option_line(text, "norm").startswith("--norm {post,pre} post (paper) | pre")
+    for name in hparams.FIELDS:
+        assert f"--{name} " in text, name
+    for title in ("data", "vocabulary", "batching", "model (paper section 3)", "decoding"):
+        assert f"hyperparameters: {title}:" in text
+    assert "presets (--preset NAME):" in text
+    for name, comment in cli.field_docs().presets.items():
+        assert f"  {name:<18} {comment}" in text
+    assert "--verbose [BOOL]" in text
+
+
+def test_preset_help_shows_the_presets_defaults(capsys):
+    text = help_text(train, ["--preset", "multi30k"], capsys)
+    assert option_line(text, "d_model").endswith("(default: 256)")
+    assert option_line(text, "vocab_size").endswith("(default: 8000)")
+    # the preset may come after --help too
+    with pytest.raises(SystemExit):
+        cli.parse_args(["--help", "--preset=iwslt2016"], script=train.SCRIPT)
+    assert option_line(capsys.readouterr().out, "d_model").endswith("(default: 512)")
+
+
+def test_prepro_help_lists_what_prepro_uses(capsys):
+    text = help_text(prepro, capsys=capsys)
+    assert "--vocab_size INT" in text and "--data_dir STR" in text
+    assert "--download [BOOL]" in text and "fetch the IWSLT 2016 archive" in text
+    assert "--d_model" not in text and "--beam_size" not in text
+    assert "prepro.py does not use them" in text
+
+
+@pytest.mark.parametrize("script", [eval_script, translate, export])
+def test_decoding_scripts_list_their_decoding_options(script, capsys):
+    text = help_text(script, capsys=capsys)
+    for name in hparams.DECODE_KEYS + ("logdir", "ckpt"):
+        assert f"--{name} " in text, name
+    assert "--d_model" not in text and "--lr " not in text
+    assert "<logdir>/hparams.json" in " ".join(text.split())
+
+
+def test_translate_options_have_their_own_help(capsys):
+    text = help_text(translate, capsys=capsys)
+    assert option_line(text, "n_best").startswith("--n_best INT print the N best translations")
+    assert option_line(text, "n_best").endswith("(default: 1)")
+
+
+def test_every_script_declares_itself():
+    for name, module in SCRIPTS.items():
+        assert module.SCRIPT.name == name
+        assert module.SCRIPT.doc == module.__doc__
+        for field in module.SCRIPT.fields:
+            assert field in cli.field_docs().sections or field in hparams.FIELDS, (name, field)
+
+
+# ------------------------------------------------------------------------------- parsing
+def test_abbreviations_are_errors_not_matches():
+    with pytest.raises(hparams.UserError) as e:
+        cli.parse_args(["--d_mod", "512"], script=train.SCRIPT)
+    assert str(e.value) == "unknown option --d_mod; did you mean --d_model?"
+    with pytest.raises(hparams.UserError) as e:
+        cli.parse_args(["--n_be=2"], script=translate.SCRIPT)  # script options are suggested too
+    assert str(e.value) == "unknown option --n_be; did you mean --n_best?"
+
+
+def test_script_options_and_switches():
+    hp, opts = cli.parse_args(
+        ["--n_best", "3", "--beam_size=4", "--verbose", "--logdir", "x"], script=translate.SCRIPT
+    )
+    assert opts["n_best"] == 3 and opts["verbose"] is True and opts["ckpt"] == ""
+    assert hp.beam_size == 4 and hp.logdir == "x" and opts["_set"] == {"beam_size", "logdir"}
+    _, opts = cli.parse_args(["--verbose", "false"], script=translate.SCRIPT)
+    assert opts["verbose"] is False
+    hp, _ = cli.parse_args(["--jit_compile"], script=train.SCRIPT)  # a bare bool is true
+    assert hp.jit_compile is True
+    with pytest.raises(hparams.UserError, match="--max_len_extra must not be negative"):
+        cli.parse_args(["--max_len_extra", "-3"], script=eval_script.SCRIPT)
+
+
+# --------------------------------------------------------------- before TensorFlow loads
+def test_help_and_option_errors_come_before_tensorflow():
+    """Every script answers --help (and a misspelt option) without importing TensorFlow."""
+    code = (
+        "import json, runpy, sys\n"
+        "out = {}\n"
+        "for name, argv in json.loads(sys.argv[1]):\n"
+        "    sys.argv = [name + '.py'] + argv\n"
+        "    try:\n"
+        "        runpy.run_path(name + '.py', run_name='__main__')\n"
+        "    except SystemExit as e:\n"
+        "        out[name + ' '.join(argv)] = [e.code, 'tensorflow' in sys.modules]\n"
+        "print(json.dumps(out))\n"
+    )
+    cases = [[name, ["--help"]] for name in SCRIPTS] + [["train", ["--d_modle", "3"]]]
+    proc = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(cases)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result == {
+        **{f"{name}--help": [0, False] for name in SCRIPTS},
+        "train--d_modle 3": [2, False],
+    }
+    assert proc.stderr.strip().splitlines() == [
+        "error: unknown option --d_modle; did you mean --d_model?"
+    ]
+
+
+# ---------------------------------------------------------------------------- quiet start
+NOISE_LINES = [
+    b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
+    b"I0000 00:00:1795419285.815746   23265 port.cc:153] oneDNN custom operations are on. "
+    b"You may see slightly different numerical results due to floating-point round-off errors",
+    b"I0000 00:00:1795419285.816093   23265 cudart_stub.cc:31] Could not find cuda drivers on "
+    b"your machine, GPU will not be used.",
+    b"E0000 00:00:1795419288.144437   23265 cuda_platform.cc:52] failed call to cuInit: "
+    b"INTERNAL: CUDA error: Failed call to cuInit: UNKNOWN ERROR (303)",
+    b"I0000 00:00:1795419285.909107   23265 cpu_feature_guard.cc:227] This TensorFlow binary "
+    b"is optimized to use available CPU instructions in performance-critical operations.",
+    b"To enable the following instructions: AVX2 AVX512F FMA, in other operations, rebuild "
+    b"TensorFlow with the appropriate compiler flags.",
+]
+KEPT_LINES = [
+    b"train: TensorFlow sees /physical_device:CPU:0 (CPU); running on the CPU",
+    b"E0000 00:00:1795419288.144437   23265 cuda_executor.cc:52] CUDA_ERROR_OUT_OF_MEMORY",
+    b"W0000 00:00:1795419288.1   23265 op_kernel.cc:1] OP_REQUIRES failed: not the start-up",
+    b"WARNING: something else",
+    b"Traceback (most recent call last):",
+]
+
+
+def test_noise_lines_are_exactly_the_known_ones():
+    assert all(cli.is_noise(line) for line in NOISE_LINES)
+    assert not any(cli.is_noise(line) for line in KEPT_LINES)
+
+
+def test_filter_stream_drops_noise_and_passes_the_rest_at_once():
+    read_fd, write_fd = os.pipe()
+    out_r, out_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(write_fd)
+        os.close(out_r)
+        cli.filter_stream(read_fd, out_w)
+        os._exit(0)
+    os.close(read_fd)
+    os.close(out_w)
+    # a progress bar's unfinished line passes before its newline arrives
+    os.write(write_fd, b"\repoch 1/3:  10%|#")
+    assert os.read(out_r, 100) == b"\repoch 1/3:  10%|#"
+    stream = [NOISE_LINES[0], KEPT_LINES[0], NOISE_LINES[3], KEPT_LINES[1], NOISE_LINES[4]]
+    data = b"\n" + b"\n".join(stream) + b"\n" + NOISE_LINES[5] + b"\n" + KEPT_LINES[2] + b"\nlast"
+    for i in range(0, len(data), 7):  # lines split across writes
+        os.write(write_fd, data[i : i + 7])
+    os.close(write_fd)
+    got = b""
+    while chunk := os.read(out_r, 4096):
+        got += chunk
+    os.waitpid(pid, 0)
+    assert got == b"\n" + KEPT_LINES[0] + b"\n" + KEPT_LINES[1] + b"\n" + KEPT_LINES[2] + b"\nlast"
+
+
+START = (
+    "import sys, cli\n"
+    "cli.start(cli.Script('probe', 'Probe.', fields=('logdir',)), sys.argv[1:])\n"
+    "import tensorflow as tf\n"
+    "print('devices', len(tf.config.list_physical_devices()), file=sys.stderr)\n"
+    "print('out', flush=True)\n"
+    "raise SystemExit(3)\n"
+)
+
+
+def start_probe(*argv, **env):
+    environ = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL",)}
+    environ.pop("CUDA_VISIBLE_DEVICES", None)
+    environ.update(env)
+    return subprocess.run(
+        [sys.executable, "-c", START, *argv],
+        cwd=ROOT,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.slow
+def test_quiet_start_on_a_cpu_only_machine():
+    """No cuInit error and no oneDNN notice on a CPU-only machine; --verbose shows them; the
+    exit status and the rest of stderr pass through the filter; with an NVIDIA device (here
+    CUDA_VISIBLE_DEVICES) nothing is filtered."""
+    assert not cli.gpu_present(), "this test runs on a machine without an NVIDIA device"
+    quiet = start_probe()
+    assert quiet.returncode == 3 and quiet.stdout == "out\n"
+    assert quiet.stderr == "devices 1\n"
+    loud = start_probe("--verbose")
+    assert loud.returncode == 3 and "devices 1\n" in loud.stderr
+    assert "cuInit" in loud.stderr and "oneDNN custom operations are on" in loud.stderr
+    gpu = start_probe(CUDA_VISIBLE_DEVICES="")
+    assert "oneDNN custom operations are on" in gpu.stderr  # nothing filtered
+
+
+@pytest.mark.slow
+def test_a_real_script_starts_quietly(quick_run):
+    """translate.py on a trained run: only its own lines on stderr, the device summary
+    named after it; the same run with --verbose shows TensorFlow's start-up lines."""
+    hp, _ = quick_run
+    environ = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    for verbose in (False, True):
+        proc = subprocess.run(
+            [sys.executable, "translate.py", "--logdir", hp.logdir]
+            + (["--verbose"] if verbose else []),
+            cwd=ROOT,
+            env=environ,
+            input="Der Hund schläft.\n",
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert len(proc.stdout.splitlines()) == 1
+        lines = proc.stderr.splitlines()
+        if not verbose:
+            assert [line.split(":")[0] for line in lines] == ["translate"], lines
+            assert lines[0].startswith("translate: TensorFlow sees /physical_device:CPU:0")
+        else:
+            assert any("cuInit" in line for line in lines)
+            assert any("oneDNN" in line for line in lines)
