@@ -60,7 +60,9 @@ class Hparams:
     eval_batch_size: int = 128  # sentences per decoding batch
 
     # ---- model (paper section 3) ----------------------------------------------------
-    model_type: str = "transformer"  # transformer | weighted (Ahmed et al. 2017)
+    model_type: str = (
+        "transformer"  # transformer | weighted (Ahmed 2017) | universal (Dehghani 2018)
+    )
     d_model: int = 128  # width of every layer's input and output (3.1)
     d_ff: int = 512  # inner width of the position-wise feed-forward networks (3.3)
     num_blocks: int = 2  # N: layers in the encoder and in the decoder (3.1)
@@ -71,6 +73,9 @@ class Hparams:
     max_position: int = 1024  # rows of the learned position table
     norm: str = "post"  # post (paper) | pre (LayerNorm before each sublayer)
     share_embeddings: bool = True  # tie source and target embeddings (joint BPE vocab only)
+    ut_max_steps: int = 6  # universal: the most recurrent steps of each shared block
+    act: bool = True  # universal: Adaptive Computation Time per position (false: fixed depth)
+    act_epsilon: float = 0.01  # universal: a position halts once its halting sum > 1 - this
 
     # ---- training (paper section 5) -------------------------------------------------
     lr_schedule: str = "noam"  # noam (5.3) | kyubyong (lr * warmup^0.5 * min(...)) | constant
@@ -78,6 +83,7 @@ class Hparams:
     warmup_steps: int = 400  # linear warmup steps of noam and kyubyong (5.3; paper: 4000)
     branch_warmup_steps: int = 400  # weighted: warmup of the kappa/alpha schedule (paper: 400)
     label_smoothing: float = 0.1  # epsilon_ls of the label-smoothed loss (5.4)
+    act_loss_weight: float = 0.01  # universal: weight of the ACT ponder cost in the loss
     adam_beta1: float = 0.9  # Adam beta1 (5.3)
     adam_beta2: float = 0.98  # Adam beta2 (5.3)
     adam_epsilon: float = 1e-9  # Adam epsilon (5.3)
@@ -121,6 +127,9 @@ MODEL_KEYS = (
     "max_position",
     "norm",
     "share_embeddings",
+    "ut_max_steps",
+    "act",
+    "act_epsilon",
 )
 
 # Fields eval.py, translate.py and export.py may change without touching the model.
@@ -223,7 +232,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 CHOICES = {
     "corpus": ("demo", "iwslt2016", "parallel"),
     "vocab_type": ("bpe", "word"),
-    "model_type": ("transformer", "weighted"),
+    "model_type": ("transformer", "weighted", "universal"),
     "position": ("sinusoid", "learned"),
     "norm": ("post", "pre"),
     "lr_schedule": ("noam", "kyubyong", "constant"),
@@ -294,6 +303,7 @@ def apply(hp: Hparams, overrides: dict[str, Any]) -> Hparams:
         "accum_steps",
         "warmup_steps",
         "branch_warmup_steps",
+        "ut_max_steps",
         "pad_multiple",
         "beam_size",
         "keep_ckpts",
@@ -311,9 +321,11 @@ def apply(hp: Hparams, overrides: dict[str, Any]) -> Hparams:
     ):
         if values[key] < 0:
             raise UserError(f"--{key} must not be negative; got {values[key]}")
-    for key in ("dropout_rate", "attention_dropout", "label_smoothing"):
+    for key in ("dropout_rate", "attention_dropout", "label_smoothing", "act_epsilon"):
         if not 0 <= values[key] < 1:
             raise UserError(f"--{key} must be in [0, 1); got {values[key]}")
+    if values["act_loss_weight"] < 0:
+        raise UserError(f"--act_loss_weight must not be negative; got {values['act_loss_weight']}")
     if values["d_model"] % values["num_heads"]:
         raise UserError(
             f"d_model ({values['d_model']}) must be divisible by num_heads ({values['num_heads']})"

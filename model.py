@@ -12,11 +12,12 @@ import keras
 import tensorflow as tf
 
 import modules
+import universal
 import weighted
 
 # model_type -> its hook (modules.Variant); a new variant adds an entry here and its name to
 # hparams.CHOICES['model_type']
-VARIANTS = {v.name: v for v in (modules.Variant(), weighted.Variant())}
+VARIANTS = {v.name: v for v in (modules.Variant(), weighted.Variant(), universal.Variant())}
 
 
 @keras.saving.register_keras_serializable(package="transformer")
@@ -43,6 +44,10 @@ class Transformer(keras.Model):
         share_embeddings: bool = True,
         attention_dropout: float = 0.0,
         model_type: str = "transformer",
+        ut_max_steps: int = 6,
+        act: bool = True,
+        act_epsilon: float = 0.01,
+        act_loss_weight: float = 0.01,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -64,6 +69,10 @@ class Transformer(keras.Model):
             share_embeddings=share_embeddings,
             attention_dropout=attention_dropout,
             model_type=model_type,
+            ut_max_steps=ut_max_steps,
+            act=act,
+            act_epsilon=act_epsilon,
+            act_loss_weight=act_loss_weight,
         )
         self.model_type = model_type
         self.variant = VARIANTS[model_type]
@@ -90,17 +99,21 @@ class Transformer(keras.Model):
             dropout_rate=dropout_rate,
             norm=norm,
             attention_dropout=attention_dropout,
+            **self.variant.layer_args(self.args),
         )
+        own = self.variant.positions_in_layers  # the layers add the positions
+        enc_args = dict(layer_args, position=self.src_position) if own else layer_args
+        dec_args = dict(layer_args, position=self.tgt_position) if own else layer_args
         # Each layer is a direct attribute (not a list) so that tf.train.Checkpoint,
         # which does not follow Keras-tracked lists, saves its weights.
-        for i in range(num_blocks):
+        self.num_blocks = self.variant.num_layers(num_blocks)
+        for i in range(self.num_blocks):
             setattr(
-                self, f"encoder_{i}", self.variant.encoder_layer(**layer_args, name=f"encoder_{i}")
+                self, f"encoder_{i}", self.variant.encoder_layer(**enc_args, name=f"encoder_{i}")
             )
             setattr(
-                self, f"decoder_{i}", self.variant.decoder_layer(**layer_args, name=f"decoder_{i}")
+                self, f"decoder_{i}", self.variant.decoder_layer(**dec_args, name=f"decoder_{i}")
             )
-        self.num_blocks = num_blocks
         if norm == "pre":
             self.encoder_norm = modules.layer_norm("encoder_norm")
             self.decoder_norm = modules.layer_norm("decoder_norm")
@@ -129,6 +142,10 @@ class Transformer(keras.Model):
             share_embeddings=hp.share_embeddings,
             attention_dropout=hp.attention_dropout,
             model_type=hp.model_type,
+            ut_max_steps=hp.ut_max_steps,
+            act=hp.act,
+            act_epsilon=hp.act_epsilon,
+            act_loss_weight=hp.act_loss_weight,
             name="transformer",
         )
         model.build_all()
@@ -161,7 +178,9 @@ class Transformer(keras.Model):
     # -- the two stacks -------------------------------------------------------------------
     def _embed(self, ids, embedding, position, dropout, training, offset=0):
         x = embedding(ids)
-        return dropout(position(x, offset=offset), training=training)
+        if not self.variant.positions_in_layers:
+            x = position(x, offset=offset)
+        return dropout(x, training=training)
 
     def encode(self, src, training=False, return_attention=False):
         """src (N, T1) ids -> memory (N, T1, d_model), mask (N, 1, 1, T1) [, weights]."""

@@ -540,7 +540,9 @@ class Variant:
     A variant module (weighted.py, ...) subclasses it, is listed in model.VARIANTS and
     in hparams.CHOICES["model_type"], and overrides what it needs:
     * layer construction: :meth:`encoder_layer`, :meth:`decoder_layer` (a layer class
-      also owns its decoding cache: ``init_cache``, ``step``, ``reorder_cache``);
+      also owns its decoding cache: ``init_cache``, ``step``, ``reorder_cache``), how
+      many (:meth:`num_layers`), their extra arguments (:meth:`layer_args`) and whether
+      they add the positions themselves (``positions_in_layers``);
     * :meth:`extra_loss`: terms added to the training loss;
     * :meth:`optimizer_groups`: variables trained by an optimizer of their own;
     * :meth:`summaries`: TensorBoard summaries written with the training scalars;
@@ -548,6 +550,17 @@ class Variant:
     """
 
     name = "transformer"
+    # True: the layers add the position embedding themselves (they get the model's
+    # PositionalEncoding as ``position``) and the model's embedding adds none
+    positions_in_layers = False
+
+    def num_layers(self, num_blocks: int) -> int:
+        """How many encoder (and decoder) layers the model builds."""
+        return num_blocks
+
+    def layer_args(self, args: dict) -> dict:
+        """Arguments of the variant's layers taken from the model's config ``args``."""
+        return {}
 
     def encoder_layer(self, **args) -> keras.layers.Layer:
         return EncoderLayer(**args)

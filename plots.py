@@ -1,7 +1,8 @@
 """Attention figures: for one sentence and the model's own greedy translation, labelled
 heatmaps of the encoder self-, decoder self- and cross-attention (paper section 3.2), one
-panel per head. Drawn with matplotlib's Agg backend (no display needed); TensorBoard gets
-them as images (summaries.attention) and translate.py ``--attention`` as a PNG file.
+panel per head, and for a Universal Transformer with ACT the ponder time per token. Drawn
+with matplotlib's Agg backend (no display needed); TensorBoard gets them as images
+(summaries.attention) and translate.py ``--attention`` as a PNG file.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import tensorflow as tf
 
 import data_load
 import decoding
+import universal
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the Agg backend)
@@ -43,6 +45,9 @@ class Attention:
     decoder_input: list[str]
     text: str  # the detokenized translation
     maps: dict[str, list[np.ndarray]]
+    # a Universal Transformer with ACT: the steps used per token, {"source": (T1,),
+    # "translation": (T2,)}; empty for other models
+    ponder: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
     def labels(self, name: str) -> tuple[list[str], list[str]]:
         """(row labels, column labels) of map ``name``."""
@@ -62,7 +67,12 @@ def attention(model, tok, sentence: str, max_len_extra: int, greedy=None) -> Att
     out = [int(t) for t in out if t != data_load.PAD_ID]
     tgt_in = [data_load.BOS_ID] + out[:-1]  # one decoder position per output token
     memory, mask, enc_w = model.encode(src, return_attention=True)
+    ponder = {}
+    if _acts(model.encoder_layers[0]):
+        ponder["source"] = universal.last_ponder(model.encoder_layers[0]).numpy()[0]
     _, dec_w = model.decode(tf.constant([tgt_in], tf.int32), memory, mask, return_attention=True)
+    if _acts(model.decoder_layers[0]):
+        ponder["translation"] = universal.last_ponder(model.decoder_layers[0]).numpy()[0]
     maps = {
         "encoder_self": [w.numpy()[0] for w in enc_w],
         "decoder_self": [w[0].numpy()[0] for w in dec_w],
@@ -74,7 +84,27 @@ def attention(model, tok, sentence: str, max_len_extra: int, greedy=None) -> Att
         decoder_input=tok.tgt_tokens(tgt_in),
         text=tok.decode_tgt(out),
         maps=maps,
+        ponder=ponder,
     )
+
+
+def _acts(layer) -> bool:
+    """Whether the layer is a Universal Transformer stack with ACT."""
+    return isinstance(layer, (universal.UniversalEncoder, universal.UniversalDecoder)) and layer.act
+
+
+def ponder_figure(att: Attention):
+    """Bars of the steps each token used (Universal Transformer with ACT): the source
+    tokens above, the translation tokens below. Returns the matplotlib Figure."""
+    fig, axes = plt.subplots(2, 1, figsize=(max(4.0, 0.3 * len(att.source) + 1.5), 5), dpi=80)
+    for ax, side in zip(axes, ("source", "translation")):
+        tokens, steps = getattr(att, side), att.ponder[side]
+        ax.bar(range(len(tokens)), steps, color="tab:blue")
+        ax.set_xticks(range(len(tokens)), tokens, rotation=90, fontsize=7)
+        ax.set_ylabel("steps")
+        ax.set_title(f"ponder time per {side} token", fontsize=9)
+    fig.tight_layout()
+    return fig
 
 
 def figure(weights: np.ndarray, rows: list[str], cols: list[str], title: str):
@@ -112,8 +142,8 @@ def png(fig) -> bytes:
 
 def figures(att: Attention, layers: str = "last") -> dict[str, object]:
     """{tag: Figure} for each map of the last layer (``layers='last'``) or of every layer
-    (``'all'``; tags ``layer<k>/<name>``)."""
-    out = {}
+    (``'all'``; tags ``layer<k>/<name>``), and ``ponder`` when the model has ACT."""
+    out = {"ponder": ponder_figure(att)} if att.ponder else {}
     for name, per_layer in att.maps.items():
         picked = (
             [(len(per_layer), per_layer[-1])]
