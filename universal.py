@@ -86,31 +86,22 @@ def depth_encoding(step: int, d_model: int, dtype):
 class _Recurrent(keras.layers.Layer):
     """What the encoder and decoder stacks share: the block, the halting unit, the
     coordinate embedding and the ACT loop over depth. ``position`` is the model's
-    PositionalEncoding layer (shared, added at every step)."""
+    PositionalEncoding layer (shared, added at every step); the other keywords are the
+    block's (modules.EncoderLayer / DecoderLayer)."""
+
+    # what a Keras layer's own config holds; every other keyword goes to the block
+    LAYER_KEYS = ("name", "dtype", "trainable", "autocast")
 
     def __init__(
         self,
-        d_model: int,
-        num_heads: int,
-        d_ff: int,
-        dropout_rate: float,
-        norm: str = "post",
-        attention_dropout: float = 0.0,
         max_steps: int = 6,
         act: bool = True,
         act_epsilon: float = 0.01,
         position=None,
         **kwargs,
     ):
-        super().__init__(**kwargs)
-        self.args = dict(
-            d_model=d_model,
-            num_heads=num_heads,
-            d_ff=d_ff,
-            dropout_rate=dropout_rate,
-            norm=norm,
-            attention_dropout=attention_dropout,
-        )
+        super().__init__(**{k: kwargs.pop(k) for k in self.LAYER_KEYS if k in kwargs})
+        self.args = kwargs  # d_model, num_heads, d_ff, dropout_rate, norm, ... (modules._Block)
         self.max_steps, self.act, self.act_epsilon = max_steps, act, act_epsilon
         self.position = position
         self.block = self.make_block(name="block")

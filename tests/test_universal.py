@@ -69,7 +69,9 @@ def test_halted_positions_keep_their_state():
     added to what the block sees), the output is the ACT-weighted sum of the block outputs,
     and the ponder cost is N + R over the real positions."""
     d = 8
-    layer = universal.UniversalEncoder(d, 2, 16, 0.0, max_steps=4, name="probe")
+    layer = universal.UniversalEncoder(
+        max_steps=4, d_model=d, num_heads=2, d_ff=16, dropout_rate=0.0, name="probe"
+    )
     probs = [[0.5, 0.995, 0.1], [0.6, 0.2, 0.1], [0.9, 0.2, 0.1], [0.9, 0.2, 0.1]]
     step = {"t": 0}
 
