@@ -22,6 +22,8 @@ import files
 import hparams
 from hparams import UserError
 
+DEFAULT_LAST = 5  # checkpoints averaged by default (hparams.Hparams.keep_ckpts keeps as many)
+
 
 def checkpoints(logdir: str) -> list[str]:
     """The run's checkpoint prefixes, oldest first (as CheckpointManager lists them)."""
@@ -58,7 +60,7 @@ def average(logdir: str, last: int, out: str = "") -> str:
 
 
 def main() -> None:
-    hp, opts = hparams.parse_args(extra={"last": 5, "out": ""})
+    hp, opts = hparams.parse_args(extra={"last": DEFAULT_LAST, "out": ""})
     average(hp.logdir, opts["last"], opts["out"])
 
 
