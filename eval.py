@@ -20,12 +20,13 @@ in the legacy format: ``- source:``, ``- expected:``, ``- got:`` blocks, then
 * ``chrF``: sacreBLEU's chrF2.
 
 With ``--legacy_protocol true`` (set by ``--preset iwslt2016_legacy``) every figure is
-computed the TF1 eval.py's way, on its subset: only pairs whose source and reference fit
-maxlen1 / maxlen2 with </S> counted, in file order, cut to whole batches of
-``batch_size`` (its last partial batch was dropped); sources and references cleaned as
-above; greedy decoding of maxlen2 tokens from sources padded to maxlen1; hypotheses are
-the literal target words before </S> (``<UNK>`` stays), and the references the cleaned
-word sequences. The results file is ``results/<model_name>_legacy``.
+computed on the TF1 eval.py's subset, decoded its way, and ``Bleu Score`` is computed as
+it was: only pairs whose source and reference fit maxlen1 / maxlen2 with </S> counted, in
+file order, cut to whole batches of ``batch_size`` (it dropped the last partial batch);
+sources and references cleaned as above; greedy decoding of maxlen2 tokens from sources
+padded to maxlen1; hypotheses are the literal target words before </S> (``<UNK>``
+stays), scored as they are against the cleaned word sequences of the references. The
+results file is ``results/<model_name>_legacy``.
 """
 
 from __future__ import annotations
