@@ -473,7 +473,7 @@ class TokenEmbedding(keras.layers.Layer):
     TF1 code has a projection of its own: :class:`OutputProjection`).
     Kyubyong zeroes the PAD row by concatenating a constant zero row; here the output at
     PAD positions is masked, which has the same effect and keeps one plain matrix.
-    ``init``: 'normal' (std d_model^-0.5, as tensor2tensor) or 'xavier' (Glorot uniform
+    ``init``: 'normal' (std d_model^-0.5) or 'xavier' (Glorot uniform
     with the fans of a (V, d_model) table, as both Kyubyong codes).
 
     The matrix has V8 = V rounded up to a multiple of 8 rows, so that the output
