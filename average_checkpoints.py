@@ -13,12 +13,13 @@ from __future__ import annotations
 import cli
 import hparams
 
+DEFAULT_LAST = 5  # checkpoints averaged by default (hparams.Hparams.keep_ckpts keeps as many)
 SCRIPT = cli.Script(
     "average_checkpoints",
     __doc__,
     fields=("logdir",),
     options={
-        "last": (5, "how many of the latest checkpoints to average"),
+        "last": (DEFAULT_LAST, "how many of the latest checkpoints to average"),
         "out": ("", "output checkpoint prefix (default: <logdir>/averaged/avg-last<N>)"),
     },
 )

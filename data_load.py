@@ -408,16 +408,20 @@ class TrainData:
         return ds.prefetch(tf.data.AUTOTUNE)
 
 
-def eval_batches(src_ids: list[np.ndarray], batch_size: int, max_src_len: int):
+def eval_batches(
+    src_ids: list[np.ndarray], batch_size: int, max_src_len: int, multiple: int = 1, width: int = 0
+):
     """Yield (original indices, padded source [N, T1]) in batches of similar length.
 
     Sources are sorted by length so that batches carry little padding; callers restore
     the original order with the returned indices. Sources longer than ``max_src_len``
-    (</S> included) are truncated.
+    (</S> included) are truncated. Each batch is padded to its longest source rounded up
+    to ``multiple``, and to at least ``width``.
     """
     eos = np.array([EOS_ID], np.int32)
     seqs = [np.concatenate([np.asarray(s[: max_src_len - 1], np.int32), eos]) for s in src_ids]
     order = np.argsort([len(s) for s in seqs], kind="stable")
     for start in range(0, len(order), batch_size):
         idx = order[start : start + batch_size]
-        yield idx, pad_batch([seqs[i] for i in idx])
+        batch = [seqs[i] for i in idx]
+        yield idx, pad_batch(batch, width=max(width, round_up(max(map(len, batch)), multiple)))

@@ -227,26 +227,35 @@ def beam_decoder(model, beam_size: int, alpha: float = 0.6, max_len: int = 0):
 # ---------------------------------------------------------------------------------------
 class Translator:
     """Batched translation with one compiled decoding loop: greedy, or beam search when
-    ``hp.beam_size`` > 1. Used by train.py (dev BLEU), eval.py and translate.py."""
+    ``hp.beam_size`` > 1. Used by train.py (dev BLEU), eval.py and translate.py.
+
+    A model with ``key_mask_defect`` attends to padding, so its sources are padded as in
+    training, to a multiple of ``pad_multiple``."""
 
     def __init__(self, model, tok, hp: hparams.Hparams):
         self.model, self.tok, self.hp = model, tok, hp
+        self.multiple = hp.pad_multiple if model.key_mask_defect else 1
         self.k = max(hp.beam_size, 1)
         if self.k > 1:
             self.decode = beam_decoder(model, self.k, hp.length_penalty, hp.max_len)
         else:
             self.decode = greedy_decoder(model, hp.jit_compile, hp.max_len)
 
-    def translate_ids(self, src_ids: list, progress: bool = False) -> list:
+    def translate_ids(self, src_ids: list, progress: bool = False, width: int = 0) -> list:
         """Source id lists (no </S>) -> per sentence (ids (k, L), scores (k,)), best
         first, in the input order; an empty source gives None. Sources are cut to
-        :func:`source_limit`; greedy scores are 0."""
+        :func:`source_limit`; greedy scores are 0. ``width`` > 0 pads every source to
+        that width and decodes empty sources too (from </S> alone), as the TF1 eval.py."""
         out: list = [None] * len(src_ids)
-        real = [i for i, s in enumerate(src_ids) if len(s)]
+        real = [i for i, s in enumerate(src_ids) if len(s) or width]
         extra = tf.constant(self.hp.max_len_extra, tf.int32)
         batches = list(
             data_load.eval_batches(
-                [src_ids[i] for i in real], self.hp.eval_batch_size, source_limit(self.model)
+                [src_ids[i] for i in real],
+                self.hp.eval_batch_size,
+                source_limit(self.model),
+                self.multiple,
+                width,
             )
         )
         for idx, batch in tqdm(batches, disable=not progress, file=sys.stderr, unit="batch"):
@@ -277,11 +286,12 @@ class Translator:
         return [best[0][0] if best else "" for best in self.translate_nbest(sentences)]
 
 
-def legacy_bleu(hyps: list[str], refs: list[str]) -> float:
-    """The TF1 eval.py BLEU: see eval.py's docstring."""
+def legacy_bleu(hyps: list[str], refs: list[str], clean_hyps: bool = True) -> float:
+    """The TF1 eval.py BLEU: see eval.py's docstring. ``clean_hyps`` False keeps the
+    hypotheses' words as they are (the TF1 protocol: ``<UNK>`` stays)."""
     list_of_refs, hypotheses = [], []
     for hyp, ref in zip(hyps, refs):
-        r, h = data_load.clean(ref).split(), data_load.clean(hyp).split()
+        r, h = data_load.clean(ref).split(), (data_load.clean(hyp) if clean_hyps else hyp).split()
         if len(r) > 3 and len(h) > 3:
             list_of_refs.append([r])
             hypotheses.append(h)
@@ -305,6 +315,53 @@ def scores(hyps: list[str], refs: list[str]) -> dict:
         "chrf": chrf.corpus_score(hyps, [refs]).score,
         "chrf_signature": str(chrf.get_signature()),
     }
+
+
+# ---------------------------------------------------------------------------------------
+# The TF1 eval.py protocol (eval.py --legacy_protocol true)
+# ---------------------------------------------------------------------------------------
+def legacy_subset(
+    tok, sources: list[str], refs: list[str], hp: hparams.Hparams
+) -> tuple[list[int], int]:
+    """The pairs the TF1 eval.py scored: (their indices in file order, the number of pairs
+    within maxlen). A pair is within maxlen when source and reference fit the training
+    filter with </S> counted (tokens + 1 <= maxlen1 and maxlen2; TF1: max(len(x), len(y))
+    <= maxlen); of those, whole batches of ``batch_size`` are scored (TF1 dropped the last
+    partial batch)."""
+    if hp.batch_size <= 0:
+        raise UserError(
+            "--legacy_protocol drops the last partial batch of batch_size sentences, but "
+            "this run trained with token batches (batch_size 0); pass --legacy_protocol false"
+        )
+    src, tgt = tok.encode_src(sources), tok.encode_tgt(refs)
+    within = [
+        i
+        for i in range(len(sources))
+        if len(src[i]) + 1 <= hp.maxlen1 and len(tgt[i]) + 1 <= hp.maxlen2
+    ]
+    return within[: len(within) // hp.batch_size * hp.batch_size], len(within)
+
+
+def legacy_words(tok, ids) -> list[str]:
+    """A TF1 eval.py hypothesis: the target tokens before the first </S>, literally
+    (``<UNK>``, and ``<PAD>`` or ``<S>`` should the model predict them); for a BPE
+    vocabulary, the cleaned words of the detokenized text."""
+    ids = [int(i) for i in ids]
+    if data_load.EOS_ID in ids:
+        ids = ids[: ids.index(data_load.EOS_ID)]
+    if tok.kind == "bpe":
+        return data_load.clean(tok.decode_tgt(ids)).split()
+    return [tok.tgt_words[i] for i in ids]
+
+
+def legacy_translate(model, tok, hp: hparams.Hparams, sources: list[str]) -> list[str]:
+    """Hypotheses decoded as the TF1 eval.py did: greedy, for maxlen2 tokens, sources
+    padded to maxlen1; each is its :func:`legacy_words` joined by spaces."""
+    if hp.beam_size > 1:
+        raise UserError("--legacy_protocol decodes greedily, as the TF1 eval.py: drop --beam_size")
+    hp = hparams.apply(hp, {"max_len": hp.maxlen2, "max_len_extra": hp.maxlen2})
+    outs = Translator(model, tok, hp).translate_ids(tok.encode_src(sources), width=hp.maxlen1)
+    return [" ".join(legacy_words(tok, ids[0])) for ids, _ in outs]
 
 
 def load_run(logdir: str, overrides: dict, ckpt: str = "", who: str = "eval"):

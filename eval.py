@@ -11,13 +11,22 @@ in the legacy format: ``- source:``, ``- expected:``, ``- got:`` blocks, then
 
 * ``Bleu Score`` (legacy): nltk ``corpus_bleu`` (4-gram, uniform weights, no smoothing)
   x 100 over whitespace tokens of the legacy-cleaned text (``[^\\s\\p{Latin}']`` removed),
-  counting only pairs where both reference and hypothesis have more than 3 tokens -
-  exactly what the TF1 eval.py computed;
+  counting only pairs where both reference and hypothesis have more than 3 tokens - the
+  TF1 eval.py's formula, here over the whole test set;
 * ``sacreBLEU``: the standard figure, cased, detokenized text, tokenizer 13a, with its
   signature;
 * ``BLEU (tokenize=none)``: cased raw text split on whitespace, which equals
   multi-bleu.perl on untokenized text, the figure of the 2019 Kyubyong README;
 * ``chrF``: sacreBLEU's chrF2.
+
+With ``--legacy_protocol true`` (set by ``--preset iwslt2016_legacy``) every figure is
+computed on the TF1 eval.py's subset, decoded its way, and ``Bleu Score`` is computed as
+it was: only pairs whose source and reference fit maxlen1 / maxlen2 with </S> counted, in
+file order, cut to whole batches of ``batch_size`` (it dropped the last partial batch);
+sources and references cleaned as above; greedy decoding of maxlen2 tokens from sources
+padded to maxlen1; hypotheses are the literal target words before </S> (``<UNK>``
+stays), scored as they are against the cleaned word sequences of the references. The
+results file is ``results/<model_name>_legacy``.
 """
 
 from __future__ import annotations
@@ -69,6 +78,37 @@ def write_results(path: str, sources, refs, hyps, figures: dict, settings: dict)
     )
 
 
+def legacy_protocol(hp, tok, model, sources, refs, settings: dict):
+    """The TF1 eval.py's subset, decoding and scoring (see the module docstring): the
+    cleaned sources and references of the scored pairs, their hypotheses and figures.
+    Adds the protocol and its counts to ``settings``."""
+    keep, within = decoding.legacy_subset(tok, sources, refs, hp)
+    if not keep:
+        raise UserError(
+            f"--legacy_protocol: {within} of {len(sources)} test pairs fit maxlen1="
+            f"{hp.maxlen1} / maxlen2={hp.maxlen2}, not one whole batch of {hp.batch_size}"
+        )
+    print(
+        f"eval: legacy protocol: {within} of {len(sources)} test pairs within maxlen; "
+        f"{len(keep)} scored (whole batches of {hp.batch_size})"
+    )
+    settings.update(
+        protocol="legacy (TF1 eval.py)",
+        max_len=hp.maxlen2,
+        max_len_extra=hp.maxlen2,
+        test_pairs=len(sources),
+        within_maxlen=within,
+        scored=len(keep),
+        batch_size=hp.batch_size,
+    )
+    sources = [data_load.clean(sources[i]).strip() for i in keep]
+    refs = [data_load.clean(refs[i]).strip() for i in keep]
+    hyps = decoding.legacy_translate(model, tok, hp, sources)
+    figures = decoding.scores(hyps, refs)
+    figures["legacy_bleu"] = decoding.legacy_bleu(hyps, refs, clean_hyps=False)
+    return sources, refs, hyps, figures
+
+
 def evaluate(
     logdir: str,
     overrides: dict,
@@ -91,14 +131,7 @@ def evaluate(
         sources, refs = data_load.read_raw(hp, "test")
     if not sources:
         raise UserError(f"the test set is empty ({test_src or hp.prepro_dir + '/test.src'})")
-    t0 = time.time()
-    hyps = decoding.Translator(model, tok, hp).translate(sources)
-    seconds = time.time() - t0
-    figures = decoding.scores(hyps, refs)
     name = f"{os.path.basename(os.path.normpath(logdir))}_{os.path.basename(path)}"
-    if hp.beam_size > 1:
-        name += f"_beam{hp.beam_size}"
-    out = os.path.join(hp.results_dir, name)
     settings = {
         "search": "greedy" if hp.beam_size <= 1 else "beam",
         "beam_size": hp.beam_size,
@@ -106,8 +139,18 @@ def evaluate(
         "max_len": hp.max_len,
         "checkpoint": path,
     }
+    t0 = time.time()
+    if hp.legacy_protocol:
+        sources, refs, hyps, figures = legacy_protocol(hp, tok, model, sources, refs, settings)
+        name += "_legacy"
+    else:
+        hyps = decoding.Translator(model, tok, hp).translate(sources)
+        figures = decoding.scores(hyps, refs)
+    seconds = time.time() - t0
     if hp.beam_size > 1:
+        name += f"_beam{hp.beam_size}"
         settings["length_penalty"] = hp.length_penalty
+    out = os.path.join(hp.results_dir, name)
     write_results(out, sources, refs, hyps, figures, settings)
     for s, r, h in list(zip(sources, refs, hyps))[:show]:
         print(f"- source: {s}\n- expected: {r}\n- got: {h}\n")

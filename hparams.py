@@ -67,15 +67,27 @@ class Hparams:
     d_ff: int = 512  # inner width of the position-wise feed-forward networks (3.3)
     num_blocks: int = 2  # N: layers in the encoder and in the decoder (3.1)
     num_heads: int = 4  # h: attention heads; d_model / h per head (3.2.2)
-    dropout_rate: float = 0.1  # residual and embedding dropout (5.4)
+    dropout_rate: float = 0.1  # residual and embedding dropout (5.4), unless set apart below
+    embedding_dropout: float = -1.0  # on the embedding + position sums (5.4); <0: dropout_rate
+    residual_dropout: float = -1.0  # on each sublayer's output (5.4; TF1: 0); <0: dropout_rate
     attention_dropout: float = 0.0  # on attention weights (Kyubyong; not in the paper)
     position: str = "sinusoid"  # sinusoid (3.5) | learned (legacy sinusoid=False)
-    max_position: int = 1024  # rows of the learned position table
+    max_position: int = 1024  # rows of the learned position table (TF1: maxlen)
     norm: str = "post"  # post (paper) | pre (LayerNorm before each sublayer)
     share_embeddings: bool = True  # tie source and target embeddings (joint BPE vocab only)
     ut_max_steps: int = 6  # universal: the most recurrent steps of each shared block
     act: bool = True  # universal: Adaptive Computation Time per position (false: fixed depth)
     act_epsilon: float = 0.01  # universal: a position halts once its halting sum > 1 - this
+    # Switches where the TF1 code differs from the paper (README: "The TF1 model"); the
+    # defaults are the paper's
+    qkv_activation: str = "none"  # none (3.2.2) | relu (TF1) on the Q, K, V projections
+    qkv_bias: bool = False  # biases on the Q, K, V projections (TF1 and 2019 Kyubyong code)
+    output_projection: bool = True  # W^O after the heads (3.2.2); TF1 has none
+    query_masking: bool = False  # zero the attention weights of PAD queries (TF1)
+    key_mask_defect: bool = False  # TF1 defect (Kyubyong#33): no PAD key/query mask fires
+    tie_softmax: bool = True  # pre-softmax projection = target embedding (3.4); TF1: own
+    layer_norm_epsilon: float = 1e-6  # LayerNorm epsilon (TF1: 1e-8)
+    embedding_init: str = "normal"  # normal (d_model^-0.5; positions 0.02) | xavier (TF1)
 
     # ---- training (paper section 5) -------------------------------------------------
     lr_schedule: str = "noam"  # noam (5.3) | kyubyong (lr * warmup^0.5 * min(...)) | constant
@@ -97,7 +109,7 @@ class Hparams:
     jit_compile: bool = False  # XLA-compile the train step
     logdir: str = "log/demo"  # checkpoints, TensorBoard events, hparams.json, specs
     ckpt_every_steps: int = 0  # >0: also checkpoint every K steps
-    keep_ckpts: int = 3  # the latest checkpoints kept in logdir (older ones are deleted)
+    keep_ckpts: int = 5  # checkpoints kept: at least average_checkpoints.py's --last (5)
     early_stopping: int = 0  # >0: stop after this many epochs without a better dev BLEU
     dev_bleu_sents: int = 200  # dev sentences decoded after each epoch (0 = all)
     evaldir: str = "eval/demo"  # dev translations written after each epoch
@@ -109,10 +121,11 @@ class Hparams:
     length_penalty: float = 0.6  # alpha of Wu et al. 2016 (beam search)
     max_len_extra: int = 50  # decode at most source length + this many tokens
     max_len: int = 0  # >0: and never more than this many tokens
+    legacy_protocol: bool = False  # eval.py scores the TF1 eval.py subset the TF1 way
 
 
 # Fields that must agree between preprocessing and training, and between a checkpoint
-# and the model built to load it.
+# and the model built to load it (the dropout rates do not: they change training only).
 DATA_KEYS = ("corpus", "src_lang", "tgt_lang", "vocab_type", "vocab_size", "min_cnt")
 MODEL_KEYS = (
     "model_type",
@@ -127,6 +140,14 @@ MODEL_KEYS = (
     "max_position",
     "norm",
     "share_embeddings",
+    "qkv_activation",
+    "qkv_bias",
+    "output_projection",
+    "query_masking",
+    "key_mask_defect",
+    "tie_softmax",
+    "layer_norm_epsilon",
+    "embedding_init",
     "ut_max_steps",
     "act",
     "act_epsilon",
@@ -142,6 +163,7 @@ DECODE_KEYS = (
     "results_dir",
     "precision",
     "jit_compile",
+    "legacy_protocol",
 )
 
 # Fields that fix the batch plan and the position within an epoch: a resumed run must
@@ -179,7 +201,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         tokens_per_batch=2048,
         dev_bleu_sents=0,
     ),
-    # The updated (2019) Kyubyong defaults for IWSLT 2016 de-en.
+    # The updated (2019) Kyubyong code's hyperparameter values for IWSLT 2016 de-en (its
+    # hparams.py), on the paper's model; README "Presets and the code they follow" lists
+    # where its model differs and the switches that would follow it.
     "iwslt2016": dict(
         corpus="iwslt2016",
         data_dir="data/iwslt2016",
@@ -196,13 +220,45 @@ PRESETS: dict[str, dict[str, Any]] = {
         lr_schedule="kyubyong",
         lr=0.0003,
         warmup_steps=4000,
+        adam_beta2=0.999,
+        adam_epsilon=1e-8,
         num_epochs=20,
         maxlen1=100,
         maxlen2=100,
-        tokens_per_batch=8192,
+        batch_size=128,
         dev_bleu_sents=500,
     ),
-    # The tf1.2 legacy settings: word vocabulary, short sentences, learned positions.
+    # The paper's base model and training (sections 5.3-5.4, 6.1): Noam with 4000 warmup
+    # steps, about 25k tokens per update (3 accumulated batches of 8192), beam 4; average
+    # the last 5 checkpoints with average_checkpoints.py before eval.py.
+    "iwslt2016_paper": dict(
+        corpus="iwslt2016",
+        data_dir="data/iwslt2016",
+        prepro_dir="prepro/iwslt2016_paper",
+        logdir="log/iwslt2016_paper",
+        evaldir="eval/iwslt2016_paper",
+        vocab_size=32000,
+        d_model=512,
+        d_ff=2048,
+        num_blocks=6,
+        num_heads=8,
+        dropout_rate=0.1,
+        label_smoothing=0.1,
+        lr_schedule="noam",
+        warmup_steps=4000,
+        tokens_per_batch=8192,
+        accum_steps=3,
+        maxlen1=100,
+        maxlen2=100,
+        num_epochs=50,
+        keep_ckpts=5,
+        beam_size=4,
+        length_penalty=0.6,
+        dev_bleu_sents=500,
+    ),
+    # The tf1.2 code (Kyubyong/transformer, tf1.2_legacy; hyperparams.py, train.py,
+    # modules.py): word vocabulary, sentences of at most 10 tokens padded to 10, and its
+    # model, switch by switch (README "The TF1 model"); eval.py follows its protocol.
     "iwslt2016_legacy": dict(
         corpus="iwslt2016",
         data_dir="data/iwslt2016",
@@ -213,19 +269,34 @@ PRESETS: dict[str, dict[str, Any]] = {
         min_cnt=20,
         maxlen1=10,
         maxlen2=10,
+        pad_multiple=10,
         position="learned",
+        max_position=10,
         share_embeddings=False,
         lr_schedule="constant",
         lr=0.0001,
+        adam_epsilon=1e-8,
         batch_size=32,
         d_model=512,
         d_ff=2048,
         num_blocks=6,
         num_heads=8,
         dropout_rate=0.1,
+        embedding_dropout=0.1,
+        residual_dropout=0.0,
+        attention_dropout=0.1,
+        qkv_activation="relu",
+        qkv_bias=True,
+        output_projection=False,
+        query_masking=True,
+        key_mask_defect=True,
+        tie_softmax=False,
+        layer_norm_epsilon=1e-8,
+        embedding_init="xavier",
         label_smoothing=0.1,
         num_epochs=20,
         dev_bleu_sents=500,
+        legacy_protocol=True,
     ),
 }
 
@@ -235,6 +306,8 @@ CHOICES = {
     "model_type": ("transformer", "weighted", "universal"),
     "position": ("sinusoid", "learned"),
     "norm": ("post", "pre"),
+    "qkv_activation": ("none", "relu"),
+    "embedding_init": ("normal", "xavier"),
     "lr_schedule": ("noam", "kyubyong", "constant"),
     "attention_layers": ("last", "all", "none"),
     "precision": ("auto", "float32", "mixed_float16", "mixed_bfloat16"),
@@ -326,6 +399,15 @@ def apply(hp: Hparams, overrides: dict[str, Any]) -> Hparams:
             raise UserError(f"--{key} must be in [0, 1); got {values[key]}")
     if values["act_loss_weight"] < 0:
         raise UserError(f"--act_loss_weight must not be negative; got {values['act_loss_weight']}")
+    for key in ("embedding_dropout", "residual_dropout"):
+        if not values[key] < 1:
+            raise UserError(
+                f"--{key} must be in [0, 1), or negative to follow dropout_rate; got {values[key]}"
+            )
+    if not values["layer_norm_epsilon"] > 0:
+        raise UserError(
+            f"--layer_norm_epsilon must be positive; got {values['layer_norm_epsilon']:g}"
+        )
     if values["d_model"] % values["num_heads"]:
         raise UserError(
             f"d_model ({values['d_model']}) must be divisible by num_heads ({values['num_heads']})"
@@ -335,9 +417,22 @@ def apply(hp: Hparams, overrides: dict[str, Any]) -> Hparams:
             f"model_type=weighted splits d_ff ({values['d_ff']}) into num_heads "
             f"({values['num_heads']}) branch FFNs: d_ff must be divisible by it"
         )
+    if values["model_type"] == "weighted" and not values["output_projection"]:
+        raise UserError(
+            "model_type=weighted projects each head by its rows of W^O: it needs "
+            "output_projection=true"
+        )
     if values["vocab_type"] == "word":
         values["share_embeddings"] = False  # two vocabularies cannot share one matrix
     return Hparams(**values)
+
+
+def dropout(hp: Hparams, where: str) -> float:
+    """The rate of ``embedding_dropout`` or ``residual_dropout`` (``where`` = "embedding" |
+    "residual"): its own value, or ``dropout_rate`` where it is negative, so that an older
+    hparams.json or command line with dropout_rate alone keeps its meaning."""
+    own = getattr(hp, f"{where}_dropout")
+    return hp.dropout_rate if own < 0 else own
 
 
 def preset(name: str) -> Hparams:

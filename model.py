@@ -11,6 +11,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+import hparams
 import modules
 import universal
 import weighted
@@ -27,6 +28,15 @@ class Transformer(keras.Model):
     Embeddings (3.4): one matrix for source, target and the pre-softmax projection when
     ``share_embeddings`` (joint BPE vocabulary); otherwise a source embedding and a target
     embedding tied to the output projection. Dropout on the embedding sums (5.4).
+
+    The arguments after ``model_type`` are the switches where the TF1 code differs from
+    the paper; their defaults are the paper's model (README "The TF1 model"):
+    ``embedding_dropout`` / ``residual_dropout`` (None: ``dropout_rate``), the attention
+    projections (``qkv_activation``, ``qkv_bias``, ``output_projection``), the padding
+    masks (``query_masking``: PAD queries get zero attention weights; ``key_mask_defect``:
+    no padding mask at all, as the TF1 code whose masks never fired), ``tie_softmax``
+    (False: :class:`modules.OutputProjection`), ``layer_norm_epsilon`` and
+    ``embedding_init`` (token embeddings and learned position tables).
     """
 
     def __init__(
@@ -48,6 +58,16 @@ class Transformer(keras.Model):
         act: bool = True,
         act_epsilon: float = 0.01,
         act_loss_weight: float = 0.01,
+        embedding_dropout: float | None = None,
+        residual_dropout: float | None = None,
+        qkv_activation: str = "none",
+        qkv_bias: bool = False,
+        output_projection: bool = True,
+        query_masking: bool = False,
+        key_mask_defect: bool = False,
+        tie_softmax: bool = True,
+        layer_norm_epsilon: float = modules.LAYER_NORM_EPSILON,
+        embedding_init: str = "normal",
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -73,32 +93,47 @@ class Transformer(keras.Model):
             act=act,
             act_epsilon=act_epsilon,
             act_loss_weight=act_loss_weight,
+            embedding_dropout=embedding_dropout,
+            residual_dropout=residual_dropout,
+            qkv_activation=qkv_activation,
+            qkv_bias=qkv_bias,
+            output_projection=output_projection,
+            query_masking=query_masking,
+            key_mask_defect=key_mask_defect,
+            tie_softmax=tie_softmax,
+            layer_norm_epsilon=layer_norm_epsilon,
+            embedding_init=embedding_init,
         )
         self.model_type = model_type
         self.variant = VARIANTS[model_type]
         self.d_model, self.norm, self.position = d_model, norm, position
         self.max_position = max_position
-        self.tgt_embedding = modules.TokenEmbedding(tgt_vocab_size, d_model, name="tgt_embedding")
+        self.query_masking, self.key_mask_defect = query_masking, key_mask_defect
+        self.tie_softmax = tie_softmax
+        emb = dict(d_model=d_model, init=embedding_init)
+        self.tgt_embedding = modules.TokenEmbedding(tgt_vocab_size, **emb, name="tgt_embedding")
         self.src_embedding = (
             self.tgt_embedding
             if share_embeddings
-            else modules.TokenEmbedding(src_vocab_size, d_model, name="src_embedding")
+            else modules.TokenEmbedding(src_vocab_size, **emb, name="src_embedding")
         )
-        self.src_position = modules.PositionalEncoding(
-            d_model, position, max_position, name="src_position"
-        )
-        self.tgt_position = modules.PositionalEncoding(
-            d_model, position, max_position, name="tgt_position"
-        )
-        self.src_dropout = keras.layers.Dropout(dropout_rate)
-        self.tgt_dropout = keras.layers.Dropout(dropout_rate)
+        pos = dict(kind=position, max_position=max_position, init=embedding_init)
+        self.src_position = modules.PositionalEncoding(d_model, **pos, name="src_position")
+        self.tgt_position = modules.PositionalEncoding(d_model, **pos, name="tgt_position")
+        rate = dropout_rate if embedding_dropout is None else embedding_dropout
+        self.src_dropout = keras.layers.Dropout(rate)
+        self.tgt_dropout = keras.layers.Dropout(rate)
         layer_args = dict(
             d_model=d_model,
             num_heads=num_heads,
             d_ff=d_ff,
-            dropout_rate=dropout_rate,
+            dropout_rate=dropout_rate if residual_dropout is None else residual_dropout,
             norm=norm,
             attention_dropout=attention_dropout,
+            qkv_activation=qkv_activation,
+            qkv_bias=qkv_bias,
+            output_projection=output_projection,
+            layer_norm_epsilon=layer_norm_epsilon,
             **self.variant.layer_args(self.args),
         )
         own = self.variant.positions_in_layers  # the layers add the positions
@@ -115,8 +150,10 @@ class Transformer(keras.Model):
                 self, f"decoder_{i}", self.variant.decoder_layer(**dec_args, name=f"decoder_{i}")
             )
         if norm == "pre":
-            self.encoder_norm = modules.layer_norm("encoder_norm")
-            self.decoder_norm = modules.layer_norm("decoder_norm")
+            self.encoder_norm = modules.layer_norm("encoder_norm", layer_norm_epsilon)
+            self.decoder_norm = modules.layer_norm("decoder_norm", layer_norm_epsilon)
+        if not tie_softmax:
+            self.output_layer = modules.OutputProjection(tgt_vocab_size, d_model, name="output")
 
     @property
     def encoder_layers(self) -> list:
@@ -146,6 +183,16 @@ class Transformer(keras.Model):
             act=hp.act,
             act_epsilon=hp.act_epsilon,
             act_loss_weight=hp.act_loss_weight,
+            embedding_dropout=hparams.dropout(hp, "embedding"),
+            residual_dropout=hparams.dropout(hp, "residual"),
+            qkv_activation=hp.qkv_activation,
+            qkv_bias=hp.qkv_bias,
+            output_projection=hp.output_projection,
+            query_masking=hp.query_masking,
+            key_mask_defect=hp.key_mask_defect,
+            tie_softmax=hp.tie_softmax,
+            layer_norm_epsilon=hp.layer_norm_epsilon,
+            embedding_init=hp.embedding_init,
             name="transformer",
         )
         model.build_all()
@@ -168,6 +215,8 @@ class Transformer(keras.Model):
         if self.norm == "pre":
             self.encoder_norm.build(x)
             self.decoder_norm.build(x)
+        if not self.tie_softmax:
+            self.output_layer.build(x)
         self.built = True
 
     def build_all(self):
@@ -182,13 +231,23 @@ class Transformer(keras.Model):
             x = position(x, offset=offset)
         return dropout(x, training=training)
 
+    def masks(self, ids):
+        """The padding masks of a batch of ids (N, T): keys (N, 1, 1, T), True where a
+        token may be attended to, and queries (N, 1, T, 1) with ``query_masking``, else
+        None. With ``key_mask_defect`` neither masks anything (all True, None), as in the
+        TF1 code, which read them off the embeddings after the positions were added."""
+        if self.key_mask_defect:
+            return tf.ones_like(modules.padding_mask(ids)), None
+        queries = modules.query_padding_mask(ids) if self.query_masking else None
+        return modules.padding_mask(ids), queries
+
     def encode(self, src, training=False, return_attention=False):
         """src (N, T1) ids -> memory (N, T1, d_model), mask (N, 1, 1, T1) [, weights]."""
-        mask = modules.padding_mask(src)
+        mask, query_mask = self.masks(src)
         x = self._embed(src, self.src_embedding, self.src_position, self.src_dropout, training)
         weights = []
         for layer in self.encoder_layers:
-            x, w = layer(x, mask, training=training, return_attention=True)
+            x, w = layer(x, mask, training=training, return_attention=True, query_mask=query_mask)
             weights.append(w)
         if self.norm == "pre":
             x = self.encoder_norm(x)
@@ -198,10 +257,17 @@ class Transformer(keras.Model):
         """tgt_in (N, T2) ids -> decoder output (N, T2, d_model) before the projection."""
         x = self._embed(tgt_in, self.tgt_embedding, self.tgt_position, self.tgt_dropout, training)
         self_mask = modules.causal_mask(tf.shape(tgt_in)[1])
+        query_mask = self.masks(tgt_in)[1]
         weights = []
         for layer in self.decoder_layers:
             x, w = layer(
-                x, memory, self_mask, memory_mask, training=training, return_attention=True
+                x,
+                memory,
+                self_mask,
+                memory_mask,
+                training=training,
+                return_attention=True,
+                query_mask=query_mask,
             )
             weights.append(w)
         if self.norm == "pre":
@@ -209,8 +275,11 @@ class Transformer(keras.Model):
         return (x, weights) if return_attention else x
 
     def logits(self, hidden):
-        """(..., d_model) -> (..., V) float32 via the tied embedding (3.4)."""
-        return self.tgt_embedding.logits(hidden)
+        """(..., d_model) -> (..., V) float32 via the tied embedding (3.4), or the output
+        projection of its own (``tie_softmax`` False)."""
+        if self.tie_softmax:
+            return self.tgt_embedding.logits(hidden)
+        return self.output_layer.logits(hidden)
 
     def call(self, inputs, training=False):
         """inputs = (src (N, T1), tgt_in (N, T2)) -> logits (N, T2, V) float32."""
@@ -248,9 +317,10 @@ class Transformer(keras.Model):
             False,
             offset=step,
         )
+        query_mask = self.masks(tokens[:, None])[1]
         layers = []
         for layer, layer_cache in zip(self.decoder_layers, cache["layers"]):
-            x, layer_cache = layer.step(x, layer_cache, step, cache["memory_mask"])
+            x, layer_cache = layer.step(x, layer_cache, step, cache["memory_mask"], query_mask)
             layers.append(layer_cache)
         if self.norm == "pre":
             x = self.decoder_norm(x)

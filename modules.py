@@ -32,9 +32,10 @@ cast = fast_ops.cast
 # ---------------------------------------------------------------------------------------
 # 3.1 Encoder and decoder stacks: layers of sublayers, each with a residual and LayerNorm
 # ---------------------------------------------------------------------------------------
-def layer_norm(name: str):
-    """LayerNormalization computed in float32 (its dtype policy) for mixed precision."""
-    return keras.layers.LayerNormalization(epsilon=LAYER_NORM_EPSILON, dtype="float32", name=name)
+def layer_norm(name: str, epsilon: float = LAYER_NORM_EPSILON):
+    """LayerNormalization computed in float32 (its dtype policy) for mixed precision:
+    gamma * (x - mean) / sqrt(var + epsilon) + beta over the last axis (TF1: epsilon 1e-8)."""
+    return keras.layers.LayerNormalization(epsilon=epsilon, dtype="float32", name=name)
 
 
 @keras.saving.register_keras_serializable(package="transformer")
@@ -44,13 +45,20 @@ class Residual(keras.layers.Layer):
     norm='post' (paper, 3.1 and 5.4): LayerNorm(x + Dropout(Sublayer(x))).
     norm='pre': x + Dropout(Sublayer(LayerNorm(x))); the stack then ends with a LayerNorm.
     The sublayer itself is applied by the caller through ``fn``. x: (N, T, d_model).
+    The TF1 code has no dropout here (``residual_dropout`` 0).
     """
 
-    def __init__(self, dropout_rate: float, norm: str = "post", **kwargs):
+    def __init__(
+        self,
+        dropout_rate: float,
+        norm: str = "post",
+        epsilon: float = LAYER_NORM_EPSILON,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
-        self.dropout_rate, self.norm = dropout_rate, norm
+        self.dropout_rate, self.norm, self.epsilon = dropout_rate, norm, epsilon
         self.dropout = keras.layers.Dropout(dropout_rate)
-        self.ln = layer_norm("layer_norm")
+        self.ln = layer_norm("layer_norm", epsilon)
 
     def build(self, input_shape):
         self.ln.build(input_shape)
@@ -63,13 +71,23 @@ class Residual(keras.layers.Layer):
         return cast(self.ln(x + self.dropout(y, training=training)), x.dtype)
 
     def get_config(self):
-        return {**super().get_config(), "dropout_rate": self.dropout_rate, "norm": self.norm}
+        return {
+            **super().get_config(),
+            "dropout_rate": self.dropout_rate,
+            "norm": self.norm,
+            "epsilon": self.epsilon,
+        }
 
 
 class _Block(keras.layers.Layer):
     """What encoder and decoder layers share: their arguments, the feed-forward sublayer
     and the two factories a model variant overrides, :meth:`make_attention` and
-    :meth:`make_feed_forward`. (The construction order fixes each layer's random seeds.)"""
+    :meth:`make_feed_forward`. (The construction order fixes each layer's random seeds.)
+
+    ``dropout_rate`` is the residual dropout (5.4); ``qkv_activation``, ``qkv_bias`` and
+    ``output_projection`` go to the attention sublayers (:class:`MultiHeadAttention`),
+    ``layer_norm_epsilon`` to the LayerNorms.
+    """
 
     def __init__(
         self,
@@ -79,6 +97,10 @@ class _Block(keras.layers.Layer):
         dropout_rate: float,
         norm: str = "post",
         attention_dropout: float = 0.0,
+        qkv_activation: str = "none",
+        qkv_bias: bool = False,
+        output_projection: bool = True,
+        layer_norm_epsilon: float = LAYER_NORM_EPSILON,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -89,13 +111,29 @@ class _Block(keras.layers.Layer):
             dropout_rate=dropout_rate,
             norm=norm,
             attention_dropout=attention_dropout,
+            qkv_activation=qkv_activation,
+            qkv_bias=qkv_bias,
+            output_projection=output_projection,
+            layer_norm_epsilon=layer_norm_epsilon,
         )
         self.ffn = self.make_feed_forward()
+
+    def attention_options(self) -> dict:
+        """The keyword arguments of :class:`MultiHeadAttention` that the layer passes on."""
+        a = self.args
+        return dict(
+            dropout_rate=a["attention_dropout"],
+            activation=a["qkv_activation"],
+            use_bias=a["qkv_bias"],
+            output_projection=a["output_projection"],
+        )
 
     def make_attention(self, name: str, last: bool) -> keras.layers.Layer:
         """An attention sublayer; ``last`` marks the layer's last attention sublayer."""
         a = self.args
-        return MultiHeadAttention(a["d_model"], a["num_heads"], a["attention_dropout"], name=name)
+        return MultiHeadAttention(
+            a["d_model"], a["num_heads"], **self.attention_options(), name=name
+        )
 
     def make_feed_forward(self):
         """The FFN sublayer (3.3), or None for a layer without one."""
@@ -105,7 +143,8 @@ class _Block(keras.layers.Layer):
         """A Residual wrapper; None for the absent FFN sublayer's (``name`` res_ffn)."""
         if name == "res_ffn" and self.ffn is None:
             return None
-        return Residual(self.args["dropout_rate"], self.args["norm"], name=name)
+        a = self.args
+        return Residual(a["dropout_rate"], a["norm"], a["layer_norm_epsilon"], name=name)
 
     def feed_forward(self, x, residual, training=False):
         """The FFN sublayer (3.3), when the layer has one."""
@@ -120,6 +159,7 @@ class EncoderLayer(_Block):
     """Self-attention, then the feed-forward network, each wrapped by :class:`Residual`.
 
     call: x (N, T1, d_model), mask (N, 1, 1, T1) -> (N, T1, d_model) [, weights]. See 3.1.
+    ``query_mask`` (N, 1, T1, 1), if given, zeroes the attention weights of PAD queries.
     """
 
     def __init__(self, *args, **kwargs):
@@ -134,11 +174,13 @@ class EncoderLayer(_Block):
                 layer.build(input_shape)
         self.self_attn.build(input_shape, input_shape)
 
-    def call(self, x, mask, training=False, return_attention=False):
+    def call(self, x, mask, training=False, return_attention=False, query_mask=None):
         found = {}
 
         def attend(h):
-            out, found["w"] = self.self_attn(h, h, mask, training=training, return_attention=True)
+            out, found["w"] = self.self_attn(
+                h, h, mask, training=training, return_attention=True, query_mask=query_mask
+            )
             return out
 
         x = self.res1(x, fn=attend, training=training)
@@ -152,6 +194,7 @@ class DecoderLayer(_Block):
 
     call: x (N, T2, d_model), memory (N, T1, d_model), self_mask (1, 1, T2, T2),
     memory_mask (N, 1, 1, T1) -> (N, T2, d_model) [, (self weights, cross weights)]. See 3.1.
+    ``query_mask`` (N, 1, T2, 1), if given, zeroes the attention weights of PAD queries.
     :meth:`step` runs one position with a key/value cache for incremental decoding.
     """
 
@@ -170,19 +213,25 @@ class DecoderLayer(_Block):
         self.self_attn.build(input_shape, input_shape)
         self.cross_attn.build(input_shape, memory_shape or input_shape)
 
-    def call(self, x, memory, self_mask, memory_mask, training=False, return_attention=False):
+    def call(
+        self,
+        x,
+        memory,
+        self_mask,
+        memory_mask,
+        training=False,
+        return_attention=False,
+        query_mask=None,
+    ):
         found = {}
+        options = dict(training=training, return_attention=True, query_mask=query_mask)
 
         def self_attend(h):
-            out, found["self"] = self.self_attn(
-                h, h, self_mask, training=training, return_attention=True
-            )
+            out, found["self"] = self.self_attn(h, h, self_mask, **options)
             return out
 
         def cross_attend(h):
-            out, found["cross"] = self.cross_attn(
-                h, memory, memory_mask, training=training, return_attention=True
-            )
+            out, found["cross"] = self.cross_attn(h, memory, memory_mask, **options)
             return out
 
         x = self.res1(x, fn=self_attend, training=training)
@@ -205,9 +254,10 @@ class DecoderLayer(_Block):
         the same for every hypothesis of a sentence)."""
         return dict(cache, k=tf.gather(cache["k"], index), v=tf.gather(cache["v"], index))
 
-    def step(self, x, cache, step, memory_mask):
+    def step(self, x, cache, step, memory_mask, query_mask=None):
         """One decoding position. x: (N, 1, d_model) at position ``step`` (scalar int);
-        returns (N, 1, d_model) and the updated cache (self keys/values written at step)."""
+        returns (N, 1, d_model) and the updated cache (self keys/values written at step).
+        ``query_mask`` (N, 1, 1, 1), if given, zeroes the attention weights of PAD queries."""
         x = cast(x, self.compute_dtype)
         new = dict(cache)
         visible = (tf.range(tf.shape(cache["k"])[2]) <= step)[None, None, None, :]
@@ -216,10 +266,11 @@ class DecoderLayer(_Block):
             k, v = self.self_attn.keys_values(h)
             new["k"] = keras.ops.slice_update(cache["k"], [0, 0, step, 0], k)
             new["v"] = keras.ops.slice_update(cache["v"], [0, 0, step, 0], v)
-            return self.self_attn.attend(h, new["k"], new["v"], visible)[0]
+            return self.self_attn.attend(h, new["k"], new["v"], visible, query_mask=query_mask)[0]
 
         def cross_attend(h):
-            return self.cross_attn.attend(h, cache["cross_k"], cache["cross_v"], memory_mask)[0]
+            k, v = cache["cross_k"], cache["cross_v"]
+            return self.cross_attn.attend(h, k, v, memory_mask, query_mask=query_mask)[0]
 
         x = self.res1(x, fn=self_attend)
         x = self.res2(x, fn=cross_attend)
@@ -235,20 +286,28 @@ def padding_mask(ids):
     return tf.not_equal(ids, 0)[:, None, None, :]
 
 
+def query_padding_mask(ids):
+    """(N, T) ids -> (N, 1, T, 1) bool, True where a query is a real token (not PAD): the
+    TF1 code's query masking zeroes the attention weights of the other rows."""
+    return tf.not_equal(ids, 0)[:, None, :, None]
+
+
 def causal_mask(length):
     """(1, 1, T, T) bool, True on and below the diagonal: position t sees positions <= t."""
     return tf.linalg.band_part(tf.ones((length, length), tf.bool), -1, 0)[None, None]
 
 
 def scaled_dot_product_attention(
-    q, k, v, mask=None, dropout=None, training=False, scale=True, bias=None
+    q, k, v, mask=None, dropout=None, training=False, scale=True, bias=None, query_mask=None
 ):
     """softmax(Q K^T / sqrt(d_k) + bias) V, with masked keys excluded. See 3.2.1.
 
     q: (N, h, T_q, d_k), k: (N, h, T_k, d_k), v: (N, h, T_k, d_v),
     mask: bool broadcastable to (N, h, T_q, T_k), True = attend;
     bias: float logits added before the softmax, broadcastable to (N, h, T_q, T_k) (where a
-    relative position scheme enters; None in the paper's model).
+    relative position scheme enters; None in the paper's model);
+    query_mask: bool broadcastable to (N, h, T_q, 1), False rows of the weights are zeroed
+    after the softmax, before the dropout (the TF1 code's query masking; None in the paper).
     Returns (output (N, h, T_q, d_v), weights (N, h, T_q, T_k) float32).
     The logits and softmax are float32 whatever the compute dtype.
     """
@@ -260,6 +319,8 @@ def scaled_dot_product_attention(
     if mask is not None:
         scores = tf.where(mask, scores, MASK_VALUE)
     weights = tf.nn.softmax(scores, axis=-1)
+    if query_mask is not None:
+        weights = weights * tf.cast(query_mask, weights.dtype)
     dropped = dropout(weights, training=training) if dropout is not None else weights
     return tf.matmul(cast(dropped, v.dtype), v), weights
 
@@ -269,8 +330,10 @@ class MultiHeadAttention(keras.layers.Layer):
     """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = Attention(Q W_i^Q, ...).
 
     See 3.2.2. Separate W^Q, W^K, W^V (d_model x d_model, split into h heads of d_k) and
-    the output projection W^O; like the paper (and tensor2tensor) no biases. The 2019
-    Kyubyong code has no W^O: it concatenates the heads and adds the residual directly.
+    the output projection W^O; like the paper (and tensor2tensor) no biases. The TF1 code
+    differs, behind switches: ``activation='relu'`` and ``use_bias`` give its
+    ReLU(x W + b) projections; ``output_projection=False`` drops W^O (the heads are
+    concatenated and go straight to the residual), as in the TF1 and 2019 Kyubyong code.
 
     call(query (N, T_q, d_model), memory (N, T_k, d_model), mask) -> (N, T_q, d_model),
     plus the attention weights (N, h, T_q, T_k) when ``return_attention``.
@@ -278,12 +341,22 @@ class MultiHeadAttention(keras.layers.Layer):
     """
 
     def __init__(
-        self, d_model: int, num_heads: int, dropout_rate: float = 0.0, scale: bool = True, **kwargs
+        self,
+        d_model: int,
+        num_heads: int,
+        dropout_rate: float = 0.0,
+        scale: bool = True,
+        activation: str = "none",
+        use_bias: bool = False,
+        output_projection: bool = True,
+        **kwargs,
     ):
         super().__init__(**kwargs)
         self.d_model, self.num_heads, self.dropout_rate = d_model, num_heads, dropout_rate
         self.d_k = d_model // num_heads
         self.scale = scale
+        self.activation, self.use_bias = activation, use_bias
+        self.output_projection = output_projection
         self.dropout = keras.layers.Dropout(dropout_rate) if dropout_rate > 0 else None
 
     def build(self, query_shape=None, memory_shape=None):
@@ -292,37 +365,61 @@ class MultiHeadAttention(keras.layers.Layer):
         self.w_q = self.add_weight(name="w_q", shape=shape, initializer=init)
         self.w_k = self.add_weight(name="w_k", shape=shape, initializer=init)
         self.w_v = self.add_weight(name="w_v", shape=shape, initializer=init)
-        self.w_o = self.add_weight(name="w_o", shape=shape, initializer=init)
+        if self.output_projection:
+            self.w_o = self.add_weight(name="w_o", shape=shape, initializer=init)
+        self.b_q = self.b_k = self.b_v = None
+        if self.use_bias:
+            bias = dict(shape=(self.d_model,), initializer="zeros")
+            self.b_q = self.add_weight(name="b_q", **bias)
+            self.b_k = self.add_weight(name="b_k", **bias)
+            self.b_v = self.add_weight(name="b_v", **bias)
 
-    def _project(self, x, w):
-        """(N, T, d_model) @ W -> heads (N, h, T, d_k)."""
+    def _project(self, x, w, b=None):
+        """(N, T, d_model) @ W [+ b, ReLU] -> heads (N, h, T, d_k)."""
         y = fast_ops.dense(x, cast(w.value, self.compute_dtype))
+        if b is not None:
+            y = y + cast(b.value, self.compute_dtype)
+        if self.activation == "relu":
+            y = tf.nn.relu(y)
         n, t = tf.shape(y)[0], tf.shape(y)[1]
         return tf.transpose(tf.reshape(y, (n, t, self.num_heads, self.d_k)), (0, 2, 1, 3))
 
     def _merge(self, heads):
-        """(N, h, T, d_k) -> Concat(heads) W^O (N, T, d_model)."""
+        """(N, h, T, d_k) -> Concat(heads) W^O (N, T, d_model); Concat(heads) without W^O."""
         n, t = tf.shape(heads)[0], tf.shape(heads)[2]
         concat = tf.reshape(tf.transpose(heads, (0, 2, 1, 3)), (n, t, self.d_model))
+        if not self.output_projection:
+            return concat
         return fast_ops.dense(concat, cast(self.w_o.value, self.compute_dtype))
 
     def keys_values(self, memory):
         """Projected keys and values of memory: two (N, h, T_k, d_k) tensors."""
-        return self._project(memory, self.w_k), self._project(memory, self.w_v)
+        return self._project(memory, self.w_k, self.b_k), self._project(memory, self.w_v, self.b_v)
 
-    def call(self, query, memory, mask=None, training=False, return_attention=False, bias=None):
-        q = self._project(query, self.w_q)
+    def call(
+        self,
+        query,
+        memory,
+        mask=None,
+        training=False,
+        return_attention=False,
+        bias=None,
+        query_mask=None,
+    ):
+        q = self._project(query, self.w_q, self.b_q)
         k, v = self.keys_values(memory)
         heads, weights = scaled_dot_product_attention(
-            q, k, v, mask, self.dropout, training, self.scale, bias
+            q, k, v, mask, self.dropout, training, self.scale, bias, query_mask
         )
         out = self._merge(heads)
         return (out, weights) if return_attention else out
 
-    def attend(self, query, k, v, mask=None, bias=None):
+    def attend(self, query, k, v, mask=None, bias=None, query_mask=None):
         """Attention of query (N, T_q, d_model) over precomputed heads k, v (inference)."""
-        q = self._project(query, self.w_q)
-        heads, weights = scaled_dot_product_attention(q, k, v, mask, scale=self.scale, bias=bias)
+        q = self._project(query, self.w_q, self.b_q)
+        heads, weights = scaled_dot_product_attention(
+            q, k, v, mask, scale=self.scale, bias=bias, query_mask=query_mask
+        )
         return self._merge(heads), weights
 
     def get_config(self):
@@ -332,6 +429,9 @@ class MultiHeadAttention(keras.layers.Layer):
             "num_heads": self.num_heads,
             "dropout_rate": self.dropout_rate,
             "scale": self.scale,
+            "activation": self.activation,
+            "use_bias": self.use_bias,
+            "output_projection": self.output_projection,
         }
 
 
@@ -369,9 +469,12 @@ class FeedForward(keras.layers.Layer):
 class TokenEmbedding(keras.layers.Layer):
     """Token embedding scaled by sqrt(d_model); the PAD row (id 0) gives zeros. See 3.4.
 
-    The same matrix is the pre-softmax projection (:meth:`logits`), as in the paper.
+    The same matrix is the pre-softmax projection (:meth:`logits`), as in the paper (the
+    TF1 code has a projection of its own: :class:`OutputProjection`).
     Kyubyong zeroes the PAD row by concatenating a constant zero row; here the output at
     PAD positions is masked, which has the same effect and keeps one plain matrix.
+    ``init``: 'normal' (std d_model^-0.5) or 'xavier' (Glorot uniform
+    with the fans of a (V, d_model) table, as both Kyubyong codes).
 
     The matrix has V8 = V rounded up to a multiple of 8 rows, so that the output
     projection's matmul has a width that suits Tensor Cores (and vector units); the
@@ -382,16 +485,18 @@ class TokenEmbedding(keras.layers.Layer):
 
     ROW_MULTIPLE = 8
 
-    def __init__(self, vocab_size: int, d_model: int, **kwargs):
+    def __init__(self, vocab_size: int, d_model: int, init: str = "normal", **kwargs):
         super().__init__(**kwargs)
-        self.vocab_size, self.d_model = vocab_size, d_model
+        self.vocab_size, self.d_model, self.init = vocab_size, d_model, init
         self.rows = -(-vocab_size // self.ROW_MULTIPLE) * self.ROW_MULTIPLE
 
     def build(self, input_shape=None):
+        if self.init == "xavier":
+            initializer = xavier_uniform(self.vocab_size, self.d_model)
+        else:
+            initializer = keras.initializers.RandomNormal(stddev=self.d_model**-0.5)
         self.embeddings = self.add_weight(
-            name="embeddings",
-            shape=(self.rows, self.d_model),
-            initializer=keras.initializers.RandomNormal(stddev=self.d_model**-0.5),
+            name="embeddings", shape=(self.rows, self.d_model), initializer=initializer
         )
 
     def call(self, ids):
@@ -404,6 +509,51 @@ class TokenEmbedding(keras.layers.Layer):
         w = cast(self.embeddings.value, self.compute_dtype)
         z = cast(fast_ops.dense(cast(x, w.dtype), w, transpose_b=True), tf.float32)
         return z if self.rows == self.vocab_size else z[..., : self.vocab_size]
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "vocab_size": self.vocab_size,
+            "d_model": self.d_model,
+            "init": self.init,
+        }
+
+
+def xavier_uniform(fan_in: int, fan_out: int):
+    """Glorot (Xavier) uniform initializer with the given fans: U(-a, a),
+    a = sqrt(6 / (fan_in + fan_out)), whatever the shape of the weight it fills."""
+    limit = (6.0 / (fan_in + fan_out)) ** 0.5
+    return keras.initializers.RandomUniform(-limit, limit)
+
+
+@keras.saving.register_keras_serializable(package="transformer")
+class OutputProjection(keras.layers.Layer):
+    """The pre-softmax linear transformation with weights of its own and a bias, as the
+    TF1 code's final dense layer (``tie_softmax=false``); the paper (3.4) ties it to the
+    target embedding instead (:meth:`TokenEmbedding.logits`).
+
+    logits / call: (..., d_model) -> (..., V) float32.
+    """
+
+    def __init__(self, vocab_size: int, d_model: int, **kwargs):
+        super().__init__(**kwargs)
+        self.vocab_size, self.d_model = vocab_size, d_model
+
+    def build(self, input_shape=None):
+        self.kernel = self.add_weight(
+            name="kernel",
+            shape=(self.d_model, self.vocab_size),
+            initializer=keras.initializers.GlorotUniform(),
+        )
+        self.bias = self.add_weight(name="bias", shape=(self.vocab_size,), initializer="zeros")
+
+    def logits(self, x):
+        w = cast(self.kernel.value, self.compute_dtype)
+        z = fast_ops.dense(cast(x, w.dtype), w) + cast(self.bias.value, w.dtype)
+        return cast(z, tf.float32)
+
+    def call(self, x):
+        return self.logits(x)
 
     def get_config(self):
         return {**super().get_config(), "vocab_size": self.vocab_size, "d_model": self.d_model}
@@ -431,20 +581,31 @@ class PositionalEncoding(keras.layers.Layer):
     """Adds position information to (N, T, d_model) embeddings, starting at ``offset``.
 
     kind='sinusoid': the fixed encoding of 3.5 (no weights).
-    kind='learned': a (max_position, d_model) table, as the legacy ``sinusoid=False``;
-    positions past the table reuse its last row.
+    kind='learned': a (max_position, d_model) table, as the legacy ``sinusoid=False``
+    (whose table has maxlen rows); positions past the table reuse its last row. ``init``
+    of the table: 'normal' (std 0.02) or 'xavier' (Glorot uniform, as the TF1 code).
     """
 
-    def __init__(self, d_model: int, kind: str = "sinusoid", max_position: int = 1024, **kwargs):
+    def __init__(
+        self,
+        d_model: int,
+        kind: str = "sinusoid",
+        max_position: int = 1024,
+        init: str = "normal",
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         self.d_model, self.kind, self.max_position = d_model, kind, max_position
+        self.init = init
 
     def build(self, input_shape=None):
         if self.kind == "learned":
+            if self.init == "xavier":
+                initializer = xavier_uniform(self.max_position, self.d_model)
+            else:
+                initializer = keras.initializers.RandomNormal(stddev=0.02)
             self.table = self.add_weight(
-                name="table",
-                shape=(self.max_position, self.d_model),
-                initializer=keras.initializers.RandomNormal(stddev=0.02),
+                name="table", shape=(self.max_position, self.d_model), initializer=initializer
             )
 
     def call(self, x, offset=0):
@@ -462,6 +623,7 @@ class PositionalEncoding(keras.layers.Layer):
             "d_model": self.d_model,
             "kind": self.kind,
             "max_position": self.max_position,
+            "init": self.init,
         }
 
 

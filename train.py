@@ -90,6 +90,31 @@ def deal_rows(strategy, *batch):
     )
 
 
+def apply_where(condition, optimizer, grads_and_vars) -> None:
+    """``optimizer.apply_gradients(grads_and_vars)`` where the scalar bool ``condition``
+    holds; otherwise nothing moves (variables, slots, step counter). Called in a replica
+    context; with several replicas the condition is taken in the cross-replica context,
+    as Keras' LossScaleOptimizer does, because the update itself calls merge_call."""
+    grads, variables = [g for g, _ in grads_and_vars], [v for _, v in grads_and_vars]
+
+    def update(grads, variables):
+        optimizer.apply_gradients(zip(grads, variables))
+
+    if tf.__internal__.distribute.strategy_supports_no_merge_call():
+        tf.cond(condition, lambda: update(grads, variables), lambda: None)
+        return
+
+    def cross_replica(strategy, condition, grads, variables):
+        def apply():
+            strategy.extended.call_for_each_replica(update, args=(grads, variables))
+
+        tf.cond(strategy.experimental_local_results(condition)[0], apply, lambda: None)
+
+    tf.distribute.get_replica_context().merge_call(
+        cross_replica, args=(condition, grads, variables)
+    )
+
+
 def check_logdir(hp: hparams.Hparams) -> None:
     """A logdir holding a run with another model shape, another batch plan or another
     vocabulary cannot be resumed."""
@@ -251,19 +276,27 @@ class Trainer:
 
     def apply_gradients(self, grads):
         """Clip (optional) and apply the gradients (loss-scaled under mixed_float16; the
-        optimizer unscales them); returns their global norm (this replica's share)."""
+        optimizer unscales them); returns their global norm (this replica's share).
+
+        Under mixed_float16 the loss-scale optimizer skips an update whose gradients are
+        not finite; the optimizer groups of the variant (the Weighted Transformer's kappa
+        and alpha) then skip it too: no variable, slot or step counter of theirs moves."""
         scale = tf.cast(self.optimizer.scale_loss(1.0), tf.float32) if self.loss_scaling else 1.0
         norm = tf.linalg.global_norm(grads) / scale
         if self.hp.clip_norm > 0:
             grads, _ = tf.clip_by_global_norm(grads, self.hp.clip_norm * scale, norm * scale)
         pairs = list(zip(grads, self.model.trainable_variables))
+        steps_before = tf.identity(self.optimizer.iterations) if self.loss_scaling else None
         self.optimizer.apply_gradients([(g, v) for g, v in pairs if id(v) not in self.group_of])
         for name, optimizer in self.group_optimizers.items():
             group = [(g, v) for g, v in pairs if self.group_of.get(id(v)) == name]
-            if self.loss_scaling:  # unscaled here; zeroed where the main update is skipped
-                finite = tf.math.is_finite(norm)
-                group = [(tf.where(finite, g / scale, tf.zeros_like(g)), v) for g, v in group]
-            optimizer.apply_gradients(group)
+            if not self.loss_scaling:
+                optimizer.apply_gradients(group)
+                continue
+            group = [(g / scale, v) for g, v in group]  # unscaled here, by hand
+            applied = self.optimizer.iterations > steps_before  # False: a skipped step
+            finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g, _ in group])
+            apply_where(tf.logical_and(applied, finite), optimizer, group)
         return norm
 
     # -- gradient accumulation ------------------------------------------------------------

@@ -204,7 +204,8 @@ class UniversalEncoder(_Recurrent):
     """The encoder stack: one shared modules.EncoderLayer applied recurrently with ACT.
 
     call: x (N, T1, d_model) embeddings (no position added), mask (N, 1, 1, T1) ->
-    (N, T1, d_model) [, the last step's self-attention weights (N, h, T1, T1)].
+    (N, T1, d_model) [, the last step's self-attention weights (N, h, T1, T1)]; the
+    optional ``query_mask`` goes to the block (modules.EncoderLayer).
     """
 
     def make_block(self, name):
@@ -214,11 +215,13 @@ class UniversalEncoder(_Recurrent):
         self.block.build(input_shape)
         self.build_recurrence(input_shape)
 
-    def call(self, x, mask, training=False, return_attention=False):
+    def call(self, x, mask, training=False, return_attention=False, query_mask=None):
         found = {}
 
         def apply(h, t):
-            out, found["w"] = self.block(h, mask, training=training, return_attention=True)
+            out, found["w"] = self.block(
+                h, mask, training=training, return_attention=True, query_mask=query_mask
+            )
             return out
 
         real = tf.cast(mask[:, 0, 0, :], tf.float32)
@@ -244,12 +247,27 @@ class UniversalDecoder(_Recurrent):
         self.block.build(input_shape, memory_shape)
         self.build_recurrence(input_shape)
 
-    def call(self, x, memory, self_mask, memory_mask, training=False, return_attention=False):
+    def call(
+        self,
+        x,
+        memory,
+        self_mask,
+        memory_mask,
+        training=False,
+        return_attention=False,
+        query_mask=None,
+    ):
         found = {}
 
         def apply(h, t):
             out, found["w"] = self.block(
-                h, memory, self_mask, memory_mask, training=training, return_attention=True
+                h,
+                memory,
+                self_mask,
+                memory_mask,
+                training=training,
+                return_attention=True,
+                query_mask=query_mask,
             )
             return out
 
@@ -282,7 +300,7 @@ class UniversalDecoder(_Recurrent):
             ponder=tf.gather(cache["ponder"], index),
         )
 
-    def step(self, x, cache, step, memory_mask):
+    def step(self, x, cache, step, memory_mask, query_mask=None):
         """One decoding position through every depth step. x: (N, 1, d_model) at
         position ``step``; returns (N, 1, d_model) and the cache with this position's
         keys/values written at every depth."""
@@ -291,7 +309,7 @@ class UniversalDecoder(_Recurrent):
         def apply(inputs, t):
             depth = {"k": keys[t - 1], "v": values[t - 1]}
             depth.update(cross_k=cache["cross_k"], cross_v=cache["cross_v"])
-            new, depth = self.block.step(inputs, depth, step, memory_mask)
+            new, depth = self.block.step(inputs, depth, step, memory_mask, query_mask)
             keys[t - 1], values[t - 1] = depth["k"], depth["v"]
             return new
 

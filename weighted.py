@@ -71,7 +71,10 @@ class BranchedAttention(modules.MultiHeadAttention):
     sum_i alpha_i b_2 = b_2 because the alphas sum to 1, so one bias is the same function
     with the same parameter count as the standard FFN. kappa and alpha (M,) are
     initialized random positive summing to 1 and kept on the probability simplex by
-    :class:`SimplexProjection` after every update.
+    :class:`SimplexProjection` after every update. Each branch's FFN kernels start as the
+    branch's own dense layers would (Glorot uniform with fans d_model and d_ff / M), not
+    with the fans Keras gives a 3-D (M, d, d_ff / M) kernel (M d and d_ff), which would
+    start them sqrt(M) too small.
 
     The branches run as batched matmuls over a leading branch axis, not a loop of M
     layers. The caller wraps this in Residual: LayerNorm(x + Dropout(Branched)).
@@ -87,6 +90,8 @@ class BranchedAttention(modules.MultiHeadAttention):
         **kwargs,
     ):
         super().__init__(d_model, num_heads, dropout_rate, scale, **kwargs)
+        if not self.output_projection:
+            raise ValueError("the Weighted Transformer's branches need W^O (output_projection)")
         if d_ff % num_heads:
             raise ValueError(
                 f"d_ff ({d_ff}) must be divisible by the number of branches ({num_heads})"
@@ -97,10 +102,11 @@ class BranchedAttention(modules.MultiHeadAttention):
     def build(self, query_shape=None, memory_shape=None):
         super().build(query_shape, memory_shape)
         m, d, f = self.num_heads, self.d_model, self.d_branch
-        init = keras.initializers.GlorotUniform()
-        self.ffn_w1 = self.add_weight(name="ffn_w1", shape=(m, d, f), initializer=init)
+        # one initializer each: a seeded initializer repeats its values on every call
+        w1_init, w2_init = modules.xavier_uniform(d, f), modules.xavier_uniform(f, d)
+        self.ffn_w1 = self.add_weight(name="ffn_w1", shape=(m, d, f), initializer=w1_init)
         self.ffn_b1 = self.add_weight(name="ffn_b1", shape=(m, f), initializer="zeros")
-        self.ffn_w2 = self.add_weight(name="ffn_w2", shape=(m, f, d), initializer=init)
+        self.ffn_w2 = self.add_weight(name="ffn_w2", shape=(m, f, d), initializer=w2_init)
         self.ffn_b2 = self.add_weight(name="ffn_b2", shape=(d,), initializer="zeros")
         self.kappa = self.add_weight(
             name="kappa",
@@ -154,7 +160,7 @@ class _WeightedBlock:
             return super().make_attention(name, last)
         a = self.args
         return BranchedAttention(
-            a["d_model"], a["num_heads"], a["d_ff"], a["attention_dropout"], name=name
+            a["d_model"], a["num_heads"], a["d_ff"], **self.attention_options(), name=name
         )
 
     def make_feed_forward(self):
@@ -182,7 +188,9 @@ class WeightedDecoderLayer(_WeightedBlock, modules.DecoderLayer):
 # ---------------------------------------------------------------------------------------
 class Variant(modules.Variant):
     """``model_type=weighted``: weighted layers; kappa and alpha trained by their own Adam
-    with the main schedule's kind but ``branch_warmup_steps`` (sec. 4: 400 steps)."""
+    with the main schedule's kind but ``branch_warmup_steps`` (sec. 4: 400 steps), and a
+    rate equal to the main one once both warmups are over (as the paper's Noam form
+    gives: d_model^-0.5 step^-0.5 whatever the warmup)."""
 
     name = "weighted"
     GROUP = "branch"  # its optimizer is checkpointed as branch_optimizer
@@ -212,8 +220,11 @@ class Variant(modules.Variant):
         variables = [
             w for sub in self.branched_layers(model).values() for w in (sub.kappa, sub.alpha)
         ]
+        lr = hp.lr
+        if hp.lr_schedule == "kyubyong":  # lr warmup^0.5 step^-0.5 past the warmup
+            lr *= (hp.warmup_steps / hp.branch_warmup_steps) ** 0.5
         schedule = modules.TransformerSchedule(
-            hp.lr_schedule, hp.d_model, hp.branch_warmup_steps, hp.lr
+            hp.lr_schedule, hp.d_model, hp.branch_warmup_steps, lr
         )
         return {self.GROUP: (variables, schedule)}
 

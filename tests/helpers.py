@@ -1,6 +1,9 @@
 """Plain helpers shared by the test files (the fixtures are in conftest.py)."""
 
+import json
 import os
+import subprocess
+import sys
 
 import keras
 import numpy as np
@@ -93,3 +96,13 @@ def check_cached_equals_full(model, src, tgt):
         assert logits.shape == full[:, t].shape and logits.dtype == tf.float32
         np.testing.assert_allclose(logits.numpy(), full[:, t], atol=1e-5, err_msg=f"position {t}")
     assert int(cache["step"]) == tgt.shape[1]
+
+
+def run_json_script(code: str, *args: str) -> dict:
+    """Run ``python -c code args`` from the repository root (a fresh process, e.g. for
+    logical devices); the JSON object its last stdout line prints."""
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *args], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])

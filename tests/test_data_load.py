@@ -500,6 +500,15 @@ def test_eval_batches():
     # no truncation when everything fits
     out = list(data_load.eval_batches(src, batch_size=100, max_src_len=1000))
     assert len(out) == 1 and out[0][1].shape == (len(src), 31)
+    # padded to a multiple (a model that attends to padding sees it as in training), or
+    # to at least a fixed width (the TF1 eval.py's maxlen); the longest are 4, 10, 14
+    for multiple, width, expected in (
+        (8, 0, [8, 16, 16]),
+        (1, 10, [10, 10, 14]),
+        (8, 10, [10, 16, 16]),
+    ):
+        batches = data_load.eval_batches(src, 4, 14, multiple=multiple, width=width)
+        assert [b.shape[1] for _, b in batches] == expected, (multiple, width)
 
 
 def test_read_raw_matches_encoded_splits(prepped):

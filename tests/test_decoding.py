@@ -7,10 +7,13 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from nltk.translate.bleu_score import corpus_bleu
 
+import data_load
 import decoding
+import hparams
 import modules
-from data_load import EOS_ID, PAD_ID
+from data_load import EOS_ID, PAD_ID, UNK_ID
 from helpers import rand_ids, tiny_model
 from model import Transformer
 
@@ -229,6 +232,71 @@ def test_scores_of_translations():
     # the legacy figure counts only pairs whose both sides have more than 3 words
     assert decoding.legacy_bleu(["A dog."], ["A cat."]) == 0.0
     assert decoding.legacy_bleu(refs[:2] + ["x"], refs) == pytest.approx(100.0)
+
+
+# ---------------------------------------------------------------------------------------
+# the TF1 eval.py protocol
+# ---------------------------------------------------------------------------------------
+class WordsToy:
+    """The parts of a word-level data_load.Tokenizer the TF1 protocol uses."""
+
+    kind = "word"
+    tgt_words = ["<PAD>", "<UNK>", "<S>", "</S>", "the", "dog", "sleeps"]
+
+    def encode_src(self, lines):
+        return [[UNK_ID] * len(data_load.clean(line).split()) for line in lines]
+
+    encode_tgt = encode_src
+
+
+def test_legacy_subset_is_the_tf1_test_subset():
+    """A pair counts when both sides, cleaned and with </S> counted, fit maxlen1 and
+    maxlen2 (TF1: max(len(x), len(y)) <= maxlen); whole batches of batch_size of those,
+    in file order, are scored."""
+    hp = hparams.apply(hparams.Hparams(), dict(maxlen1=4, maxlen2=5, batch_size=2))
+    sources = ["a b c", "a b c d", "a", "a & b , c", "a b", "a", "a b c"]
+    refs = ["w x y z", "w", "v w x y z", "w", "w", "w", "w x"]
+    # fit: 0 (3+1, 4+1), 3 (cleaned: 3+1), 4, 5, 6; not 1 (source 4+1), 2 (target 5+1)
+    assert decoding.legacy_subset(WordsToy(), sources, refs, hp) == ([0, 3, 4, 5], 5)
+    hp3 = hparams.apply(hp, {"batch_size": 3})
+    assert decoding.legacy_subset(WordsToy(), sources, refs, hp3) == ([0, 3, 4], 5)
+    with pytest.raises(hparams.UserError, match="batch_size 0"):
+        decoding.legacy_subset(WordsToy(), sources, refs, hparams.apply(hp, {"batch_size": 0}))
+
+
+def test_legacy_words_are_the_literal_tokens_before_eos():
+    tok = WordsToy()
+    assert decoding.legacy_words(tok, [4, 5, UNK_ID, 6, EOS_ID, 5, PAD_ID]) == [
+        "the",
+        "dog",
+        "<UNK>",
+        "sleeps",
+    ]
+    # a predicted PAD or <S> stays too, and without </S> every token counts
+    assert decoding.legacy_words(tok, [PAD_ID, 2, 4]) == ["<PAD>", "<S>", "the"]
+
+
+def test_legacy_bleu_keeps_unk_in_the_hypotheses():
+    """The TF1 protocol scores hypotheses as they are (<UNK> a word of its own that
+    matches nothing) against the cleaned references, counting pairs whose both sides
+    have more than 3 words; nltk corpus_bleu x 100."""
+    refs = ["The dog sleeps in the garden.", "A cat sits on the mat today.", "No."]
+    hyps = ["The dog sleeps in the <UNK>", "A cat sits on the mat today", "No"]
+    expected = 100 * corpus_bleu(
+        [[r.split()] for r in ("The dog sleeps in the garden", "A cat sits on the mat today")],
+        [h.split() for h in hyps[:2]],
+    )
+    assert 50 < expected < 100
+    assert decoding.legacy_bleu(hyps, refs, clean_hyps=False) == pytest.approx(expected)
+    # cleaning the hypotheses, as the whole-test-set figure does, reads <UNK> as UNK
+    assert decoding.legacy_bleu(hyps, refs) == pytest.approx(expected)
+    unk_ref = ["The dog sleeps in the UNK"] + refs[1:]
+    assert decoding.legacy_bleu(hyps, unk_ref) == pytest.approx(
+        100 * corpus_bleu([[r.split()] for r in unk_ref[:2]], [h.split() for h in unk_ref[:2]])
+    )
+    assert decoding.legacy_bleu(hyps, unk_ref, clean_hyps=False) < decoding.legacy_bleu(
+        hyps, unk_ref
+    )
 
 
 # ---------------------------------------------------------------------------------------

@@ -6,13 +6,20 @@ import sys
 
 import pytest
 
+import average_checkpoints
 import cli
 import hparams
 
 
 # ------------------------------------------------------------------------------ presets
 def test_all_presets_exist_and_validate():
-    assert set(hparams.PRESETS) == {"demo", "multi30k", "iwslt2016", "iwslt2016_legacy"}
+    assert set(hparams.PRESETS) == {
+        "demo",
+        "multi30k",
+        "iwslt2016",
+        "iwslt2016_paper",
+        "iwslt2016_legacy",
+    }
     for name in hparams.PRESETS:
         hp = hparams.preset(name)
         assert isinstance(hp, hparams.Hparams)
@@ -55,6 +62,10 @@ def test_presets_apply_their_values():
 
 
 def test_iwslt2016_preset():
+    """The 2019 Kyubyong hparams.py values (Kyubyong/transformer at fb023bb): vocab_size
+    32000, batch_size 128, lr 0.0003, warmup_steps 4000, num_epochs 20, d_model 512,
+    d_ff 2048, num_blocks 6, num_heads 8, maxlen1/2 100, dropout_rate 0.3, smoothing
+    0.1; its train uses tf.train.AdamOptimizer(lr): beta2 0.999, epsilon 1e-8."""
     hp = hparams.preset("iwslt2016")
     assert hp.corpus == "iwslt2016" and hp.data_dir == "data/iwslt2016"
     assert hp.prepro_dir == "prepro/iwslt2016" and hp.logdir == "log/iwslt2016"
@@ -64,21 +75,90 @@ def test_iwslt2016_preset():
     assert hp.dropout_rate == 0.3 and hp.label_smoothing == 0.1
     assert hp.lr_schedule == "kyubyong" and hp.lr == 0.0003
     assert hp.warmup_steps == 4000 and hp.num_epochs == 20
-    assert hp.maxlen1 == 100 and hp.maxlen2 == 100 and hp.tokens_per_batch == 8192
+    assert hp.maxlen1 == 100 and hp.maxlen2 == 100
+    assert hp.batch_size == 128 and hp.eval_batch_size == 128
+    assert (hp.adam_beta1, hp.adam_beta2, hp.adam_epsilon) == (0.9, 0.999, 1e-8)
+    assert (hp.iwslt_dev, hp.iwslt_test) == ("tst2013", "tst2014")
     assert hp.position == "sinusoid" and hp.share_embeddings is True
+    # the paper's model, not the 2019 code's (README: its differences and their switches)
+    assert hp.output_projection and hp.tie_softmax and hp.qkv_activation == "none"
+
+
+def test_iwslt2016_paper_preset():
+    """The paper's base settings: Noam with 4000 warmup steps, about 25k tokens per
+    update, dropout 0.1, Adam (0.9, 0.98, 1e-9), beam 4 with alpha 0.6, the last 5
+    checkpoints kept for averaging."""
+    hp = hparams.preset("iwslt2016_paper")
+    assert (hp.d_model, hp.d_ff, hp.num_blocks, hp.num_heads) == (512, 2048, 6, 8)
+    assert hp.lr_schedule == "noam" and hp.warmup_steps == 4000
+    assert 24000 <= hp.tokens_per_batch * hp.accum_steps <= 26000 and hp.accum_steps > 1
+    assert hp.batch_size == 0  # the token budget decides
+    assert hp.dropout_rate == 0.1 and hp.label_smoothing == 0.1
+    assert (hp.adam_beta1, hp.adam_beta2, hp.adam_epsilon) == (0.9, 0.98, 1e-9)
+    assert hp.beam_size == 4 and hp.length_penalty == 0.6 and hp.max_len_extra == 50
+    assert hp.keep_ckpts >= average_checkpoints.DEFAULT_LAST == 5
+    model_default = {k: getattr(hparams.Hparams(), k) for k in hparams.MODEL_KEYS}
+    switches = set(hparams.MODEL_KEYS) - set(hparams.PRESETS["iwslt2016_paper"])
+    assert {k: getattr(hp, k) for k in switches} == {k: model_default[k] for k in switches}
 
 
 def test_iwslt2016_legacy_preset():
+    """The tf1.2 code (hyperparams.py, train.py, modules.py of Kyubyong/transformer's
+    tf1.2_legacy): every TF1 switch set the TF1 way."""
     hp = hparams.preset("iwslt2016_legacy")
     assert hp.corpus == "iwslt2016" and hp.data_dir == "data/iwslt2016"
     assert hp.prepro_dir == "prepro/iwslt2016_legacy" and hp.logdir == "log/iwslt2016_legacy"
     assert hp.vocab_type == "word" and hp.min_cnt == 20
     assert hp.maxlen1 == 10 and hp.maxlen2 == 10
-    assert hp.position == "learned" and hp.share_embeddings is False
+    assert hp.pad_multiple == 10  # every batch padded to maxlen, as its fixed (N, 10) arrays
+    assert hp.position == "learned" and hp.max_position == 10  # a table of maxlen rows
+    assert hp.share_embeddings is False and hp.tie_softmax is False
     assert hp.lr_schedule == "constant" and hp.lr == 0.0001
+    assert (hp.adam_beta1, hp.adam_beta2, hp.adam_epsilon) == (0.9, 0.98, 1e-8)
     assert hp.batch_size == 32
     assert (hp.d_model, hp.d_ff, hp.num_blocks, hp.num_heads) == (512, 2048, 6, 8)
     assert hp.dropout_rate == 0.1 and hp.label_smoothing == 0.1 and hp.num_epochs == 20
+    assert hparams.dropout(hp, "embedding") == 0.1 and hparams.dropout(hp, "residual") == 0.0
+    assert hp.attention_dropout == 0.1
+    assert hp.qkv_activation == "relu" and hp.qkv_bias and not hp.output_projection
+    assert hp.query_masking and hp.key_mask_defect
+    assert hp.layer_norm_epsilon == 1e-8 and hp.embedding_init == "xavier"
+    assert hp.legacy_protocol
+
+
+def test_every_preset_keeps_the_checkpoints_that_are_averaged():
+    assert average_checkpoints.DEFAULT_LAST == 5  # the paper's base model (6.1)
+    for name in hparams.PRESETS:
+        assert hparams.preset(name).keep_ckpts >= average_checkpoints.DEFAULT_LAST, name
+
+
+def test_model_switches_are_checkpoint_keys_with_the_papers_defaults():
+    switches = {
+        "qkv_activation": "none",
+        "qkv_bias": False,
+        "output_projection": True,
+        "query_masking": False,
+        "key_mask_defect": False,
+        "tie_softmax": True,
+        "layer_norm_epsilon": 1e-6,
+        "embedding_init": "normal",
+    }
+    assert set(switches) <= set(hparams.MODEL_KEYS)
+    assert {k: getattr(hparams.Hparams(), k) for k in switches} == switches
+    # the dropout rates change training only: a checkpoint does not depend on them
+    assert not {"dropout_rate", "embedding_dropout", "residual_dropout"} & set(hparams.MODEL_KEYS)
+
+
+def test_dropout_rate_still_sets_both_dropouts():
+    """An older hparams.json or command line that knows dropout_rate alone keeps its
+    meaning: it is the embedding and the residual dropout unless they are set apart."""
+    hp = hparams.apply(hparams.Hparams(), {"dropout_rate": 0.3})
+    assert hp.embedding_dropout < 0 and hp.residual_dropout < 0
+    assert hparams.dropout(hp, "embedding") == hparams.dropout(hp, "residual") == 0.3
+    hp, _ = cli.parse_args(["--dropout_rate", "0.2", "--residual_dropout", "0"])
+    assert (hparams.dropout(hp, "embedding"), hparams.dropout(hp, "residual")) == (0.2, 0.0)
+    hp, _ = cli.parse_args(["--preset", "iwslt2016", "--embedding_dropout", "0.05"])
+    assert (hparams.dropout(hp, "embedding"), hparams.dropout(hp, "residual")) == (0.05, 0.3)
 
 
 def test_presets_do_not_share_prepro_or_log_dirs():
@@ -369,6 +449,11 @@ def test_run_main_with_parse_args_error(capsys, monkeypatch):
         ("max_len_extra", "-20", "must not be negative"),
         ("dropout_rate", "1.5", r"\[0, 1\)"),
         ("label_smoothing", "-0.1", r"\[0, 1\)"),
+        ("embedding_dropout", "1.0", r"\[0, 1\), or negative to follow dropout_rate"),
+        ("residual_dropout", "2", r"\[0, 1\), or negative to follow dropout_rate"),
+        ("layer_norm_epsilon", "0", "must be positive"),
+        ("qkv_activation", "gelu", "must be one of none, relu"),
+        ("embedding_init", "he", "must be one of normal, xavier"),
     ],
 )
 def test_out_of_range_values_are_user_errors(key, value, expected):

@@ -1,8 +1,12 @@
 """The Transformer of model.py (tiny sizes, CPU): causality, padding invariance, the
 decoding cache against the full pass, mixed precision, the exact parameter count, the
-specs lines, serialization, the variant registry, and a small run that has to learn a
-toy mapping.
+specs lines, serialization, the variant registry, the TF1 switches (the defaults rebuild
+the model of earlier versions and load their checkpoints), and a small run that has to
+learn a toy mapping.
 """
+
+import json
+import os
 
 import keras
 import numpy as np
@@ -10,10 +14,11 @@ import pytest
 import tensorflow as tf
 
 import decoding
+import hparams
 import modules
 import weighted
 from data_load import BOS_ID, EOS_ID, PAD_ID
-from helpers import analytic_count, check_cached_equals_full, rand_ids, tiny_model
+from helpers import ROOT, analytic_count, check_cached_equals_full, rand_ids, tiny_model
 from model import VARIANTS, Transformer
 
 
@@ -340,3 +345,219 @@ def test_reorder_cache_follows_the_hypotheses():
             np.testing.assert_array_equal(layer[key].numpy(), old[key].numpy()[[2, 2, 0]])
         for key in ("cross_k", "cross_v"):
             assert layer[key] is old[key]
+
+
+# ---------------------------------------------------------------------------------------
+# 10. the TF1 switches: the defaults are the earlier model; the legacy preset is TF1's
+# ---------------------------------------------------------------------------------------
+# Written by the code of commit 8b6ba0e (before the switches): for each configuration, a
+# model built with keras.utils.set_random_seed(seed), the fingerprint of every variable
+# (path, shape, sum, sum of squares), the logits of SRC/TGT, the greedy decoding of SRC
+# (extra 4) and the model's checkpoint (tf.train.Checkpoint(model=m).write(...)).
+BEFORE = os.path.join(ROOT, "tests", "data", "v8b6ba0e")
+BEFORE_CONFIGS = {
+    "paper": dict(src=11, tgt=11, seed=0, kw=dict(d_model=8, d_ff=16, num_blocks=1, num_heads=2)),
+    "learned_pre_separate": dict(
+        src=11,
+        tgt=13,
+        seed=1,
+        kw=dict(
+            d_model=8,
+            d_ff=16,
+            num_blocks=2,
+            num_heads=2,
+            position="learned",
+            max_position=12,
+            norm="pre",
+            share_embeddings=False,
+        ),
+    ),
+    "weighted": dict(
+        src=11,
+        tgt=11,
+        seed=2,
+        kw=dict(d_model=8, d_ff=16, num_blocks=1, num_heads=2, model_type="weighted"),
+    ),
+}
+SRC = np.array([[5, 6, 7, 8, 3, 0], [9, 10, 4, 3, 0, 0]], np.int32)
+TGT = np.array([[2, 5, 6, 7, 8], [2, 9, 4, 0, 0]], np.int32)
+
+
+def before(name):
+    with open(os.path.join(BEFORE, "golden.json")) as f:
+        return json.load(f)[name]
+
+
+def built(name, seed=None):
+    c = BEFORE_CONFIGS[name]
+    keras.utils.set_random_seed(c["seed"] if seed is None else seed)
+    model = Transformer(c["src"], c["tgt"], **c["kw"])
+    model.build_all()
+    return model
+
+
+def fingerprint(model):
+    """[path, shape, sum, sum of squares] of every variable (sums in float64)."""
+    out = []
+    for v in model.weights:
+        x = v.numpy().astype(np.float64)
+        out.append([v.path, list(v.shape), float(np.sum(x)), float(np.sum(np.square(x)))])
+    return out
+
+
+@pytest.mark.parametrize("name", ["paper", "learned_pre_separate"])
+def test_defaults_build_the_earlier_model(name):
+    """With every new switch at its default, the same seed builds the variables of the
+    earlier code (same paths, shapes and values) and computes the same logits."""
+    old, model = before(name), built(name)
+    new = fingerprint(model)
+
+    def layout(variables):  # paths inside the model (its own name depends on the session)
+        return [(path.split("/", 1)[1], shape) for path, shape, *_ in variables]
+
+    assert layout(new) == layout(old["variables"])
+    np.testing.assert_allclose([v[2:] for v in new], [v[2:] for v in old["variables"]], rtol=1e-6)
+    np.testing.assert_allclose(model((SRC, TGT)).numpy(), old["logits"], atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["paper", "learned_pre_separate", "weighted"])
+def test_earlier_checkpoints_load_and_decode_the_same(name):
+    """A checkpoint written by the earlier code restores every variable of the model the
+    defaults build (none missing, none left over) and decodes the same ids."""
+    old = before(name)
+    model = built(name, seed=99)
+    assert np.max(np.abs(model((SRC, TGT)).numpy() - old["logits"])) > 1e-3  # other weights
+    status = tf.train.Checkpoint(model=model).read(os.path.join(BEFORE, name))
+    status.assert_consumed()
+    np.testing.assert_allclose(model((SRC, TGT)).numpy(), old["logits"], atol=1e-6)
+    ids = decoding.greedy_decoder(model)(tf.constant(SRC), tf.constant(4, tf.int32))
+    np.testing.assert_array_equal(ids.numpy(), old["greedy"])
+
+
+def legacy_model(src_vocab=23, tgt_vocab=29, seed=0, **overrides):
+    """A small model of the iwslt2016_legacy preset (its switches, smaller sizes)."""
+    small = dict(d_model=32, d_ff=64, num_blocks=2, num_heads=4, **overrides)
+    hp = hparams.apply(hparams.preset("iwslt2016_legacy"), small)
+    keras.utils.set_random_seed(seed)
+    return Transformer.from_hparams(hp, src_vocab, tgt_vocab)
+
+
+def test_legacy_preset_builds_the_tf1_model():
+    """iwslt2016_legacy: no W^O, ReLU(x W + b) projections, logits of their own (not the
+    embedding), LayerNorm epsilon 1e-8, no residual dropout, dropout 0.1 on embeddings
+    and attention weights, learned position tables of maxlen rows, Xavier embeddings."""
+    m = legacy_model()
+    paths = [v.path for v in m.weights]
+    assert not [p for p in paths if p.endswith("/w_o")]
+    assert len([p for p in paths if p.endswith(("/b_q", "/b_k", "/b_v"))]) == 3 * 6  # 2+4 attn
+    for layer in m.encoder_layers + m.decoder_layers:
+        for attn in (layer.self_attn, getattr(layer, "cross_attn", None)):
+            if attn is not None:
+                assert attn.activation == "relu" and attn.use_bias and not attn.output_projection
+                assert attn.dropout is not None and attn.dropout.rate == 0.1
+        for res in (layer.res1, layer.res2):
+            assert res.dropout.rate == 0.0 and res.ln.epsilon == 1e-8
+    assert m.src_dropout.rate == m.tgt_dropout.rate == 0.1
+    assert m.src_position.table.shape == m.tgt_position.table.shape == (10, 32)
+    # untied logits: a (d_model, V) kernel and a bias, not the target embedding
+    assert not m.tie_softmax and m.output_layer.kernel.shape == (32, 29)
+    assert m.output_layer.bias.shape == (29,)
+    hidden = tf.constant(np.random.default_rng(0).normal(size=(3, 32)), tf.float32)
+    own = m.logits(hidden).numpy()
+    w, b = m.output_layer.kernel.numpy(), m.output_layer.bias.numpy()
+    np.testing.assert_allclose(own, hidden.numpy() @ w + b, atol=1e-5)
+    assert np.max(np.abs(own - m.tgt_embedding.logits(hidden).numpy())) > 1e-2
+    # ReLU projections: every query, key and value is non-negative, many are zero
+    a = m.encoder_0.self_attn
+    a.b_q.assign(np.full(32, 0.1, np.float32))  # the bias enters before the ReLU
+    x = tf.constant(np.random.default_rng(1).normal(size=(2, 5, 32)), tf.float32)
+    q = a._project(x, a.w_q, a.b_q).numpy()
+    assert q.min() == 0.0 and (q == 0).mean() > 0.2
+    expected = np.maximum(x.numpy() @ a.w_q.numpy() + 0.1, 0)
+    expected = expected.reshape(2, 5, 4, 8).transpose(0, 2, 1, 3)
+    np.testing.assert_allclose(q, expected, atol=1e-5)
+    # Xavier (Glorot uniform) embeddings: U(-a, a), a = sqrt(6 / (V + d_model))
+    table = m.tgt_embedding.embeddings.numpy()
+    limit = (6 / (29 + 32)) ** 0.5
+    assert np.abs(table).max() <= limit and np.abs(table).max() > 0.8 * limit
+    assert np.std(table) == pytest.approx(limit / 3**0.5, rel=0.1)
+
+
+def test_without_output_projection_the_heads_go_straight_out():
+    """output_projection=False: MultiHead(Q, K, V) = Concat(head_1..head_h), no W^O."""
+    layer = modules.MultiHeadAttention(8, 2, output_projection=False)
+    layer.build((None, None, 8), (None, None, 8))
+    assert [v.path.rsplit("/", 1)[-1] for v in layer.weights] == ["w_q", "w_k", "w_v"]
+    x = np.random.default_rng(2).normal(size=(1, 3, 8)).astype(np.float32)
+    out, weights = layer(x, x, return_attention=True)
+    v = (x @ layer.w_v.numpy()).reshape(1, 3, 2, 4).transpose(0, 2, 1, 3)
+    heads = np.einsum("nhqk,nhkd->nhqd", weights.numpy(), v)
+    np.testing.assert_allclose(out.numpy(), heads.transpose(0, 2, 1, 3).reshape(1, 3, 8), atol=1e-5)
+
+
+def test_query_masking_zeroes_pad_queries_only():
+    """query_masking zeroes the attention weights of PAD queries (TF1); with the PAD keys
+    masked, the real positions are the same with and without it."""
+    V = 19
+    rng = np.random.default_rng(5)
+    src, tgt = rand_ids(rng, (2, 6), V), rand_ids(rng, (2, 5), V)
+    src[0, 3:] = PAD_ID
+    tgt[1, 3:] = PAD_ID
+    plain = tiny_model(V, V, seed=6)
+    masked = tiny_model(V, V, seed=6, query_masking=True)
+    masked.set_weights(plain.get_weights())
+    _, _, enc_w = masked.encode(src, return_attention=True)
+    w = enc_w[0].numpy()  # (N, h, T1, T1)
+    assert np.all(w[0, :, 3:] == 0) and np.allclose(w[0, :, :3].sum(-1), 1.0)
+    memory, mask = masked.encode(src)
+    _, dec_w = masked.decode(tgt, memory, mask, return_attention=True)
+    self_w, cross_w = dec_w[0]
+    assert np.all(self_w.numpy()[1, :, 3:] == 0) and np.all(cross_w.numpy()[1, :, 3:] == 0)
+    out, ref = masked((src, tgt)).numpy(), plain((src, tgt)).numpy()
+    np.testing.assert_allclose(out[0], ref[0], atol=1e-5)
+    np.testing.assert_allclose(out[1, :3], ref[1, :3], atol=1e-5)
+    assert np.max(np.abs(out[1, 3:] - ref[1, 3:])) > 1e-4  # the PAD positions did change
+
+
+def test_key_mask_defect_attends_to_padding():
+    """key_mask_defect: as the TF1 code (its masks were read off the embeddings after the
+    positions were added, never zero), PAD keys get attention and the output of a
+    sentence depends on the padding after it; query masking does nothing either."""
+    V = 19
+    rng = np.random.default_rng(7)
+    src, tgt = rand_ids(rng, (1, 4), V), rand_ids(rng, (1, 3), V)
+    padded = np.concatenate([src, np.zeros((1, 3), np.int32)], axis=1)
+    m = tiny_model(V, V, seed=8, key_mask_defect=True, query_masking=True)
+    _, _, w = m.encode(padded, return_attention=True)
+    assert w[0].numpy()[0, :, :, 4:].min() > 0  # every query attends to the PAD keys
+    assert w[0].numpy()[0, :, 4:].sum(-1).min() > 0.99  # PAD queries not zeroed
+    assert np.max(np.abs(m((padded, tgt)).numpy() - m((src, tgt)).numpy())) > 1e-4
+    fixed = tiny_model(V, V, seed=8)
+    np.testing.assert_allclose(fixed((padded, tgt)).numpy(), fixed((src, tgt)).numpy(), atol=1e-5)
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_legacy_model_incremental_decoding_matches_full(norm):
+    """The cached decoder of the TF1 model (biases, ReLU, no W^O, query masks, untied
+    logits, no padding masks) gives the logits of the full pass."""
+    m = legacy_model(19, 19, seed=9, norm=norm, key_mask_defect=False)
+    rng = np.random.default_rng(9)
+    src = rand_ids(rng, (3, 7), 19)
+    src[0, 4:] = PAD_ID
+    tgt = np.concatenate([np.full((3, 1), BOS_ID, np.int32), rand_ids(rng, (3, 5), 19)], 1)
+    check_cached_equals_full(m, src, tgt)
+    defect = legacy_model(19, 19, seed=9, norm=norm)
+    check_cached_equals_full(defect, src, tgt)
+
+
+def test_legacy_model_saves_and_loads(tmp_path):
+    """The switches are in the layers' configs: a .keras file reloads the TF1 model."""
+    m = legacy_model(19, 23, seed=10)
+    rng = np.random.default_rng(10)
+    src, tgt = rand_ids(rng, (2, 5), 19), rand_ids(rng, (2, 4), 23)
+    ref = m((src, tgt)).numpy()
+    m.save(str(tmp_path / "m.keras"))
+    loaded = keras.models.load_model(str(tmp_path / "m.keras"))
+    assert not loaded.tie_softmax and loaded.key_mask_defect
+    assert loaded.encoder_0.res1.ln.epsilon == 1e-8
+    np.testing.assert_array_equal(loaded((src, tgt)).numpy(), ref)

@@ -17,12 +17,14 @@ import tensorflow as tf
 from tensorboard.backend.event_processing import event_accumulator
 
 import data_load
+import decoding
 import devices
 import hparams
 import modules
+import prepro
 import train
 from eval import evaluate
-from helpers import ROOT, tiny
+from helpers import ROOT, run_json_script, tiny
 
 
 def test_max_steps_run_checkpoints_every_step(quick_run):
@@ -407,16 +409,83 @@ def test_mirrored_step_equals_single_device_step(demo_prepro, variant):
         )
     }
     values["dropout_rate"] = 0.0
-    proc = subprocess.run(
-        [sys.executable, "-c", MIRRORED, json.dumps(values), variant],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = run_json_script(MIRRORED, json.dumps(values), variant)
     assert out["replicas"] == 2
     assert out["mirrored"][2] == out["single"][2]  # target tokens of the batch
     assert out["mirrored"][0] == pytest.approx(out["single"][0], rel=1e-5)
     assert out["diff"] < 1e-5
+
+
+# the TF1 eval.py protocol on a fixture: (source, reference), maxlen 6, batches of 3
+LEGACY_PAIRS = [
+    ("Die Frau liest.", "The woman reads."),  # 0: 3 + 1 and 3 + 1 tokens: scored
+    ("Der Hund schläft heute sehr tief und fest.", "The dog sleeps."),  # source 8 + 1
+    ("Ein Mann.", "A man walks along the old street."),  # reference 7 + 1
+    ("Die Frau & der Mann .", "The woman & the man ."),  # 3: 4 + 1 once cleaned: scored
+    ("Das Kind spielt heute gern draußen", "The child plays."),  # source 6 + 1 > 6
+    ("Das Kind spielt gern draußen", "The child likes playing outside"),  # 5: 5 + 1: scored
+    ("Ein Hund.", "A dog."),  # 6: scored
+    ("Zwei Katzen schlafen.", "Two cats sleep."),  # 7: scored
+    ("Der Mann liest ein Buch.", "The man reads a book."),  # 8: scored
+    ("Die Kinder lachen.", "The children laugh."),  # 9: within maxlen, last partial batch
+]
+
+
+@pytest.mark.slow
+def test_legacy_protocol_scores_the_tf1_subset_the_tf1_way(tmp_path, demo_prepro):
+    """eval.py with legacy_protocol (the iwslt2016_legacy preset's) on a word-level TF1
+    model: of 10 test pairs, the 7 within maxlen (cleaned, </S> counted) are cut to 2
+    whole batches of 3, in file order; sources and references are shown cleaned; each
+    hypothesis is maxlen2 literal tokens (a model made to predict <UNK> and never </S>),
+    whatever max_len_extra; the legacy figure is the TF1 BLEU of exactly those."""
+    legacy = {k: v for k, v in hparams.PRESETS["iwslt2016_legacy"].items() if "dir" not in k}
+    legacy = {k: v for k, v in legacy.items() if k not in ("corpus", "min_cnt", "num_epochs")}
+    sizes = dict(d_model=32, d_ff=64, num_blocks=1, num_heads=2, dev_bleu_sents=4)
+    limits = dict(maxlen1=6, maxlen2=6, pad_multiple=6, max_position=6, batch_size=3)
+    hp = tiny(
+        str(tmp_path),
+        data_dir=demo_prepro.data_dir,
+        **{**legacy, **sizes, **limits, "max_steps": 2, "max_len_extra": 1},
+    )
+    assert hp.legacy_protocol and hp.key_mask_defect and hp.vocab_type == "word"
+    prepro.preprocess(hp)
+    train.train(hp)
+    _, tok, model, _ = decoding.load_run(hp.logdir, {})
+    bias = np.zeros(tok.tgt_vocab_size, np.float32)
+    bias[data_load.UNK_ID], bias[data_load.EOS_ID] = 50.0, -50.0
+    model.output_layer.bias.assign(bias)
+    ckpt = tf.train.Checkpoint(model=model).save(str(tmp_path / "forced" / "ckpt"))
+    for side, k in (("src", 0), ("ref", 1)):
+        (tmp_path / f"test.{side}").write_text("".join(p[k] + "\n" for p in LEGACY_PAIRS))
+    files = dict(test_src=str(tmp_path / "test.src"), test_ref=str(tmp_path / "test.ref"))
+    result = evaluate(hp.logdir, {}, ckpt, **files)
+    assert result["results"].endswith("_legacy")
+    with open(result["results"] + ".json") as f:
+        summary = json.load(f)
+    settings = summary["decoding"]
+    assert (settings["test_pairs"], settings["within_maxlen"], settings["scored"]) == (10, 7, 6)
+    assert settings["max_len"] == 6 and settings["batch_size"] == 3
+    with open(result["results"], encoding="utf-8") as f:
+        blocks = f.read().split("\n\n")[:-1]
+    fields = [[line.split(": ", 1)[1] for line in b.strip().split("\n")] for b in blocks]
+    assert [src for src, _, _ in fields] == [
+        "Die Frau liest",
+        "Die Frau  der Mann",
+        "Das Kind spielt gern draußen",
+        "Ein Hund",
+        "Zwei Katzen schlafen",
+        "Der Mann liest ein Buch",
+    ]
+    refs = [ref for _, ref, _ in fields]
+    assert refs[1] == "The woman  the man" and refs[5] == "The man reads a book"
+    assert {got for _, _, got in fields} == {" ".join(["<UNK>"] * 6)}  # maxlen2 tokens
+    hyps = [got for _, _, got in fields]
+    assert summary["legacy_bleu"] == decoding.legacy_bleu(hyps, refs, clean_hyps=False)
+    assert summary["sentences"] == 6
+    # the ordinary protocol on the same model: every pair, budgets of source length + 1
+    whole = evaluate(hp.logdir, {"legacy_protocol": False}, ckpt, **files)
+    with open(whole["results"] + ".json") as f:
+        assert json.load(f)["sentences"] == 10
+    with open(whole["results"], encoding="utf-8") as f:
+        got = [line[len("- got: ") :].rstrip("\n") for line in f if line.startswith("- got: ")]
+    assert got[6] == " ".join(["<UNK>"] * 4)  # "Ein Hund." + </S>: 3 tokens + max_len_extra 1

@@ -337,3 +337,25 @@ def test_universal_trains_in_mixed_precision(tmp_path, precision):
     assert np.mean(losses[-5:]) < np.mean(losses[:5]) - 0.3
     for stack in (enc, trainer.model.decoder_layers[0]):
         assert 1.0 <= float(stack.ponder_mean) <= float(stack.ponder_max) <= 3.0
+
+
+def test_universal_with_the_tf1_switches():
+    """The stacks pass the block's switches through: the TF1 attention (ReLU Q/K/V with
+    biases, no W^O, query masking, LayerNorm epsilon 1e-8) and untied logits, with the
+    cache still equal to the full pass."""
+    m = ut_model(
+        seed=4,
+        qkv_activation="relu",
+        qkv_bias=True,
+        output_projection=False,
+        query_masking=True,
+        layer_norm_epsilon=1e-8,
+        tie_softmax=False,
+    )
+    paths = [w.path for w in m.weights]
+    assert not any(p.endswith("w_o") for p in paths)
+    assert any("encoder_0/block/self_attn" in p and p.endswith("b_q") for p in paths), paths
+    src = rand_ids(np.random.default_rng(9), (2, 6), 23)
+    src[1, 3:] = 0
+    tgt = rand_ids(np.random.default_rng(10), (2, 5), 23)
+    check_cached_equals_full(m, tf.constant(src), tgt)

@@ -1,5 +1,6 @@
 """The Weighted Transformer (model_type=weighted; Ahmed et al. 2017, arXiv 1711.02132)."""
 
+import json
 import os
 
 import keras
@@ -18,7 +19,13 @@ import train
 import weighted
 from data_load import BOS_ID, EOS_ID, PAD_ID
 from eval import evaluate
-from helpers import analytic_count, check_cached_equals_full, rand_ids, tiny
+from helpers import (
+    analytic_count,
+    check_cached_equals_full,
+    rand_ids,
+    run_json_script,
+    tiny,
+)
 from model import Transformer
 
 
@@ -236,6 +243,10 @@ def test_hparams_weighted_validation():
         hparams.apply(hparams.Hparams(), {"model_type": "weighted", "d_ff": 510, "num_heads": 4})
     with pytest.raises(hparams.UserError, match="did you mean --model_type"):
         hparams.apply(hparams.Hparams(), {"model_typ": "weighted"})
+    with pytest.raises(hparams.UserError, match="needs output_projection=true"):
+        hparams.apply(hparams.Hparams(), {"model_type": "weighted", "output_projection": False})
+    with pytest.raises(ValueError, match="need W\\^O"):
+        weighted.BranchedAttention(8, 2, 16, output_projection=False)
 
 
 # ---------------------------------------------------------------------------------------
@@ -273,8 +284,93 @@ def test_optimizer_groups_hold_every_kappa_and_alpha():
         "kind": "kyubyong",
         "d_model": 32,
         "warmup_steps": 300,
-        "lr": 7e-4,
+        "lr": pytest.approx(7e-4 * (4000 / 300) ** 0.5),  # see the test below
     }
+
+
+@pytest.mark.parametrize("kind", ["kyubyong", "noam", "constant"])
+def test_branch_rate_equals_the_main_rate_past_both_warmups(kind):
+    """As with the paper's Noam form (d_model^-0.5 step^-0.5 past the warmup, whatever
+    the warmup), kappa and alpha learn at the main rate once both warmups are over; under
+    kyubyong they used to run at sqrt(400 / 4000) = 0.32 of it."""
+    m = weighted_model(17, n=1)
+    values = dict(lr_schedule=kind, lr=3e-4, warmup_steps=4000, branch_warmup_steps=400)
+    hp = hparams.apply(hparams.Hparams(), dict(values, model_type="weighted", d_model=32))
+    _, branch = weighted.Variant().optimizer_groups(m, hp)["branch"]
+    main = modules.TransformerSchedule(kind, 32, 4000, 3e-4)
+    for step in (4000, 10000, 50000):  # schedules take the optimizer's iterations (step - 1)
+        assert float(branch(step - 1)) == pytest.approx(float(main(step - 1)), rel=1e-6)
+    if kind != "constant":  # and the branch warmup is the shorter one
+        assert float(branch(399)) > 3 * float(main(399))
+        assert float(branch(399)) == pytest.approx(float(branch(399 - 1)) * 400 / 399, rel=1e-5)
+
+
+def test_branch_ffn_kernels_start_with_a_per_branch_glorot_std():
+    """Each branch's FFN kernels (d_model -> d_ff / M -> d_model) have the std of a Glorot
+    uniform dense layer of that branch, sqrt(2 / (d_model + d_ff / M)): 0.0722 for the
+    multi30k sizes (d_model 256, d_ff 1024, M 8), not the 0.0255 of Keras' fans for a
+    3-D kernel; and the two kernels are drawn apart."""
+    keras.utils.set_random_seed(4)
+    d, d_ff, m = 256, 1024, 8
+    layer = weighted.BranchedAttention(d, m, d_ff)
+    layer.build((None, None, d), (None, None, d))
+    expected = (2 / (d + d_ff // m)) ** 0.5
+    assert expected == pytest.approx(0.0722, abs=1e-4)
+    w1, w2 = layer.ffn_w1.numpy(), layer.ffn_w2.numpy()
+    assert w1.shape == (m, d, d_ff // m) and w2.shape == (m, d_ff // m, d)
+    for i in range(m):
+        for w in (w1[i], w2[i]):
+            assert np.std(w) == pytest.approx(expected, rel=0.03), i
+            assert abs(np.mean(w)) < 0.01 and np.abs(w).max() <= 3**0.5 * expected
+    assert abs(np.corrcoef(w1.ravel(), w2.ravel())[0, 1]) < 0.02
+
+
+@pytest.mark.slow
+def test_overflow_step_leaves_kappa_alpha_and_their_adam_untouched(tmp_path):
+    """Under mixed_float16 a step whose gradients overflow (an inf) is skipped by the
+    loss-scale optimizer; the kappa/alpha optimizer skips it too: kappa, alpha, its Adam
+    slots and its step counter stay as they were. A finite step moves all four."""
+    hp = tiny(str(tmp_path), model_type="weighted", num_heads=4, precision="mixed_float16")
+    trainer, _, _, precision = weighted_trainer(hp)
+    assert precision == "mixed_float16"
+    data = data_load.TrainData(hp)
+    trainer.train_batch(*data_load.build_batch(data.corpus, data.batches(0)[0]))
+    model, branch = trainer.model, trainer.group_optimizers["branch"]
+    variables = model.trainable_variables
+    apply = tf.function(trainer.apply_gradients)
+
+    def state():
+        return {
+            "weights": {k: v.copy() for k, v in model.variant.branch_weights(model).items()},
+            "slots": [v.numpy().copy() for v in branch.variables if "iteration" not in v.path],
+            "iterations": int(branch.iterations.numpy()),
+            "main_step": trainer.step,
+            "scale": float(trainer.optimizer.dynamic_scale.numpy()),
+        }
+
+    def gradients(bad: bool):
+        grads = [tf.fill(v.shape, 1e-3 * state0["scale"]) for v in variables]
+        if bad:  # one main weight overflows, kappa and alpha get ordinary gradients
+            grads[0] = tf.tensor_scatter_nd_update(grads[0], [[0, 0]], [float("inf")])
+        return grads
+
+    state0 = state()
+    assert state0["iterations"] == state0["main_step"] == 1
+    assert max(np.abs(s).max() for s in state0["slots"]) > 0  # the first step filled them
+    apply(gradients(bad=True))
+    after = state()
+    assert after["main_step"] == state0["main_step"]  # the main update was skipped
+    assert after["scale"] == state0["scale"] / 2  # and the loss scale halved
+    assert after["iterations"] == state0["iterations"]
+    for k, v in state0["weights"].items():
+        np.testing.assert_array_equal(after["weights"][k], v, err_msg=k)
+    for a, b in zip(after["slots"], state0["slots"]):
+        np.testing.assert_array_equal(a, b)
+    apply(gradients(bad=False))  # a finite step moves them all
+    moved = state()
+    assert moved["main_step"] == moved["iterations"] == 2
+    assert max(np.abs(moved["weights"][k] - v).max() for k, v in state0["weights"].items()) > 0
+    assert all(np.abs(a - b).max() > 0 for a, b in zip(moved["slots"], state0["slots"]))
 
 
 def test_variant_summaries_write_every_branch_weight(tmp_path):
@@ -348,7 +444,15 @@ def test_branch_schedule_peaks_at_its_own_warmup(tmp_path):
 
 @pytest.mark.slow
 def test_training_keeps_the_simplex_and_moves_the_weights(tmp_path):
-    hp = tiny(str(tmp_path), model_type="weighted", num_heads=4, num_epochs=2, ckpt_every_steps=5)
+    # warmups of 20 steps both: past them kappa and alpha learn at the main rate, 0.003
+    hp = tiny(
+        str(tmp_path),
+        model_type="weighted",
+        num_heads=4,
+        num_epochs=2,
+        ckpt_every_steps=5,
+        branch_warmup_steps=20,
+    )
     trainer, tok, strategy, precision = weighted_trainer(hp)
     model = trainer.model
     before = model.variant.branch_weights(model)
@@ -428,3 +532,61 @@ def test_weighted_mixed_float16_keeps_the_simplex(tmp_path):
         assert on_simplex(w, 1e-5), name
     moved = max(np.max(np.abs(after[k] - before[k])) for k in before)
     assert moved > 1e-4
+
+
+MIRRORED_OVERFLOW = r"""
+import json, sys
+import numpy as np
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+import keras
+import data_load, hparams, train
+hp = hparams.apply(hparams.Hparams(), json.loads(sys.argv[1]))
+keras.mixed_precision.set_global_policy("mixed_float16")
+tok = data_load.load_tokenizer(hp)
+data = data_load.TrainData(hp)
+t = train.Trainer(hp, tok, tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]), "mixed_float16")
+t.train_step(*data_load.build_batch(data.corpus, data.batches(0)[0]))
+scale = float(t.optimizer.dynamic_scale.numpy())
+branch = t.group_optimizers["branch"]
+
+def state():
+    kappa = t.model.variant.branch_weights(t.model)["encoder_0/kappa"]
+    return [t.step, int(branch.iterations.numpy()), kappa.tolist(),
+            [float(np.abs(v.numpy()).sum()) for v in branch.variables]]
+
+def step(bad):
+    grads = [tf.fill(v.shape, 1e-3 * scale) for v in t.model.trainable_variables]
+    if bad:
+        grads[0] = grads[0] * float("inf")
+    return t.apply_gradients(grads)
+
+out = [state()]
+for bad in (True, False):
+    tf.function(lambda: t.strategy.run(step, args=(bad,)))()
+    out.append(state())
+print(json.dumps({"replicas": t.replicas, "states": out}))
+"""
+
+
+@pytest.mark.slow
+def test_overflow_step_with_several_replicas(demo_prepro):
+    """With 2 replicas (MirroredStrategy on 2 logical CPUs) the kappa/alpha optimizer
+    decides in the cross-replica context: it skips the overflow step with the main one,
+    and a finite step still moves it."""
+    values = dict(
+        prepro_dir=demo_prepro.prepro_dir,
+        vocab_size=demo_prepro.vocab_size,
+        model_type="weighted",
+        d_model=32,
+        d_ff=64,
+        num_blocks=1,
+        num_heads=4,
+        tokens_per_batch=600,
+    )
+    out = run_json_script(MIRRORED_OVERFLOW, json.dumps(values))
+    assert out["replicas"] == 2
+    first, skipped, finite = out["states"]
+    assert first[:2] == [1, 1] and skipped == first  # nothing moved on the overflow step
+    assert finite[:2] == [2, 2] and finite[2] != first[2] and finite[3] != first[3]
