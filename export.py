@@ -76,6 +76,10 @@ def build_module(model, tok, hp: hparams.Hparams):
 
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
         def translate(self, sentences):
+            # bytes that are not UTF-8 become U+FFFD (translate.py refuses them instead)
+            sentences = tf.strings.unicode_transcode(
+                sentences, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD
+            )
             ids = tf.cast(self.encode(tf.strings.strip(sentences)), tf.int32)[:, : limit - 1]
             empty = tf.equal(ids.row_lengths(), 0)
             eos = tf.fill([ids.nrows(), 1], data_load.EOS_ID)

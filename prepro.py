@@ -45,7 +45,8 @@ def read_iwslt_train(path: str) -> list[str]:
 
 
 def read_iwslt_xml(path: str) -> list[str]:
-    """The ``<seg>`` texts of an IWSLT ``.xml`` file in document order, entities unescaped."""
+    """The ``<seg>`` texts of an IWSLT ``.xml`` file in document order: entities and CDATA
+    unescaped, the text inside nested tags kept, whitespace runs made one space."""
     text = data_load.read_text(path)
     try:
         root = ET.fromstring(text)
@@ -55,7 +56,7 @@ def read_iwslt_xml(path: str) -> list[str]:
             f"{path}:{line}:{col}: malformed XML ({str(e).split(':')[0]}); "
             f"check that every <seg> is closed by </seg>"
         ) from None
-    return [" ".join((seg.text or "").split()) for seg in root.iter("seg")]
+    return [" ".join("".join(seg.itertext()).split()) for seg in root.iter("seg")]
 
 
 def _parallel_path(hp: hparams.Hparams, stem: str, lang: str) -> str:

@@ -70,27 +70,18 @@ def main() -> None:
     if opts["input"]:
         lines = data_load.read_lines(opts["input"])
     else:
-        data = sys.stdin.buffer.read()
-        try:
-            text = data.decode("utf-8")
-            lines = [line.strip() for line in text.split("\n")]
-            if lines and lines[-1] == "" and text.endswith("\n"):
-                lines.pop()
-        except UnicodeDecodeError as e:
-            line = data[: e.start].count(b"\n") + 1
-            raise UserError(f"stdin:{line}: not valid UTF-8; convert the input") from None
+        lines = data_load.split_lines(data_load.decode_text(sys.stdin.buffer.read(), "stdin"))
     if opts["attention"]:
         if len([s for s in lines if s]) != 1:
             raise UserError("--attention takes exactly one sentence")
-        print(
-            plot_attention(
-                model, tok, next(s for s in lines if s), opts["attention"], hp.max_len_extra
-            )
+        sentence = next(s for s in lines if s)
+        files.print_text(
+            plot_attention(model, tok, sentence, opts["attention"], hp.max_len_extra) + "\n"
         )
         print(f"translate: attention written to {opts['attention']}", file=sys.stderr)
         return
-    for line in translate_lines(model, tok, hp, lines, n_best, progress=bool(opts["input"])):
-        print(line)
+    out = translate_lines(model, tok, hp, lines, n_best, progress=bool(opts["input"]))
+    files.print_text("".join(line + "\n" for line in out))
 
 
 def translate_lines(
