@@ -6,6 +6,7 @@ eval.py, translate.py, export.py and average_checkpoints.py.
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 import keras
@@ -393,13 +394,17 @@ def checkpoint_damage(path: str) -> str | None:
         reader = tf.train.load_checkpoint(path)
     except _READ_ERRORS as e:
         return f"{index} is damaged ({_first_line(e)})"
-    shards = sorted(tf.io.gfile.glob(path + ".data-*"))
-    data = shards[0] if len(shards) == 1 else path + ".data-*"
     try:
         for name in reader.get_variable_to_shape_map():
             reader.get_tensor(name)
     except _READ_ERRORS as e:
-        return f"{data} is {'damaged' if shards else 'missing'} ({_first_line(e)})"
+        text, shards = str(e), sorted(tf.io.gfile.glob(path + ".data-*"))
+        missing = re.search(re.escape(path) + r"\.data-\d+-of-\d+", text)
+        if missing and missing.group(0) not in shards:
+            return f"{missing.group(0)} is missing"
+        shard = re.search(r" shard (\d+)", text)
+        data = shards[int(shard.group(1))] if shard and len(shards) > 1 else shards[0]
+        return f"{data} is damaged ({_first_line(e)})"
     return None
 
 

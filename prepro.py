@@ -149,9 +149,11 @@ def train_bpe(sentences: list[str], prefix: str, vocab_size: int, seed: int) -> 
             minloglevel=2,
         )
     except RuntimeError as e:
+        # too few pieces for the corpus's distinct characters, or (a hard limit) too many
+        more = "Increase vocab_size" in str(e)
         raise UserError(
             f"sentencepiece could not build a {vocab_size}-piece BPE model "
-            f"({e}); try a smaller --vocab_size"
+            f"({e}); try a {'larger' if more else 'smaller'} --vocab_size"
         ) from None
     files.atomic_write(prefix + ".model", model.getvalue())
     sp = spm.SentencePieceProcessor(model_proto=model.getvalue())

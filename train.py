@@ -5,9 +5,14 @@
     tensorboard --logdir log/
 
 Checkpoints (tf.train.CheckpointManager) go to ``logdir``; a run resumes automatically from
-the latest one with the same step, optimizer state, lr schedule and data position. After
-each epoch the dev set is scored (loss, greedy BLEU), its translations are written to
-``evaldir``, and the best checkpoint by dev BLEU is kept in ``logdir/best``.
+the latest one (or from ``--ckpt PATH``) with the same step, optimizer state, lr schedule,
+data position and dropout random state. After each epoch the dev set is scored (loss,
+greedy BLEU), its translations are written to ``evaldir``, and the best checkpoint by dev
+BLEU is kept in ``logdir/best``.
+
+SIGINT or SIGTERM: the step ends, a checkpoint is written, the exit status is 130 or 143
+(:class:`Interrupt`). One training per logdir (:class:`LogdirLock`). Updates with a NaN
+or Inf are skipped, and ``max_bad_steps`` of them in a row stop the run (:class:`Health`).
 
 A batch goes: TrainData.dataset -> Trainer.train_batch -> Trainer.train_step (compiled:
 forward, label-smoothed loss, gradients, clipping, Adam) -> StepStats -> Window -> logs.
@@ -287,13 +292,17 @@ class Trainer:
         hp = self.hp
         spec = [tf.TensorSpec([None, None], tf.int32)] * 3
         stop = tf.TensorSpec([], tf.float32)
-        # one trace for every batch shape (several replicas get per-replica values instead)
+        # one trace for every batch shape (several replicas get per-replica values instead);
+        # no autograph: the step has no Python control flow on tensors, and converting its
+        # code took half the time of tracing it
         if self.replicas == 1:
-            self._step = tf.function(self._distributed_step, input_signature=spec + [stop])
+            self._step = tf.function(
+                self._distributed_step, input_signature=spec + [stop], autograph=False
+            )
         else:
-            self._step = tf.function(self._distributed_step, reduce_retracing=True)
+            self._step = tf.function(self._distributed_step, reduce_retracing=True, autograph=False)
         self._compiled = (
-            tf.function(self._replica_step, jit_compile=True)
+            tf.function(self._replica_step, jit_compile=True, autograph=False)
             if hp.jit_compile
             else self._replica_step
         )
@@ -313,9 +322,9 @@ class Trainer:
             self.accum_tokens = tf.Variable(0.0, trainable=False)
             self.accum_loss = tf.Variable(0.0, trainable=False)
             self._accumulate_fn = tf.function(
-                self._accumulate, input_signature=spec, jit_compile=hp.jit_compile
+                self._accumulate, input_signature=spec, jit_compile=hp.jit_compile, autograph=False
             )
-            self._apply_fn = tf.function(self._apply_accumulated)
+            self._apply_fn = tf.function(self._apply_accumulated, autograph=False)
 
     @property
     def step(self) -> int:
@@ -371,7 +380,7 @@ class Trainer:
     def apply_gradients(self, grads, loss):
         """Clip (optional) and apply the gradients (loss-scaled under mixed_float16; the
         optimizer unscales them) with Adam and every optimizer group of the variant - or
-        skip the update everywhere when a gradient holds a NaN or an Inf.
+        skip the update everywhere when the loss or a gradient holds a NaN or an Inf.
 
         The skip is decided on the all-reduced flags of every replica (a NaN or Inf in
         any replica's gradients makes the summed gradient non-finite), so every replica
@@ -384,11 +393,12 @@ class Trainer:
         """
         scale = tf.cast(self.optimizer.scale_loss(1.0), tf.float32) if self.loss_scaling else 1.0
         norm = tf.linalg.global_norm(grads) / scale
+        loss = tf.cast(loss, tf.float32)
         bad = tf.cast(tf.logical_not(tf.math.is_finite(tf.stack([norm, loss]))), tf.float32)
         ctx = tf.distribute.get_replica_context()
         if self.replicas > 1:
             bad = ctx.all_reduce("sum", bad)
-        finite = tf.equal(bad[0], 0.0)
+        finite = tf.equal(bad[0] + bad[1], 0.0)
         if self.hp.clip_norm > 0:
             grads, _ = tf.clip_by_global_norm(grads, self.hp.clip_norm * scale, norm * scale)
         self._apply_if(finite, list(grads), scale)
@@ -651,7 +661,6 @@ class Health:
         with summaries_at(self.writer, step, hp):
             summaries.skipped_updates(int(trainer.skipped_steps), self.loss_scale())
         if hp.max_bad_steps and self.in_a_row >= hp.max_bad_steps:
-            self.writer.flush()
             raise UserError(
                 f"{self.in_a_row} updates in a row after step {step} had a NaN or Inf loss or "
                 f"gradient and were skipped (max_bad_steps={hp.max_bad_steps}); likely causes: "
@@ -671,8 +680,10 @@ class Health:
 def summaries_at(writer, step: int, hp: hparams.Hparams):
     """``writer.as_default(step)``; a full disk under its events is one UserError line."""
     events = os.path.join(hp.logdir, "train")
-    with files.reporting(events, "the checkpoints are kept"), writer.as_default(step=step):
-        yield
+    with files.reporting(events, "the checkpoints are kept"):
+        with writer.as_default(step=step):
+            yield
+        writer.flush()  # here, where a write error is reported
 
 
 def train(hp: hparams.Hparams, ckpt: str = "") -> dict:
@@ -722,7 +733,7 @@ def train_loop(
     first_loss = last_loss = float("nan")  # running loss at this run's first and last log
     health = Health(hp, trainer, writer)
 
-    def signalled(stats=None) -> str | None:
+    def asked_to_stop(stats=None) -> str | None:
         """Why to stop for a signal: agreed by all workers (in the step's all-reduce, or
         in one of its own), else this process's."""
         if stats is not None and trainer.multi_worker:
@@ -790,7 +801,7 @@ def train_loop(
                     stop_reason = f"max_steps={hp.max_steps} reached"
                 elif hp.max_minutes and time.time() - t_start >= 60 * hp.max_minutes:
                     stop_reason = f"max_minutes={hp.max_minutes:g} reached"
-            stop_reason = stop_reason or signalled(stats)
+            stop_reason = stop_reason or asked_to_stop(stats)
             if stop_reason:
                 break
         bar.close()
@@ -798,7 +809,7 @@ def train_loop(
             break
         update = trainer.flush()  # the epoch's last, partial accumulation
         health.after(update, not (update.skipped or update.scale_skip))
-        stop_reason = signalled()
+        stop_reason = asked_to_stop()
         if stop_reason:
             break
         try:  # a signal abandons the dev evaluation (one process: the others would wait)
@@ -811,7 +822,7 @@ def train_loop(
             )
             break
         saved = trainer.position
-        stop_reason = signalled()
+        stop_reason = asked_to_stop()
         if stop_reason:
             break
         if hp.early_stopping and int(trainer.bad_epochs) >= hp.early_stopping:
@@ -829,12 +840,10 @@ def train_loop(
     # the path this run saved (a non-chief worker may look before the chief's
     # `checkpoint` file names it), else the one it resumed from
     path = trainer.last_saved or trainer.latest_checkpoint
-    writer.flush()
-    if (stop_reason or "").startswith("stopped by"):
+    signalled = (stop_reason or "").startswith("stopped by")  # here or in another worker
+    if signalled:
         stop_reason += "; run the same command again to resume"
     print(f"train: {stop_reason or 'done'}; step {trainer.step}; checkpoint {path}")
-    remote = (stop_reason or "").startswith("stopped by")  # another worker's signal
-    stopped = interrupt.signum or (signal.SIGTERM if remote else None)
     return {
         "step": trainer.step,
         "epoch": int(trainer.epoch),
@@ -843,7 +852,7 @@ def train_loop(
         "stop_reason": stop_reason,
         "train_loss": last_loss,
         "first_loss": first_loss,
-        "signal": stopped,
+        "signal": interrupt.signum or (signal.SIGTERM if signalled else None),
     }
 
 
@@ -866,7 +875,6 @@ def end_of_epoch(hp, trainer: Trainer, dev: Dev, translator, writer) -> dict:
         summaries.sample_translations(dev.src, dev.ref, hyps)
         if dev.src:
             summaries.attention(trainer.model, trainer.tok, dev.src[0], dev.ref[0])
-        writer.flush()
     trainer.epoch.assign_add(1)
     trainer.batch_in_epoch.assign(0)
     improved = bleu > float(trainer.best_bleu)

@@ -9,7 +9,9 @@ Reads stdin (or --input), applies the training preprocessing (BPE or the word
 vocabulary), decodes in length-sorted batches and prints detokenized English on stdout in
 the input order. An empty line gives an empty line; a line longer than the model can
 take is truncated, with a warning on stderr. With --n_best N (beam search), each input
-gives N lines ``rank<TAB>score<TAB>translation``.
+gives N lines ``rank<TAB>score<TAB>translation``. The input is UTF-8 (a byte-order mark
+and CRLF line ends are fine; anything else is an error naming the line); stdout that
+cannot be written (a full disk, a closed pipe) is an error too.
 """
 
 from __future__ import annotations
@@ -85,9 +87,16 @@ def main() -> None:
 
 
 def translate_lines(
-    model, tok, hp: hparams.Hparams, lines: list[str], n_best: int = 1, progress: bool = False
+    model,
+    tok,
+    hp: hparams.Hparams,
+    lines: list[str],
+    n_best: int = 1,
+    progress: bool = False,
+    translator: decoding.Translator | None = None,
 ) -> list[str]:
-    """Output lines for input lines (see the module docstring)."""
+    """Output lines for input lines (see the module docstring); ``translator``: one to
+    reuse (its compiled decoding loop) instead of a new one."""
     limit = decoding.source_limit(model)
     ids = tok.encode_src(lines)  # encoded once, for the warnings and the decoding
     for n, seq in enumerate(ids, 1):
@@ -98,7 +107,8 @@ def translate_lines(
                 file=sys.stderr,
             )
     lines_out = []
-    for best in decoding.Translator(model, tok, hp).translate_nbest(lines, n_best, progress, ids):
+    translator = translator or decoding.Translator(model, tok, hp)
+    for best in translator.translate_nbest(lines, n_best, progress, ids):
         if not best:  # empty input line
             lines_out.extend([""] if n_best == 1 else [f"{r + 1}\t\t" for r in range(n_best)])
         elif n_best == 1:
