@@ -812,9 +812,8 @@ def train_loop(
         stop_reason = asked_to_stop()
         if stop_reason:
             break
-        try:  # a signal abandons the dev evaluation (one process: the others would wait)
-            with interrupt.abandonable_region(not trainer.multi_worker):
-                history.append(end_of_epoch(hp, trainer, dev, translator, writer))
+        try:
+            history.append(end_of_epoch(hp, trainer, dev, translator, writer, interrupt))
         except DevAbandoned:
             stop_reason = (
                 f"stopped by {interrupt.name}; the dev evaluation of epoch {epoch + 1} was "
@@ -856,14 +855,19 @@ def train_loop(
     }
 
 
-def end_of_epoch(hp, trainer: Trainer, dev: Dev, translator, writer) -> dict:
-    """Dev loss, dev BLEU, translations to evaldir, summaries, best checkpoint. The epoch
-    counter moves on just before that checkpoint: a run stopped during the dev
-    evaluation resumes at the end of the epoch and evaluates it."""
+def end_of_epoch(
+    hp, trainer: Trainer, dev: Dev, translator, writer, interrupt: Interrupt | None = None
+) -> dict:
+    """Dev loss, dev BLEU, translations to evaldir, summaries, best checkpoint. A signal
+    abandons the evaluation (:class:`DevAbandoned`; in one process only: other workers
+    would wait for this one), and the epoch counter moves on just before the checkpoint:
+    a run stopped during the evaluation resumes at the end of the epoch and evaluates it."""
     epoch, step = int(trainer.epoch) + 1, trainer.step
-    dev_loss, dev_nll = trainer.dev_loss(dev.corpus, max(1, hp.tokens_per_batch // 64))
-    hyps = translator.translate(dev.src)
-    scores = decoding.scores(hyps, dev.ref)
+    interrupt = interrupt or Interrupt()
+    with interrupt.abandonable_region(not trainer.multi_worker):
+        dev_loss, dev_nll = trainer.dev_loss(dev.corpus, max(1, hp.tokens_per_batch // 64))
+        hyps = translator.translate(dev.src)
+        scores = decoding.scores(hyps, dev.ref)
     bleu = scores["sacrebleu"]
     if trainer.chief:
         name = f"E{epoch:02d}L{dev_loss:.2f}"
