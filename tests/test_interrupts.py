@@ -239,13 +239,15 @@ class Lives:
 
     def __init__(self, hp, folder):
         self.hp, self.folder, self.count = hp, folder, 0
-        self.forker = subprocess.Popen(
-            [sys.executable, "-c", FORKER],
-            cwd=ROOT,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
+        with open(os.path.join(folder, "forker.err"), "w") as err:
+            self.forker = subprocess.Popen(
+                [sys.executable, "-c", FORKER],
+                cwd=ROOT,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                text=True,
+            )
 
     def start(self):
         self.count += 1
@@ -309,7 +311,7 @@ def test_sigkill_at_random_moments_loses_no_checkpoint(demo_prepro, tmp_path):
         dev_bleu_sents=2,
     )
     rng, lives = random.Random(17), Lives(hp, str(tmp_path))
-    kills = resumes = fresh = early = lost = mid_save = 0
+    kills = resumes = fresh = early = lost = mid_save = idle = 0
     expected = None  # the step the next life must resume from (None: no checkpoint yet)
 
     def check_resume(out):
@@ -334,7 +336,7 @@ def test_sigkill_at_random_moments_loses_no_checkpoint(demo_prepro, tmp_path):
             lives.start()
             before = latest_step(hp.logdir)
             if rng.random() < 0.3:  # any moment of the start-up
-                delay = rng.uniform(0.0, 3.0)
+                delay = rng.uniform(0.0, 2.0)
                 wait_for(lambda: time.time() - lives.started > delay, lives)
             else:  # a few steps in, then up to a step or two more
                 steps = rng.randint(1, 6)
@@ -348,6 +350,7 @@ def test_sigkill_at_random_moments_loses_no_checkpoint(demo_prepro, tmp_path):
             check_resume(out)
             mid_save += bool(glob.glob(os.path.join(hp.logdir, "ckpt-*_temp")))
             step = latest_step(hp.logdir)
+            idle += step == before  # killed before its first checkpoint (start-up, tracing)
             expected = step or None
             if step:
                 assert os.path.exists(os.path.join(hp.logdir, f"ckpt-{step}.index"))
@@ -395,7 +398,7 @@ def test_sigkill_at_random_moments_loses_no_checkpoint(demo_prepro, tmp_path):
     assert decoding.load_run(hp.logdir, {})[3].endswith("ckpt-200")
     assert resumes + fresh + early == lives.count and fresh <= 2 and lost == 0
     print(
-        f"\nkill loop: {kills} SIGKILLs ({early} before the restore, {mid_save} leaving a "
-        f"partial checkpoint), {resumes} resumes, {lost} checkpointed steps lost, "
-        f"{lives.count} processes"
+        f"\nkill loop: {kills} SIGKILLs ({early} before the restore, {idle} before a first "
+        f"new checkpoint, {mid_save} leaving a partial checkpoint), {resumes} resumes, "
+        f"{lost} checkpointed steps lost, {lives.count} processes"
     )
