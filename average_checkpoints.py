@@ -2,10 +2,12 @@
 
     python average_checkpoints.py --preset multi30k --last 5
     python eval.py --preset multi30k --ckpt log/multi30k/averaged/avg-last5
+    python average_checkpoints.py --preset multi30k --last 5 --ckpt log/multi30k/ckpt-9000
 
 Averaging the last checkpoints (Vaswani et al. 2017, section 6.1, averaged the last 5
 for the base model) usually gains a little BLEU over the last one alone. Only the model
-weights are averaged; the result holds no optimizer state.
+weights are averaged; the result holds no optimizer state. ``--ckpt`` makes the N end at
+that checkpoint (to leave out a newer one, e.g. a damaged one).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ SCRIPT = cli.Script(
     options={
         "last": (DEFAULT_LAST, "how many of the latest checkpoints to average"),
         "out": ("", "output checkpoint prefix (default: <logdir>/averaged/avg-last<N>)"),
+        "ckpt": ("", "average the checkpoints up to this one, not up to the latest"),
     },
 )
 if __name__ == "__main__":
@@ -43,11 +46,19 @@ def checkpoints(logdir: str) -> list[str]:
     return [p if os.path.isabs(p) else os.path.join(logdir, os.path.basename(p)) for p in paths]
 
 
-def average(logdir: str, last: int, out: str = "") -> str:
-    """Write the average of the last ``last`` checkpoints; returns its prefix."""
+def average(logdir: str, last: int, out: str = "", ckpt: str = "") -> str:
+    """Write the average of the last ``last`` checkpoints (up to ``ckpt``, if given);
+    returns its prefix."""
     paths = checkpoints(logdir)
     if last < 1:
         raise UserError(f"--last must be at least 1; got {last}")
+    if ckpt:
+        names = [os.path.basename(p) for p in paths]
+        if os.path.basename(ckpt) not in names:
+            raise UserError(
+                f"--ckpt {ckpt} is not one of the checkpoints of {logdir} ({', '.join(names)})"
+            )
+        paths = paths[: names.index(os.path.basename(ckpt)) + 1]
     if len(paths) < last:
         raise UserError(
             f"{logdir} holds {len(paths)} checkpoint(s), fewer than --last "
@@ -55,24 +66,24 @@ def average(logdir: str, last: int, out: str = "") -> str:
         )
     paths = paths[-last:]
     hp, tok, model, _ = decoding.load_run(logdir, {}, paths[-1], "average_checkpoints")
-    ckpt = tf.train.Checkpoint(model=model)
+    weights = tf.train.Checkpoint(model=model)
     total = [np.zeros(w.shape, np.float64) for w in model.weights]
     for path in paths:
-        ckpt.restore(path).expect_partial()
+        decoding.restore_checkpoint(weights, path, "was it written by another run?")
         for acc, w in zip(total, model.weights):
             acc += w.numpy()
     for acc, w in zip(total, model.weights):
         w.assign((acc / len(paths)).astype(w.dtype))
     out = out or os.path.join(logdir, "averaged", f"avg-last{last}")
     with files.atomic_path(out) as tmp:  # its .index and .data-* files
-        ckpt.write(tmp)
+        weights.write(tmp)
     print(f"average_checkpoints: {', '.join(os.path.basename(p) for p in paths)} -> {out}")
     return out
 
 
 def main() -> None:
     hp, opts = cli.parse_args(script=SCRIPT)
-    average(hp.logdir, opts["last"], opts["out"])
+    average(hp.logdir, opts["last"], opts["out"], opts["ckpt"])
 
 
 if __name__ == "__main__":

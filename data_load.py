@@ -33,7 +33,7 @@ _LEGACY_CLEAN = regex.compile(r"[^\s\p{Latin}']")
 # Reading text files
 # ---------------------------------------------------------------------------------------
 def read_text(path: str) -> str:
-    """The whole file as text (gunzipped if it ends in .gz); one clear error if not UTF-8."""
+    """The whole file as text (gunzipped if it ends in .gz, see :func:`decode_text`)."""
     if not os.path.exists(path):
         raise UserError(f"{path} not found")
     opener = gzip.open if path.endswith(".gz") else open
@@ -42,22 +42,34 @@ def read_text(path: str) -> str:
             data = f.read()
     except (OSError, EOFError) as e:
         raise UserError(f"{path} could not be read ({e}); is it a complete .gz file?") from None
+    return decode_text(data, path)
+
+
+def decode_text(data: bytes, name: str) -> str:
+    """UTF-8 bytes as text without a leading byte-order mark; bytes that are not UTF-8
+    are one clear error naming ``name`` and the line."""
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as e:
         line = data[: e.start].count(b"\n") + 1
         raise UserError(
-            f"{path}:{line}: not valid UTF-8 (byte 0x{data[e.start]:02x}); "
-            f"convert the file, e.g. iconv -f latin1 -t utf-8"
+            f"{name}:{line}: not valid UTF-8 (byte 0x{data[e.start]:02x}); "
+            f"convert it, e.g. iconv -f latin1 -t utf-8"
         ) from None
+
+
+def split_lines(text: str) -> list[str]:
+    """The lines of a text (split at \\n alone, so \\r\\n endings work and no other
+    character ends a line) with surrounding whitespace removed."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [line.strip() for line in lines]
 
 
 def read_lines(path: str) -> list[str]:
     """Lines of a plain text file with surrounding whitespace removed."""
-    lines = read_text(path).split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return [line.strip() for line in lines]
+    return split_lines(read_text(path))
 
 
 def clean(line: str) -> str:

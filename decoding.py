@@ -6,6 +6,7 @@ eval.py, translate.py, export.py and average_checkpoints.py.
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 import keras
@@ -259,7 +260,14 @@ class Translator:
             )
         )
         for idx, batch in tqdm(batches, disable=not progress, file=sys.stderr, unit="batch"):
-            result = self.decode(tf.constant(batch), extra)
+            try:
+                result = self.decode(tf.constant(batch), extra)
+            except tf.errors.ResourceExhaustedError:
+                raise UserError(
+                    f"out of memory decoding a batch of shape {batch.shape} (sentences x "
+                    f"source tokens; eval_batch_size={self.hp.eval_batch_size}, beam_size="
+                    f"{self.k}): lower --eval_batch_size"
+                ) from None
             if self.k > 1:
                 seqs, scores = result[0].numpy(), result[1].numpy()
             else:
@@ -398,16 +406,91 @@ def load_run(logdir: str, overrides: dict, ckpt: str = "", who: str = "eval"):
     path = ckpt or tf.train.latest_checkpoint(logdir)
     if not path:
         raise UserError(f"no checkpoint in {logdir}: run train.py first or pass --ckpt")
+    restore_checkpoint(tf.train.Checkpoint(model=model), path, "was it trained with other hparams?")
+    return hp, tok, model, path
+
+
+# ---------------------------------------------------------------------------------------
+# Checkpoints: restoring, and telling a damaged one from one of another model
+# ---------------------------------------------------------------------------------------
+_READ_ERRORS = (ValueError, AssertionError, IndexError, tf.errors.OpError)
+
+
+def _first_line(error: Exception) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+
+
+def checkpoint_items(path: str) -> set[str]:
+    """The top-level names checkpoint ``path`` holds ('model', 'optimizer', ...); empty
+    if its index cannot be read (:func:`restore_checkpoint` says why)."""
+    try:
+        return {name.split("/")[0] for name, _ in tf.train.list_variables(path)}
+    except _READ_ERRORS:
+        return set()
+
+
+def checkpoint_damage(path: str) -> str | None:
+    """What is wrong with the files of checkpoint ``path`` ('<file> is missing' or
+    '<file> is damaged (<reason>)'), or None if its index and every tensor read back
+    (TensorFlow checks each tensor's checksum)."""
+    index = path + ".index"
+    if not tf.io.gfile.exists(index):
+        return f"{index} is missing"
+    try:
+        reader = tf.train.load_checkpoint(path)
+    except _READ_ERRORS as e:
+        return f"{index} is damaged ({_first_line(e)})"
+    try:
+        for name in reader.get_variable_to_shape_map():
+            reader.get_tensor(name)
+    except _READ_ERRORS as e:
+        text, shards = str(e), sorted(tf.io.gfile.glob(path + ".data-*"))
+        missing = re.search(re.escape(path) + r"\.data-\d+-of-\d+", text)
+        if missing and missing.group(0) not in shards:
+            return f"{missing.group(0)} is missing"
+        shard = re.search(r" shard (\d+)", text)
+        data = shards[int(shard.group(1))] if shard and len(shards) > 1 else shards[0]
+        return f"{data} is damaged ({_first_line(e)})"
+    return None
+
+
+def previous_checkpoint(path: str) -> str | None:
+    """The newest checkpoint before ``path`` (same folder and name, lower number: ckpt-5
+    for ckpt-6) that reads back whole, or None."""
+    folder, base = os.path.split(path)
+    stem, _, number = base.rpartition("-")
+    if not stem or not number.isdigit():
+        return None
+    older = []
+    for index in tf.io.gfile.glob(os.path.join(folder, f"{stem}-*.index")):
+        n = os.path.basename(index)[len(stem) + 1 : -len(".index")]
+        if n.isdigit() and int(n) < int(number):
+            older.append((int(n), index[: -len(".index")]))
+    return next((p for _, p in sorted(older, reverse=True) if not checkpoint_damage(p)), None)
+
+
+def restore_checkpoint(checkpoint, path: str, hint: str, partial: bool = True) -> None:
+    """Restore checkpoint ``path`` into ``checkpoint`` (a tf.train.Checkpoint; with
+    ``partial``, what it does not ask for is ignored). One UserError line if it is
+    missing, damaged (naming the file, and the previous checkpoint to pass with --ckpt)
+    or written for another model (``hint`` says what to check)."""
     if not tf.io.gfile.exists(path + ".index"):
         raise UserError(f"checkpoint {path} not found (expected {path}.index)")
     try:
-        tf.train.Checkpoint(model=model).restore(
-            path
-        ).expect_partial().assert_existing_objects_matched()
-    except (ValueError, AssertionError, IndexError, tf.errors.OpError) as e:
+        status = checkpoint.restore(path)
+        (status.expect_partial() if partial else status).assert_existing_objects_matched()
+        return
+    except _READ_ERRORS as e:
+        error = e
+    damage = checkpoint_damage(path)
+    if damage is None:
         raise UserError(
-            f"checkpoint {path} does not fit this model or is damaged "
-            f"({str(e).splitlines()[0][:200]}); was it trained with other "
-            f"hparams?"
+            f"checkpoint {path} does not fit this model ({_first_line(error)}); {hint}"
         ) from None
-    return hp, tok, model, path
+    previous = previous_checkpoint(path)
+    fallback = (
+        f"pass --ckpt {previous} to use the previous checkpoint"
+        if previous
+        else f"no earlier checkpoint in {os.path.dirname(path) or '.'} reads back: train again"
+    )
+    raise UserError(f"checkpoint {path} is damaged: {damage}; {fallback}") from None

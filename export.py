@@ -9,6 +9,16 @@ split and a lookup table for word vocabularies), greedy decoding (or beam search
 --beam_size) in one tf.while_loop, and detokenization. Load it in any process with
 ``import tensorflow_text`` (which registers the tokenizer ops) and
 ``tf.saved_model.load(DIR)``; the project's code is not needed.
+
+A graph cannot raise the project's error, so every input string gets a translation, the
+one translate.py gives that line (tests/test_fuzz.py checks it on hostile input):
+an empty or whitespace-only string gives ''; a string longer than the model takes is cut
+to its first tokens; control characters, NUL, CR, a byte-order mark, any script, emoji
+and combining characters go through the tokenizer's normalization (BPE) or the legacy
+cleaning (word vocabulary); XML is text like any other; and bytes that are not UTF-8,
+which translate.py refuses with the line number, become U+FFFD first. (The word
+vocabulary's cleaning runs in RE2, which does not know the few Latin letters added in
+Unicode 16: they are removed where Python keeps them.)
 """
 
 from __future__ import annotations
@@ -39,7 +49,10 @@ import decoding
 import files
 from hparams import UserError
 
-LEGACY_CLEAN_RE2 = r"[^\s\p{Z}\p{Latin}']"  # data_load.clean in RE2 (whose \s is ASCII)
+# data_load.clean in RE2, whose \s is [\t\n\f\r ] alone; then the other characters at
+# which Python's str.split() splits, made spaces for tf.strings.split
+LEGACY_CLEAN_RE2 = r"[^\s\v\x{85}\p{Z}\p{Latin}']"
+SPACES_RE2 = r"[\v\x{85}\p{Z}]"
 
 
 def build_module(model, tok, hp: hparams.Hparams):
@@ -73,14 +86,15 @@ def build_module(model, tok, hp: hparams.Hparams):
             if tok.kind == "bpe":
                 return self.sp.tokenize(sentences)
             cleaned = tf.strings.regex_replace(sentences, LEGACY_CLEAN_RE2, "")
-            words = tf.strings.split(cleaned)
+            words = tf.strings.split(tf.strings.regex_replace(cleaned, SPACES_RE2, " "))
             return tf.ragged.map_flat_values(self.src_table.lookup, words)
 
         def decode(self, ids):
-            """(N, L) ids, PAD after </S> -> strings (N,)."""
-            keep = tf.logical_and(
-                tf.not_equal(ids, data_load.PAD_ID), tf.not_equal(ids, data_load.EOS_ID)
-            )
+            """(N, L) ids, PAD after </S> -> strings (N,), as Tokenizer.decode_tgt reads
+            them: <PAD>, <S> and </S> left out, ids past the vocabulary read as <UNK>."""
+            specials = tf.constant([data_load.PAD_ID, data_load.BOS_ID, data_load.EOS_ID])
+            keep = tf.reduce_all(tf.not_equal(ids[..., None], specials), axis=-1)
+            ids = tf.where(ids < tok.tgt_vocab_size, ids, data_load.UNK_ID)
             ragged = tf.ragged.boolean_mask(ids, keep)
             if tok.kind == "bpe":
                 return self.sp.detokenize(ragged)
@@ -89,6 +103,10 @@ def build_module(model, tok, hp: hparams.Hparams):
 
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
         def translate(self, sentences):
+            # bytes that are not UTF-8 become U+FFFD (translate.py refuses them instead)
+            sentences = tf.strings.unicode_transcode(
+                sentences, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD
+            )
             ids = tf.cast(self.encode(tf.strings.strip(sentences)), tf.int32)[:, : limit - 1]
             empty = tf.equal(ids.row_lengths(), 0)
             eos = tf.fill([ids.nrows(), 1], data_load.EOS_ID)

@@ -2,14 +2,51 @@
 
 The one helper is :func:`atomic_path`; :func:`atomic_write` is its common case. A run
 killed halfway leaves the previous version (or nothing) under the final name, never a
-truncated file.
+truncated file. A write that the storage refuses (a full disk, a file-size limit, a quota,
+a read-only file system) becomes one :class:`errors.UserError` line naming the file
+(:func:`reporting`), also for the files TensorFlow writes (checkpoints, SavedModels,
+TensorBoard events), and for stdout (:func:`print_text`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
+import sys
+
+from errors import UserError
+
+# errno values meaning that the storage refused the bytes
+STORAGE_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS)
+
+
+def storage_refusal(error: BaseException) -> str | None:
+    """The C library's text ('No space left on device', 'File too large', ...) if
+    ``error`` says the storage refused a write: an OSError with one of
+    :data:`STORAGE_ERRNOS`, or an error (TensorFlow's) whose message carries that text."""
+    if isinstance(error, OSError) and error.errno in STORAGE_ERRNOS:
+        return os.strerror(error.errno)
+    text = str(error)
+    return next((os.strerror(n) for n in STORAGE_ERRNOS if os.strerror(n) in text), None)
+
+
+@contextlib.contextmanager
+def reporting(path: str, kept: str = "its previous version is kept"):
+    """Turn a write to ``path`` that the storage refuses into one UserError line saying
+    what failed, where, what was kept (``kept``) and what to do; other errors pass."""
+    try:
+        yield
+    except UserError:
+        raise
+    except Exception as e:
+        reason = storage_refusal(e)
+        if reason is None:
+            raise
+        raise UserError(
+            f"could not write {path} ({reason}); {kept}: free some disk space and run again"
+        ) from None
 
 
 def _remove(path: str) -> None:
@@ -17,6 +54,13 @@ def _remove(path: str) -> None:
         shutil.rmtree(path, ignore_errors=True)
     elif os.path.lexists(path):
         os.remove(path)
+
+
+def temporary_name(path: str) -> str:
+    """The name :func:`atomic_path` writes ``path`` under in this process: a hidden name
+    beside it, so that the final rename is atomic."""
+    folder = os.path.dirname(os.path.abspath(path))
+    return os.path.join(folder, f".{os.path.basename(os.path.normpath(path))}.tmp-{os.getpid()}")
 
 
 @contextlib.contextmanager
@@ -28,24 +72,25 @@ def atomic_path(path: str):
     sentencepiece's ``.model``) - is renamed to the same name with ``path`` in place of
     the temporary one. The temporary name is in the same folder, so each rename is
     atomic; an existing folder under the final name is replaced. On an error, or an
-    interrupt, everything under the temporary name is removed and ``path`` is untouched.
+    interrupt, everything under the temporary name is removed and ``path`` is untouched;
+    a write the storage refuses is a UserError (:func:`reporting`).
     """
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
+    tmp = temporary_name(path)
+    folder, tmp_base = os.path.split(tmp)
     base = os.path.basename(os.path.normpath(path))
-    tmp_base = f".{base}.tmp-{os.getpid()}"
-    tmp = os.path.join(folder, tmp_base)
+    os.makedirs(folder, exist_ok=True)
 
     def written() -> list[str]:
         return [name for name in os.listdir(folder) if name.startswith(tmp_base)]
 
     try:
-        yield tmp
-        for name in written():
-            final = os.path.join(folder, base + name[len(tmp_base) :])
-            if os.path.isdir(final) and not os.path.islink(final):
-                shutil.rmtree(final)
-            os.replace(os.path.join(folder, name), final)
+        with reporting(path):
+            yield tmp
+            for name in written():
+                final = os.path.join(folder, base + name[len(tmp_base) :])
+                if os.path.isdir(final) and not os.path.islink(final):
+                    shutil.rmtree(final)
+                os.replace(os.path.join(folder, name), final)
     finally:
         for name in written():
             _remove(os.path.join(folder, name))
@@ -55,3 +100,19 @@ def atomic_write(path: str, data: str | bytes) -> None:
     """Write ``data`` (str as UTF-8) to ``path`` through :func:`atomic_path`."""
     with atomic_path(path) as tmp, open(tmp, "wb") as f:
         f.write(data.encode("utf-8") if isinstance(data, str) else data)
+
+
+def print_text(text: str) -> None:
+    """Write ``text`` to stdout and flush it. A refused write (a full disk, a closed pipe)
+    is one UserError line; stdout then goes to /dev/null, so that the interpreter's own
+    flush at exit does not fail a second time."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except OSError as e:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise UserError(
+            f"could not write to stdout ({e.strerror or e}); the output is incomplete: "
+            f"write it to a disk with free space"
+        ) from None

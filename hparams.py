@@ -21,14 +21,7 @@ import sys
 from typing import Any
 
 import files
-
-
-class UserError(Exception):
-    """An error the user can fix (bad input, bad option, missing file).
-
-    Scripts print ``error: <message>`` on one line and exit with status 2 instead of a
-    traceback; tracebacks are kept for bugs.
-    """
+from errors import UserError  # the project's error type, used as hparams.UserError
 
 
 @dataclasses.dataclass
@@ -100,6 +93,7 @@ class Hparams:
     adam_beta2: float = 0.98  # Adam beta2 (5.3)
     adam_epsilon: float = 1e-9  # Adam epsilon (5.3)
     clip_norm: float = 0.0  # >0: clip gradients to this global norm
+    max_bad_steps: int = 10  # >0: stop after this many updates in a row skipped for NaN/Inf
     accum_steps: int = 1  # >1: accumulate this many batches per update
     num_epochs: int = 6  # passes over the training data
     max_steps: int = 0  # >0: stop after this many steps (checkpointed)
@@ -391,6 +385,7 @@ def apply(hp: Hparams, overrides: dict[str, Any]) -> Hparams:
         "ckpt_every_steps",
         "early_stopping",
         "dev_bleu_sents",
+        "max_bad_steps",
     ):
         if values[key] < 0:
             raise UserError(f"--{key} must not be negative; got {values[key]}")

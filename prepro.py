@@ -59,7 +59,8 @@ def read_iwslt_train(path: str) -> list[str]:
 
 
 def read_iwslt_xml(path: str) -> list[str]:
-    """The ``<seg>`` texts of an IWSLT ``.xml`` file in document order, entities unescaped."""
+    """The ``<seg>`` texts of an IWSLT ``.xml`` file in document order: entities and CDATA
+    unescaped, the text inside nested tags kept, whitespace runs made one space."""
     text = data_load.read_text(path)
     try:
         root = ET.fromstring(text)
@@ -69,7 +70,7 @@ def read_iwslt_xml(path: str) -> list[str]:
             f"{path}:{line}:{col}: malformed XML ({str(e).split(':')[0]}); "
             f"check that every <seg> is closed by </seg>"
         ) from None
-    return [" ".join((seg.text or "").split()) for seg in root.iter("seg")]
+    return [" ".join("".join(seg.itertext()).split()) for seg in root.iter("seg")]
 
 
 def _parallel_path(hp: hparams.Hparams, stem: str, lang: str) -> str:
@@ -162,9 +163,11 @@ def train_bpe(sentences: list[str], prefix: str, vocab_size: int, seed: int) -> 
             minloglevel=2,
         )
     except RuntimeError as e:
+        # too few pieces for the corpus's distinct characters, or (a hard limit) too many
+        more = "Increase vocab_size" in str(e)
         raise UserError(
             f"sentencepiece could not build a {vocab_size}-piece BPE model "
-            f"({e}); try a smaller --vocab_size"
+            f"({e}); try a {'larger' if more else 'smaller'} --vocab_size"
         ) from None
     files.atomic_write(prefix + ".model", model.getvalue())
     sp = spm.SentencePieceProcessor(model_proto=model.getvalue())

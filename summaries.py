@@ -21,6 +21,14 @@ def train_scalars(means: dict, grad_norm: float, lr: float) -> None:
     tf.summary.scalar("train/tokens_per_sec", means["tokens_per_sec"])
 
 
+def skipped_updates(skipped: int, loss_scale: float | None = None) -> None:
+    """train/skipped_steps: the updates skipped so far for a NaN or Inf (loss-scale
+    overflows excluded); train/loss_scale under mixed_float16."""
+    tf.summary.scalar("train/skipped_steps", skipped)
+    if loss_scale is not None:
+        tf.summary.scalar("train/loss_scale", loss_scale)
+
+
 def dev_figures(dev_loss: float, dev_nll: float, scores: dict) -> None:
     """dev/loss, dev/nll (per token, no dropout), dev/bleu (sacreBLEU) and dev/chrf."""
     tf.summary.scalar("dev/loss", dev_loss)

@@ -5,9 +5,14 @@
     tensorboard --logdir log/
 
 Checkpoints (tf.train.CheckpointManager) go to ``logdir``; a run resumes automatically from
-the latest one with the same step, optimizer state, lr schedule and data position. After
-each epoch the dev set is scored (loss, greedy BLEU), its translations are written to
-``evaldir``, and the best checkpoint by dev BLEU is kept in ``logdir/best``.
+the latest one (or from ``--ckpt PATH``) with the same step, optimizer state, lr schedule,
+data position and dropout random state. After each epoch the dev set is scored (loss,
+greedy BLEU), its translations are written to ``evaldir``, and the best checkpoint by dev
+BLEU is kept in ``logdir/best``.
+
+SIGINT or SIGTERM: the step ends, a checkpoint is written, the exit status is 130 or 143
+(:class:`Interrupt`). One training per logdir (:class:`LogdirLock`). Updates with a NaN
+or Inf are skipped, and ``max_bad_steps`` of them in a row stop the run (:class:`Health`).
 
 A batch goes: TrainData.dataset -> Trainer.train_batch -> Trainer.train_step (compiled:
 forward, label-smoothed loss, gradients, clipping, Adam) -> StepStats -> Window -> logs.
@@ -22,13 +27,25 @@ SCRIPT = cli.Script(
     "train",
     __doc__,
     fields=("data", "vocabulary", "batching", "model", "training", "decoding"),
+    options={
+        "ckpt": (
+            "",
+            "resume from this checkpoint, not the latest in logdir (after a damaged one)",
+        ),
+    },
 )
 if __name__ == "__main__":
     cli.start(SCRIPT)  # --help and option errors answer before TensorFlow loads
 
+import contextlib
+import fcntl
+import glob
 import os
 import shutil
+import signal
+import socket
 import sys
+import threading
 import time
 from typing import NamedTuple
 
@@ -57,6 +74,9 @@ class StepStats(NamedTuple):
     tokens: float  # non-PAD target tokens
     correct: float  # tokens whose label has the largest logit
     grad_norm: float = 0.0  # global gradient norm of the update (0 without an update)
+    skipped: float = 0.0  # 1: a NaN or Inf made every replica skip the update (counted)
+    scale_skip: float = 0.0  # 1: skipped for a float16 loss-scale overflow (normal, not counted)
+    stop: float = 0.0  # > 0: a worker was asked to stop (SIGINT/SIGTERM); all workers see it
 
 
 class Window:
@@ -90,31 +110,6 @@ def deal_rows(strategy, *batch):
     )
 
 
-def apply_where(condition, optimizer, grads_and_vars) -> None:
-    """``optimizer.apply_gradients(grads_and_vars)`` where the scalar bool ``condition``
-    holds; otherwise nothing moves (variables, slots, step counter). Called in a replica
-    context; with several replicas the condition is taken in the cross-replica context,
-    as Keras' LossScaleOptimizer does, because the update itself calls merge_call."""
-    grads, variables = [g for g, _ in grads_and_vars], [v for _, v in grads_and_vars]
-
-    def update(grads, variables):
-        optimizer.apply_gradients(zip(grads, variables))
-
-    if tf.__internal__.distribute.strategy_supports_no_merge_call():
-        tf.cond(condition, lambda: update(grads, variables), lambda: None)
-        return
-
-    def cross_replica(strategy, condition, grads, variables):
-        def apply():
-            strategy.extended.call_for_each_replica(update, args=(grads, variables))
-
-        tf.cond(strategy.experimental_local_results(condition)[0], apply, lambda: None)
-
-    tf.distribute.get_replica_context().merge_call(
-        cross_replica, args=(condition, grads, variables)
-    )
-
-
 def check_logdir(hp: hparams.Hparams) -> None:
     """A logdir holding a run with another model shape, another batch plan or another
     vocabulary cannot be resumed."""
@@ -130,6 +125,103 @@ def check_logdir(hp: hparams.Hparams) -> None:
     data_load.check_vocab_fingerprint(hp)
 
 
+class LogdirLock:
+    """One training run per logdir: the chief holds an exclusive ``fcntl.flock`` on
+    ``<logdir>/train.lock`` for the whole run (other workers of a multi-worker run take
+    none). The kernel releases it when its owner ends, however it ends; the file names
+    the owner (pid, host, start time, command) for the message a second run gets."""
+
+    def __init__(self, logdir: str, active: bool = True):
+        self.path, self.active, self.file = os.path.join(logdir, "train.lock"), active, None
+
+    def __enter__(self):
+        if not self.active:
+            return self
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        self.file = open(self.path, "a+", encoding="utf-8")
+        try:
+            fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.file.seek(0)
+            owner = self.file.read().strip() or "a process that has not named itself yet"
+            self.file.close()
+            raise UserError(
+                f"{os.path.dirname(self.path)} is in use by another training run ({owner}); "
+                f"wait for it to end or stop it, or pass another --logdir"
+            ) from None
+        started = time.strftime("%Y-%m-%d %H:%M:%S")
+        with contextlib.suppress(OSError):  # the lock holds even if its note cannot be written
+            self.file.seek(0)
+            self.file.truncate()
+            self.file.write(
+                f"pid {os.getpid()} on {socket.gethostname()}, started {started}: "
+                f"{' '.join([os.path.basename(sys.executable)] + sys.argv)}\n"
+            )
+            self.file.flush()
+        return self
+
+    def __exit__(self, *exc):
+        if self.file:
+            self.file.close()  # releases the lock
+
+
+class DevAbandoned(Exception):
+    """Raised by :class:`Interrupt` when a signal arrives during the dev evaluation."""
+
+
+class Interrupt:
+    """SIGINT (Ctrl-C) and SIGTERM (a cluster scheduler, ``docker stop``) while training.
+
+    The first signal lets the current step finish; the run then writes a checkpoint and
+    :func:`train` returns with ``signal`` set (train.py exits with 128 + its number: 130,
+    143). A dev evaluation in progress is abandoned at once (:class:`DevAbandoned`; it
+    runs again on resume). A second signal exits at once without a checkpoint
+    (``os._exit``): the newest complete checkpoint stays loadable, as after a SIGKILL.
+    Handlers are installed only in the main thread, and the previous ones come back on exit.
+    """
+
+    def __init__(self):
+        self.signum, self.abandonable, self.previous = None, False, {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self.previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc):
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name if self.signum else ""
+
+    def _handle(self, signum, frame) -> None:
+        # os.write: a print here could re-enter a write the main thread is in the middle of
+        if self.signum is not None:
+            name = signal.Signals(signum).name
+            os.write(2, f"\ntrain: second {name}: exiting at once\n".encode())
+            os._exit(128 + signum)
+        self.signum = signum
+        os.write(
+            2,
+            f"\ntrain: {self.name}: finishing the step and writing a checkpoint "
+            f"(send it again to exit at once)\n".encode(),
+        )
+        if self.abandonable:
+            raise DevAbandoned
+
+    @contextlib.contextmanager
+    def abandonable_region(self, allowed: bool = True):
+        """Inside, a signal raises :class:`DevAbandoned` (when ``allowed``)."""
+        self.abandonable = allowed
+        try:
+            yield
+        finally:
+            self.abandonable = False
+
+
 class Trainer:
     """Model, optimizers, checkpoints and the compiled train step of one run."""
 
@@ -137,6 +229,7 @@ class Trainer:
         self.hp, self.tok, self.strategy = hp, tok, strategy
         self.loss_scaling = precision == "mixed_float16"
         self.replicas = strategy.num_replicas_in_sync
+        self.multi_worker = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
         with strategy.scope():
             self.model = Transformer.from_hparams(hp, tok.src_vocab_size, tok.tgt_vocab_size)
             self._build_optimizers()
@@ -165,27 +258,38 @@ class Trainer:
         main = [v for v in model.trainable_variables if id(v) not in self.group_of]
         self.optimizer.build(main)
 
+    # items a checkpoint written before they existed lacks (restored when present)
+    OPTIONAL_ITEMS = ("dropout_rng", "skipped_steps")
+
     def _build_checkpoints(self) -> None:
-        """The checkpoint holds the model, the optimizers and the position in the data.
-        Multi-worker: every worker takes part in a save (the variables may need a
-        collective read), but only the chief writes into logdir; the others write to a
-        private temporary folder that is deleted right after (see save())."""
+        """The checkpoint holds the model, the optimizers, the position in the data and
+        the dropout layers' random state (so that a resumed run draws the masks the
+        uninterrupted run would have drawn). Multi-worker: every worker takes part in a
+        save (the variables may need a collective read), but only the chief writes into
+        logdir; the others write to a private temporary folder that is deleted right
+        after (see save())."""
         hp = self.hp
         # host-side counters, outside the strategy scope: every worker keeps the same ones
         self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
         self.batch_in_epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="batch_in_epoch")
         self.best_bleu = tf.Variable(-1.0, dtype=tf.float32, trainable=False)
         self.bad_epochs = tf.Variable(0, dtype=tf.int64, trainable=False)
+        self.skipped_steps = tf.Variable(0, dtype=tf.int64, trainable=False)
+        # each keras Dropout layer's SeedGenerator state (2,) int64, in construction order
+        self.rng_states = [v for v in self.model.variables if v.name == "seed_generator_state"]
         groups = {f"{name}_optimizer": opt for name, opt in self.group_optimizers.items()}
-        self.ckpt = tf.train.Checkpoint(
+        self.items = dict(
             model=self.model,
             optimizer=self.optimizer,
             epoch=self.epoch,
             batch_in_epoch=self.batch_in_epoch,
             best_bleu=self.best_bleu,
             bad_epochs=self.bad_epochs,
+            skipped_steps=self.skipped_steps,
+            dropout_rng=[v.value for v in self.rng_states],
             **groups,
         )
+        self.ckpt = tf.train.Checkpoint(**self.items)
         self.chief = devices.is_chief(self.strategy)
         self.last_saved = None  # the chief's path of this run's newest checkpoint
         target = hp.logdir
@@ -200,13 +304,18 @@ class Trainer:
         """Compile the train step (and the accumulation steps when accum_steps > 1)."""
         hp = self.hp
         spec = [tf.TensorSpec([None, None], tf.int32)] * 3
-        # one trace for every batch shape (several replicas get per-replica values instead)
+        stop = tf.TensorSpec([], tf.float32)
+        # one trace for every batch shape (several replicas get per-replica values instead);
+        # no autograph: the step has no Python control flow on tensors, and converting its
+        # code took half the time of tracing it
         if self.replicas == 1:
-            self._step = tf.function(self._distributed_step, input_signature=spec)
+            self._step = tf.function(
+                self._distributed_step, input_signature=spec + [stop], autograph=False
+            )
         else:
-            self._step = tf.function(self._distributed_step, reduce_retracing=True)
+            self._step = tf.function(self._distributed_step, reduce_retracing=True, autograph=False)
         self._compiled = (
-            tf.function(self._replica_step, jit_compile=True)
+            tf.function(self._replica_step, jit_compile=True, autograph=False)
             if hp.jit_compile
             else self._replica_step
         )
@@ -224,28 +333,34 @@ class Trainer:
                 for v in self.model.trainable_variables
             ]
             self.accum_tokens = tf.Variable(0.0, trainable=False)
+            self.accum_loss = tf.Variable(0.0, trainable=False)
             self._accumulate_fn = tf.function(
-                self._accumulate, input_signature=spec, jit_compile=hp.jit_compile
+                self._accumulate, input_signature=spec, jit_compile=hp.jit_compile, autograph=False
             )
-            self._apply_fn = tf.function(self._apply_accumulated)
+            self._apply_fn = tf.function(self._apply_accumulated, autograph=False)
 
     @property
     def step(self) -> int:
         return int(self.optimizer.iterations.numpy())
 
     # -- the update: batch -> loss -> gradients -> Adam -------------------------------------
-    def train_step(self, src, dec_in, labels) -> StepStats:
-        """One update on one batch (N, T) x 3; its StepStats as numbers."""
+    def train_step(self, src, dec_in, labels, stop: bool = False) -> StepStats:
+        """One update on one batch (N, T) x 3; its StepStats as numbers. ``stop``: this
+        worker was asked to stop; the all-reduced StepStats.stop tells every worker."""
         batch = deal_rows(self.strategy, src, dec_in, labels)
-        return StepStats(*(float(x) for x in self._step(*batch)))
+        return StepStats(*(float(x) for x in self._step(*batch, tf.constant(float(stop)))))
 
-    def _distributed_step(self, src, dec_in, labels) -> StepStats:
+    def _distributed_step(self, src, dec_in, labels, stop) -> StepStats:
         """The replicas' StepStats summed in one all-reduce of a stacked vector."""
-        stacked = self.strategy.run(lambda *b: tf.stack(self._compiled(*b)), (src, dec_in, labels))
+        stacked = self.strategy.run(
+            lambda *b: tf.stack(self._compiled(*b)), (src, dec_in, labels, stop)
+        )
         total = StepStats(*tf.unstack(self.strategy.reduce("SUM", stacked, axis=None)))
-        return total._replace(grad_norm=total.grad_norm / self.replicas)  # their mean
+        n = float(self.replicas)  # the mean of what every replica reports alike
+        mean = dict(grad_norm=total.grad_norm, skipped=total.skipped, scale_skip=total.scale_skip)
+        return total._replace(**{k: v / n for k, v in mean.items()})
 
-    def _replica_step(self, src, dec_in, labels) -> StepStats:
+    def _replica_step(self, src, dec_in, labels, stop) -> StepStats:
         """One replica's share: its loss over the global number of target tokens, so that
         the replicas' summed gradients are the single-device gradient."""
         ctx = tf.distribute.get_replica_context()
@@ -256,7 +371,8 @@ class Trainer:
             loss += self.model.variant.extra_loss(self.model) / self.replicas  # once in all
             scaled = self.optimizer.scale_loss(loss) if self.loss_scaling else loss
         grads = tape.gradient(scaled, self.model.trainable_variables)
-        return sums._replace(grad_norm=self.apply_gradients(grads))
+        norm, skipped, scale_skip = self.apply_gradients(grads, loss)
+        return sums._replace(grad_norm=norm, skipped=skipped, scale_skip=scale_skip, stop=stop)
 
     def loss_sums(self, src, dec_in, labels, training) -> StepStats:
         """Label-smoothed loss (5.4), cross-entropy and correct tokens summed over the
@@ -274,42 +390,85 @@ class Trainer:
         losses, nll, correct = modules.cross_entropy_terms(self.model.logits(hidden), labels, eps)
         return StepStats(*[tf.reduce_sum(x * weight) for x in (losses, nll, weight, correct)])
 
-    def apply_gradients(self, grads):
+    def apply_gradients(self, grads, loss):
         """Clip (optional) and apply the gradients (loss-scaled under mixed_float16; the
-        optimizer unscales them); returns their global norm (this replica's share).
+        optimizer unscales them) with Adam and every optimizer group of the variant - or
+        skip the update everywhere when the loss or a gradient holds a NaN or an Inf.
 
-        Under mixed_float16 the loss-scale optimizer skips an update whose gradients are
-        not finite; the optimizer groups of the variant (the Weighted Transformer's kappa
-        and alpha) then skip it too: no variable, slot or step counter of theirs moves."""
+        The skip is decided on the all-reduced flags of every replica (a NaN or Inf in
+        any replica's gradients makes the summed gradient non-finite), so every replica
+        skips the same steps; a skipped step changes no weight, no optimizer slot and no
+        step count. Under mixed_float16 a skip also halves the loss scale (what the
+        loss-scale optimizer does on an overflow); it is normal, and not counted
+        (``scale_skip``), when the loss itself is finite and the scale still above 1.
+        Returns (global gradient norm (this replica's share), skipped, scale_skip) as
+        float32 scalars.
+        """
         scale = tf.cast(self.optimizer.scale_loss(1.0), tf.float32) if self.loss_scaling else 1.0
         norm = tf.linalg.global_norm(grads) / scale
+        loss = tf.cast(loss, tf.float32)
+        bad = tf.cast(tf.logical_not(tf.math.is_finite(tf.stack([norm, loss]))), tf.float32)
+        ctx = tf.distribute.get_replica_context()
+        if self.replicas > 1:
+            bad = ctx.all_reduce("sum", bad)
+        finite = tf.equal(bad[0] + bad[1], 0.0)
         if self.hp.clip_norm > 0:
             grads, _ = tf.clip_by_global_norm(grads, self.hp.clip_norm * scale, norm * scale)
-        pairs = list(zip(grads, self.model.trainable_variables))
-        steps_before = tf.identity(self.optimizer.iterations) if self.loss_scaling else None
-        self.optimizer.apply_gradients([(g, v) for g, v in pairs if id(v) not in self.group_of])
-        for name, optimizer in self.group_optimizers.items():
-            group = [(g, v) for g, v in pairs if self.group_of.get(id(v)) == name]
-            if not self.loss_scaling:
-                optimizer.apply_gradients(group)
-                continue
-            group = [(g / scale, v) for g, v in group]  # unscaled here, by hand
-            applied = self.optimizer.iterations > steps_before  # False: a skipped step
-            finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g, _ in group])
-            apply_where(tf.logical_and(applied, finite), optimizer, group)
-        return norm
+        self._apply_if(finite, list(grads), scale)
+        skipped = 1.0 - tf.cast(finite, tf.float32)
+        if not self.loss_scaling:
+            return norm, skipped, tf.constant(0.0)
+        overflow = skipped * tf.cast(tf.logical_and(bad[1] == 0.0, scale > 1.0), tf.float32)
+        return norm, skipped - overflow, overflow
+
+    def _apply_if(self, finite, grads, scale) -> None:
+        """The update of every optimizer if ``finite`` (the same on every replica), else
+        nothing (and, under loss scaling, half the scale). The condition is evaluated in
+        cross-replica context where the strategy updates variables through merge_call
+        (a branch may not hold a merge_call in replica context)."""
+        variables = self.model.trainable_variables
+
+        def update(grads):
+            pairs = list(zip(grads, variables))
+            self.optimizer.apply_gradients([(g, v) for g, v in pairs if id(v) not in self.group_of])
+            for name, optimizer in self.group_optimizers.items():
+                group = [(g, v) for g, v in pairs if self.group_of.get(id(v)) == name]
+                optimizer.apply_gradients([(g / scale, v) for g, v in group])  # unscaled here
+
+        def skip():
+            if self.loss_scaling:
+                self.optimizer.step_counter.assign(0)
+                self.optimizer.dynamic_scale.assign(self.optimizer.dynamic_scale * 0.5)
+
+        if tf.__internal__.distribute.strategy_supports_no_merge_call():
+            tf.cond(finite, lambda: update(grads), skip)
+            return
+
+        def cross_replica(strategy, finite, grads):
+            finite = strategy.experimental_local_results(finite)[0]  # equal on every replica
+            tf.cond(finite, lambda: strategy.extended.call_for_each_replica(update, (grads,)), skip)
+
+        tf.distribute.get_replica_context().merge_call(cross_replica, args=(finite, grads))
 
     # -- gradient accumulation ------------------------------------------------------------
-    def train_batch(self, src, dec_in, labels) -> tuple[StepStats, bool]:
+    def train_batch(self, src, dec_in, labels, stop: bool = False) -> tuple[StepStats, bool]:
         """Train on one batch: an update, or with accum_steps > 1 one accumulation that
-        updates every accum_steps batches. Returns (stats, whether an update was made)."""
+        updates every accum_steps batches. Returns (stats, whether the weights were
+        updated: not for an accumulation, nor for a skipped update)."""
         if self.hp.accum_steps <= 1:
-            return self.train_step(src, dec_in, labels), True
+            stats = self.train_step(src, dec_in, labels, stop)
+            return stats, not (stats.skipped or stats.scale_skip)
+        if self.pending == 0:  # where drop_partial() returns to
+            self.rng_at_update = [v.numpy() for v in self.rng_states]
         stats = StepStats(*(float(x) for x in self._accumulate_fn(src, dec_in, labels)))
         self.pending += 1
         if self.pending < self.hp.accum_steps:
             return stats, False
-        return stats._replace(grad_norm=self.flush()), True
+        update = self.flush()
+        stats = stats._replace(
+            grad_norm=update.grad_norm, skipped=update.skipped, scale_skip=update.scale_skip
+        )
+        return stats, not (update.skipped or update.scale_skip)
 
     def _accumulate(self, src, dec_in, labels) -> StepStats:
         """Add this batch's gradients of the summed loss to the accumulators."""
@@ -326,31 +485,65 @@ class Trainer:
         for acc, grad in zip(self.accum, grads):
             acc.assign_add(tf.convert_to_tensor(grad))
         self.accum_tokens.assign_add(sums.tokens)
+        self.accum_loss.assign_add(per_budget)
         return sums
 
     def _apply_accumulated(self):
-        """One update with the accumulated gradients over all their target tokens."""
+        """One update with the accumulated gradients over all their target tokens;
+        (grad norm, skipped, scale_skip) stacked."""
         tokens = tf.maximum(self.accum_tokens, 1.0) / float(self.hp.tokens_per_batch)
-        norm = self.apply_gradients([acc / tokens for acc in self.accum])
+        result = self.apply_gradients([acc / tokens for acc in self.accum], self.accum_loss)
+        self._clear_accumulators()
+        return tf.stack(result)
+
+    def _clear_accumulators(self) -> None:
         for acc in self.accum:
             acc.assign(tf.zeros_like(acc))
         self.accum_tokens.assign(0.0)
-        return norm
+        self.accum_loss.assign(0.0)
 
-    def flush(self) -> float:
-        """Apply a partial accumulation (at the end of an epoch); returns the grad norm."""
+    def flush(self) -> StepStats:
+        """Apply a partial accumulation (at the end of an epoch); its update's StepStats
+        (grad_norm, skipped, scale_skip; all 0 when nothing was pending)."""
         if not self.pending:
-            return 0.0
+            return StepStats(0.0, 0.0, 0.0, 0.0)
         self.pending = 0
-        return float(self._apply_fn())
+        norm, skipped, scale_skip = (float(x) for x in self._apply_fn())
+        return StepStats(0.0, 0.0, 0.0, 0.0, norm, skipped, scale_skip)
+
+    def drop_partial(self) -> int:
+        """Forget a partial accumulation (before an interrupted run's checkpoint): the
+        data position and the dropout random state go back to the last update, so that
+        a resumed run trains those batches again as the uninterrupted run would have.
+        Returns the number of batches dropped."""
+        dropped, self.pending = self.pending, 0
+        if dropped:
+            self._clear_accumulators()
+            self.batch_in_epoch.assign_add(-dropped)
+            for v, value in zip(self.rng_states, self.rng_at_update):
+                v.assign(value)
+        return dropped
 
     # -- checkpoints and the dev loss -----------------------------------------------------
+    @property
+    def position(self) -> tuple[int, int, int]:
+        """(step, epoch, batch in epoch): what a checkpoint saved now would resume at."""
+        return self.step, int(self.epoch), int(self.batch_in_epoch)
+
     def save(self, best: bool = False) -> str:
         """Checkpoint at the current step (into logdir/best too when ``best``); returns the
-        chief's path. Non-chief workers save to their temporary folder and delete it."""
-        path = self.manager.save(checkpoint_number=self.step)
-        if best:
-            self.best.save(checkpoint_number=self.step)
+        chief's path. Non-chief workers save to their temporary folder and delete it.
+        A full disk is one UserError line; the previous checkpoints stay intact."""
+        target = os.path.join(self.manager.directory, f"ckpt-{self.step}")
+        kept = f"the previous checkpoint {self.latest_checkpoint} is intact"
+        try:
+            with files.reporting(target, kept if self.latest_checkpoint else "nothing is lost"):
+                path = self.manager.save(checkpoint_number=self.step)
+                if best:
+                    self.best.save(checkpoint_number=self.step)
+        except UserError:
+            remove_partial_checkpoints(self.manager.directory)
+            raise
         if not self.chief:
             shutil.rmtree(self.manager.directory, ignore_errors=True)
             path = os.path.join(self.hp.logdir, os.path.basename(path))
@@ -362,23 +555,41 @@ class Trainer:
         """The newest checkpoint in logdir (the chief's, for every worker)."""
         return tf.train.latest_checkpoint(self.hp.logdir)
 
-    def restore(self) -> bool:
-        path = self.latest_checkpoint
+    def restore(self, ckpt: str = "") -> bool:
+        """Restore ``ckpt``, or else the newest checkpoint in logdir (if any). A damaged
+        checkpoint is one UserError line naming the file and the previous checkpoint."""
+        path = ckpt or self.latest_checkpoint
         if not path:
             return False
-        try:
-            self.ckpt.restore(path).assert_existing_objects_matched()
-        except (ValueError, AssertionError, IndexError, tf.errors.OpError) as e:
-            raise UserError(
-                f"cannot restore {path} ({str(e).splitlines()[0][:160]}); the checkpoint is "
-                f"damaged or was written with another --precision: resume with the same "
-                f"settings or use a new --logdir"
-            ) from None
+        present = decoding.checkpoint_items(path)
+        optional = self.OPTIONAL_ITEMS
+        items = {k: v for k, v in self.items.items() if k in present or k not in optional}
+        decoding.restore_checkpoint(
+            tf.train.Checkpoint(**items),
+            path,
+            "was it written with another --precision? resume with the same settings or use a "
+            "new --logdir",
+            partial=False,
+        )
         print(
             f"train: resumed from {path} at step {self.step}, epoch {int(self.epoch) + 1}, "
             f"batch {int(self.batch_in_epoch)}"
         )
+        if "dropout_rng" not in present and self.rng_states:
+            print(f"train: {path} holds no dropout random state (an older checkpoint): fresh masks")
         return True
+
+    def agree(self, flag: bool) -> bool:
+        """``flag`` of any worker (one small all-reduce in a multi-worker run)."""
+        if not self.multi_worker:
+            return flag
+        fn = getattr(self, "_agree_fn", None)
+        if fn is None:
+            strategy = self.strategy
+            fn = self._agree_fn = tf.function(
+                lambda x: strategy.reduce("SUM", strategy.run(tf.identity, (x,)), axis=None)
+            )
+        return float(fn(tf.constant(float(flag)))) > 0
 
     def dev_loss(self, corpus, batch_size: int) -> tuple[float, float]:
         """Per-token (label-smoothed loss, cross-entropy) on a dev corpus, no dropout."""
@@ -392,8 +603,34 @@ class Trainer:
         order = np.argsort(corpus.src_lens, kind="stable")
         total = np.zeros(4)
         for start in range(0, len(order), batch_size):
-            total += fn(*data_load.build_batch(corpus, order[start : start + batch_size])).numpy()
+            batch = data_load.build_batch(corpus, order[start : start + batch_size])
+            with out_of_memory(self.hp, "a dev batch", batch[0].shape, batch[1].shape):
+                total += fn(*batch).numpy()
         return total[0] / max(total[2], 1), total[1] / max(total[2], 1)
+
+
+def remove_partial_checkpoints(folder: str) -> None:
+    """Remove what TensorFlow leaves of a checkpoint whose writing failed or was killed
+    (``ckpt-N_temp`` folders, in ``folder`` and its ``best``); complete ones are kept."""
+    for path in glob.glob(os.path.join(folder, "ckpt-*_temp")) + glob.glob(
+        os.path.join(folder, "best", "ckpt-*_temp")
+    ):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def out_of_memory(hp: hparams.Hparams, what: str, src_shape, tgt_shape):
+    """A ResourceExhaustedError on a batch becomes one UserError line naming the batch's
+    shape and tokens_per_batch."""
+    try:
+        yield
+    except tf.errors.ResourceExhaustedError:
+        raise UserError(
+            f"out of memory on {what} of shape {tuple(src_shape)} (source) / "
+            f"{tuple(tgt_shape)} (target) under tokens_per_batch={hp.tokens_per_batch}; "
+            f"train in a new --logdir with a lower --tokens_per_batch (and a higher "
+            f"--accum_steps to keep the batch size), or on a device with more memory"
+        ) from None
 
 
 # ---------------------------------------------------------------------------------------
@@ -410,47 +647,116 @@ class Dev:
         self.src, self.ref = src[:n], ref[:n]
 
 
-def train(hp: hparams.Hparams) -> dict:
-    """Run (or resume) training; returns a summary dict (steps, last dev BLEU, ...)."""
+class Health:
+    """Skipped updates of a run: each NaN/Inf skip is counted (train/skipped_steps, also
+    in the checkpoint) and reported; ``max_bad_steps`` of them in a row stop the run with
+    a UserError naming the likely causes, without a new checkpoint (the last one holds the
+    last good weights). Loss-scale overflow skips (mixed_float16) are normal: not counted."""
+
+    def __init__(self, hp: hparams.Hparams, trainer: Trainer, writer):
+        self.hp, self.trainer, self.writer, self.in_a_row = hp, trainer, writer, 0
+
+    def after(self, stats: StepStats, updated: bool) -> None:
+        trainer, hp = self.trainer, self.hp
+        if updated:
+            self.in_a_row = 0
+        if not stats.skipped:
+            return
+        trainer.skipped_steps.assign_add(1)
+        self.in_a_row += 1
+        step, batch = trainer.step, int(trainer.batch_in_epoch)
+        tqdm.write(
+            f"train: a NaN or Inf loss or gradient after step {step} (epoch "
+            f"{int(trainer.epoch) + 1}, batch {batch}): update skipped "
+            f"({self.in_a_row} in a row)",
+            file=sys.stderr,
+        )
+        with summaries_at(self.writer, step, hp):
+            summaries.skipped_updates(int(trainer.skipped_steps), self.loss_scale())
+        if hp.max_bad_steps and self.in_a_row >= hp.max_bad_steps:
+            raise UserError(
+                f"{self.in_a_row} updates in a row after step {step} had a NaN or Inf loss or "
+                f"gradient and were skipped (max_bad_steps={hp.max_bad_steps}); likely causes: "
+                f"a learning rate too high (--lr, --warmup_steps), float16 overflow (--precision "
+                f"float32 or mixed_bfloat16), or bad data (epoch {int(trainer.epoch) + 1}, "
+                f"batches {batch - self.in_a_row + 1}-{batch}); the last good checkpoint "
+                f"{trainer.latest_checkpoint} is kept"
+            )
+
+    def loss_scale(self) -> float | None:
+        if not self.trainer.loss_scaling:
+            return None
+        return float(self.trainer.optimizer.dynamic_scale.numpy())
+
+
+@contextlib.contextmanager
+def summaries_at(writer, step: int, hp: hparams.Hparams):
+    """``writer.as_default(step)``; a full disk under its events is one UserError line."""
+    events = os.path.join(hp.logdir, "train")
+    with files.reporting(events, "the checkpoints are kept"):
+        with writer.as_default(step=step):
+            yield
+        writer.flush()  # here, where a write error is reported
+
+
+def train(hp: hparams.Hparams, ckpt: str = "") -> dict:
+    """Run (or resume, from ``ckpt`` or the newest checkpoint) training; returns a summary
+    dict (steps, last dev BLEU, ...; ``signal``: the signal that stopped it, or None).
+
+    The chief holds ``<logdir>/train.lock`` for the whole run (:class:`LogdirLock`), and
+    SIGINT/SIGTERM stop the run at a checkpoint (:class:`Interrupt`)."""
     check_logdir(hp)
     tok = data_load.load_tokenizer(hp)
     strategy, precision = devices.setup_devices(hp)
-    keras.utils.set_random_seed(hp.seed)
-    # tokens_per_batch is per replica: a global batch holds replicas x that budget and
-    # its rows are dealt out to the replicas
-    data = data_load.TrainData(hp, replicas=strategy.num_replicas_in_sync)
-    dev = Dev(hp)
-    trainer = Trainer(hp, tok, strategy, precision)
-    trainer.restore()
-    os.makedirs(hp.logdir, exist_ok=True)
-    if trainer.chief:  # in a multi-worker run only the chief writes into logdir
-        hparams.save(hp, os.path.join(hp.logdir, "hparams.json"))
-        data_load.write_vocab_fingerprint(hp)
-        files.atomic_write(
-            os.path.join(hp.logdir, "specs"), "\n".join(trainer.model.specs_lines()) + "\n"
+    with LogdirLock(hp.logdir, devices.is_chief(strategy)):
+        keras.utils.set_random_seed(hp.seed)
+        # tokens_per_batch is per replica: a global batch holds replicas x that budget and
+        # its rows are dealt out to the replicas
+        data = data_load.TrainData(hp, replicas=strategy.num_replicas_in_sync)
+        dev = Dev(hp)
+        trainer = Trainer(hp, tok, strategy, precision)
+        # a checkpoint given by --ckpt is not logdir's newest: write one before stopping
+        saved = trainer.position if trainer.restore(ckpt) and not ckpt else None
+        os.makedirs(hp.logdir, exist_ok=True)
+        if trainer.chief:  # in a multi-worker run only the chief writes into logdir
+            remove_partial_checkpoints(hp.logdir)  # of a run killed while saving
+            hparams.save(hp, os.path.join(hp.logdir, "hparams.json"))
+            data_load.write_vocab_fingerprint(hp)
+            files.atomic_write(
+                os.path.join(hp.logdir, "specs"), "\n".join(trainer.model.specs_lines()) + "\n"
+            )
+            writer = tf.summary.create_file_writer(os.path.join(hp.logdir, "train"))
+        else:
+            writer = tf.summary.create_noop_writer()
+        print(
+            f"train: {trainer.model.count_params():,} parameters; {len(data.keep):,} training "
+            f"pairs; logdir {hp.logdir}"
         )
-        writer = tf.summary.create_file_writer(os.path.join(hp.logdir, "train"))
-    else:
-        writer = tf.summary.create_noop_writer()
-    print(
-        f"train: {trainer.model.count_params():,} parameters; {len(data.keep):,} training "
-        f"pairs; logdir {hp.logdir}"
-    )
-    translator = decoding.Translator(trainer.model, tok, hp)
-    try:
-        return train_loop(hp, trainer, data, dev, translator, writer)
-    except KeyboardInterrupt:  # keep what was trained since the last checkpoint
-        if trainer.pending == 0:
-            path = trainer.save()
-            print(f"train: interrupted; saved {path}", file=sys.stderr)
-        raise
+        translator = decoding.Translator(trainer.model, tok, hp)
+        with Interrupt() as interrupt:
+            return train_loop(hp, trainer, data, dev, translator, writer, interrupt, saved)
 
 
-def train_loop(hp, trainer: Trainer, data, dev: Dev, translator, writer) -> dict:
-    """The epochs of :func:`train`, from the restored position to the end."""
+def train_loop(
+    hp, trainer: Trainer, data, dev: Dev, translator, writer, interrupt: Interrupt, saved=None
+) -> dict:
+    """The epochs of :func:`train`, from the restored position to the end. ``saved`` is
+    the position (:attr:`Trainer.position`) of logdir's newest checkpoint, if any."""
     t_start, stop_reason, history = time.time(), None, []
     first_loss = last_loss = float("nan")  # running loss at this run's first and last log
-    saved_step = trainer.step if trainer.latest_checkpoint else -1
+    health = Health(hp, trainer, writer)
+
+    def asked_to_stop(stats=None) -> str | None:
+        """Why to stop for a signal: agreed by all workers (in the step's all-reduce, or
+        in one of its own), else this process's."""
+        if stats is not None and trainer.multi_worker:
+            asked = stats.stop > 0
+        else:
+            asked = trainer.agree(interrupt.signum is not None)
+        if not asked:
+            return None
+        return f"stopped by {interrupt.name or 'a signal to another worker'}"
+
     if int(trainer.epoch) >= hp.num_epochs:
         print(
             f"train: {hp.logdir} has already finished {hp.num_epochs} epochs; raise "
@@ -475,51 +781,80 @@ def train_loop(hp, trainer: Trainer, data, dev: Dev, translator, writer) -> dict
         )
         window = Window()
         for src, dec_in, labels in bar:
-            stats, updated = trainer.train_batch(src, dec_in, labels)
+            with out_of_memory(hp, "a training batch", src.shape, dec_in.shape):
+                stats, updated = trainer.train_batch(
+                    src, dec_in, labels, interrupt.signum is not None
+                )
             window.add(stats)
             trainer.batch_in_epoch.assign_add(1)
-            if not updated:
-                continue
-            step = trainer.step
-            if step % 10 == 0 or step == 1:
-                means, lr = window.means(), float(trainer.schedule(step - 1))
-                last_loss = means["loss"]
-                first_loss = first_loss if first_loss == first_loss else last_loss
-                bar.set_postfix(
-                    loss=f"{last_loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{means['tokens_per_sec']:,.0f}"
-                )
-                if step % LOG_EVERY == 0 or step == 1:
-                    with writer.as_default(step=step):
-                        summaries.train_scalars(means, stats.grad_norm, lr)
-                        trainer.model.variant.summaries(trainer.model, step, trainer.schedules)
-                    window = Window()
-            if hp.ckpt_every_steps and step % hp.ckpt_every_steps == 0:
-                trainer.save()
-                saved_step = step
-            if hp.max_steps and step >= hp.max_steps:
-                stop_reason = f"max_steps={hp.max_steps} reached"
-            elif hp.max_minutes and time.time() - t_start >= 60 * hp.max_minutes:
-                stop_reason = f"max_minutes={hp.max_minutes:g} reached"
+            health.after(stats, updated)
+            if updated:
+                step = trainer.step
+                if step % 10 == 0 or step == 1:
+                    means, lr = window.means(), float(trainer.schedule(step - 1))
+                    last_loss = means["loss"]
+                    first_loss = first_loss if first_loss == first_loss else last_loss
+                    bar.set_postfix(
+                        loss=f"{last_loss:.3f}",
+                        lr=f"{lr:.2e}",
+                        tok_s=f"{means['tokens_per_sec']:,.0f}",
+                    )
+                    if step % LOG_EVERY == 0 or step == 1:
+                        with summaries_at(writer, step, hp):
+                            summaries.train_scalars(means, stats.grad_norm, lr)
+                            summaries.skipped_updates(
+                                int(trainer.skipped_steps), health.loss_scale()
+                            )
+                            trainer.model.variant.summaries(trainer.model, step, trainer.schedules)
+                        window = Window()
+                if hp.ckpt_every_steps and step % hp.ckpt_every_steps == 0:
+                    trainer.save()
+                    saved = trainer.position
+                if hp.max_steps and step >= hp.max_steps:
+                    stop_reason = f"max_steps={hp.max_steps} reached"
+                elif hp.max_minutes and time.time() - t_start >= 60 * hp.max_minutes:
+                    stop_reason = f"max_minutes={hp.max_minutes:g} reached"
+            stop_reason = stop_reason or asked_to_stop(stats)
             if stop_reason:
                 break
         bar.close()
         if stop_reason:
             break
-        trainer.flush()  # the epoch's last, partial accumulation
-        trainer.epoch.assign_add(1)
-        trainer.batch_in_epoch.assign(0)
-        history.append(end_of_epoch(hp, trainer, dev, translator, writer))
-        saved_step = trainer.step
+        update = trainer.flush()  # the epoch's last, partial accumulation
+        health.after(update, not (update.skipped or update.scale_skip))
+        stop_reason = asked_to_stop()
+        if stop_reason:
+            break
+        try:
+            history.append(end_of_epoch(hp, trainer, dev, translator, writer, interrupt))
+        except DevAbandoned:
+            stop_reason = (
+                f"stopped by {interrupt.name}; the dev evaluation of epoch {epoch + 1} was "
+                f"abandoned (it runs again on resume)"
+            )
+            break
+        saved = trainer.position
+        stop_reason = asked_to_stop()
+        if stop_reason:
+            break
         if hp.early_stopping and int(trainer.bad_epochs) >= hp.early_stopping:
             stop_reason = f"no better dev BLEU for {hp.early_stopping} epochs"
         elif hp.max_steps and trainer.step >= hp.max_steps:
             stop_reason = f"max_steps={hp.max_steps} reached"
-    if saved_step != trainer.step:
+    dropped = trainer.drop_partial()  # only a signal stops the run between updates
+    if dropped:
+        stop_reason += (
+            f"; a partial gradient accumulation of {dropped} batch(es) was dropped (they are "
+            f"trained again on resume)"
+        )
+    if trainer.position != saved:
         trainer.save()
     # the path this run saved (a non-chief worker may look before the chief's
     # `checkpoint` file names it), else the one it resumed from
     path = trainer.last_saved or trainer.latest_checkpoint
-    writer.flush()
+    signalled = (stop_reason or "").startswith("stopped by")  # here or in another worker
+    if signalled:
+        stop_reason += "; run the same command again to resume"
     print(f"train: {stop_reason or 'done'}; step {trainer.step}; checkpoint {path}")
     return {
         "step": trainer.step,
@@ -529,30 +864,44 @@ def train_loop(hp, trainer: Trainer, data, dev: Dev, translator, writer) -> dict
         "stop_reason": stop_reason,
         "train_loss": last_loss,
         "first_loss": first_loss,
+        "signal": interrupt.signum or (signal.SIGTERM if signalled else None),
     }
 
 
-def end_of_epoch(hp, trainer: Trainer, dev: Dev, translator, writer) -> dict:
-    """Dev loss, dev BLEU, translations to evaldir, summaries, best checkpoint."""
-    epoch, step, tok = int(trainer.epoch), trainer.step, trainer.tok
-    dev_loss, dev_nll = trainer.dev_loss(dev.corpus, max(1, hp.tokens_per_batch // 64))
-    hyps = translator.translate(dev.src)
-    scores = decoding.scores(hyps, dev.ref)
+def end_of_epoch(
+    hp, trainer: Trainer, dev: Dev, translator, writer, interrupt: Interrupt | None = None
+) -> dict:
+    """Dev loss, dev BLEU, translations to evaldir, summaries, best checkpoint. A signal
+    abandons the evaluation (:class:`DevAbandoned`; in one process only: other workers
+    would wait for this one), and the epoch counter moves on just before the checkpoint:
+    a run stopped during the evaluation resumes at the end of the epoch and evaluates it."""
+    epoch, step = int(trainer.epoch) + 1, trainer.step
+    interrupt = interrupt or Interrupt()
+    with interrupt.abandonable_region(not trainer.multi_worker):
+        dev_loss, dev_nll = trainer.dev_loss(dev.corpus, max(1, hp.tokens_per_batch // 64))
+        hyps = translator.translate(dev.src)
+        scores = decoding.scores(hyps, dev.ref)
     bleu = scores["sacrebleu"]
     if trainer.chief:
         name = f"E{epoch:02d}L{dev_loss:.2f}"
         files.atomic_write(
             os.path.join(hp.evaldir, name), "\n".join(hyps) + f"\nBLEU = {bleu:.2f}\n"
         )
-    with writer.as_default(step=step):
+    with summaries_at(writer, step, hp):
         summaries.dev_figures(dev_loss, dev_nll, scores)
         summaries.sample_translations(dev.src, dev.ref, hyps)
         if dev.src and hp.attention_layers != "none":
             greedy = translator.decode if translator.k == 1 else None
             summaries.attention(
-                trainer.model, tok, dev.src[0], hp.max_len_extra, hp.attention_layers, greedy
+                trainer.model,
+                trainer.tok,
+                dev.src[0],
+                hp.max_len_extra,
+                hp.attention_layers,
+                greedy,
             )
-    writer.flush()
+    trainer.epoch.assign_add(1)
+    trainer.batch_in_epoch.assign(0)
     improved = bleu > float(trainer.best_bleu)
     if improved:
         trainer.best_bleu.assign(bleu)
@@ -570,8 +919,10 @@ def end_of_epoch(hp, trainer: Trainer, dev: Dev, translator, writer) -> dict:
 
 
 def main() -> None:
-    hp, _ = cli.parse_args(script=SCRIPT)
-    train(hp)
+    hp, opts = cli.parse_args(script=SCRIPT)
+    summary = train(hp, opts["ckpt"])
+    if summary["signal"]:  # 130 for SIGINT, 143 for SIGTERM, as a shell reports them
+        sys.exit(128 + summary["signal"])
 
 
 if __name__ == "__main__":

@@ -9,7 +9,9 @@ Reads stdin (or --input), applies the training preprocessing (BPE or the word
 vocabulary), decodes in length-sorted batches and prints detokenized English on stdout in
 the input order. An empty line gives an empty line; a line longer than the model can
 take is truncated, with a warning on stderr. With --n_best N (beam search), each input
-gives N lines ``rank<TAB>score<TAB>translation``.
+gives N lines ``rank<TAB>score<TAB>translation``. The input is UTF-8 (a byte-order mark
+and CRLF line ends are fine; anything else is an error naming the line); stdout that
+cannot be written (a full disk, a closed pipe) is an error too.
 """
 
 from __future__ import annotations
@@ -63,33 +65,31 @@ def main() -> None:
     if opts["input"]:
         lines = data_load.read_lines(opts["input"])
     else:
-        data = sys.stdin.buffer.read()
-        try:
-            text = data.decode("utf-8")
-            lines = [line.strip() for line in text.split("\n")]
-            if lines and lines[-1] == "" and text.endswith("\n"):
-                lines.pop()
-        except UnicodeDecodeError as e:
-            line = data[: e.start].count(b"\n") + 1
-            raise UserError(f"stdin:{line}: not valid UTF-8; convert the input") from None
+        lines = data_load.split_lines(data_load.decode_text(sys.stdin.buffer.read(), "stdin"))
     if opts["attention"]:
         if len([s for s in lines if s]) != 1:
             raise UserError("--attention takes exactly one sentence")
-        print(
-            plot_attention(
-                model, tok, next(s for s in lines if s), opts["attention"], hp.max_len_extra
-            )
+        sentence = next(s for s in lines if s)
+        files.print_text(
+            plot_attention(model, tok, sentence, opts["attention"], hp.max_len_extra) + "\n"
         )
         print(f"translate: attention written to {opts['attention']}", file=sys.stderr)
         return
-    for line in translate_lines(model, tok, hp, lines, n_best, progress=bool(opts["input"])):
-        print(line)
+    out = translate_lines(model, tok, hp, lines, n_best, progress=bool(opts["input"]))
+    files.print_text("".join(line + "\n" for line in out))
 
 
 def translate_lines(
-    model, tok, hp: hparams.Hparams, lines: list[str], n_best: int = 1, progress: bool = False
+    model,
+    tok,
+    hp: hparams.Hparams,
+    lines: list[str],
+    n_best: int = 1,
+    progress: bool = False,
+    translator: decoding.Translator | None = None,
 ) -> list[str]:
-    """Output lines for input lines (see the module docstring)."""
+    """Output lines for input lines (see the module docstring); ``translator``: one to
+    reuse (its compiled decoding loop) instead of a new one."""
     limit = decoding.source_limit(model)
     ids = tok.encode_src(lines)  # encoded once, for the warnings and the decoding
     for n, seq in enumerate(ids, 1):
@@ -100,7 +100,8 @@ def translate_lines(
                 file=sys.stderr,
             )
     lines_out = []
-    for best in decoding.Translator(model, tok, hp).translate_nbest(lines, n_best, progress, ids):
+    translator = translator or decoding.Translator(model, tok, hp)
+    for best in translator.translate_nbest(lines, n_best, progress, ids):
         if not best:  # empty input line
             lines_out.extend([""] if n_best == 1 else [f"{r + 1}\t\t" for r in range(n_best)])
         elif n_best == 1:

@@ -47,6 +47,19 @@ def test_translator_module_matches_translate(quick_run):
     assert got[1] == ""
 
 
+def test_exported_graph_reads_ids_as_the_tokenizer(quick_run):
+    """<S> and <PAD> left out, an id past the vocabulary (the output rows are rounded up
+    to a multiple of 8) read as <UNK>: as Tokenizer.decode_tgt does."""
+    pytest.importorskip("tensorflow_text")
+    hp, _ = quick_run
+    hp, tok, model, _ = decoding.load_run(hp.logdir, {})
+    module = export.build_module(model, tok, hp)
+    rows = [[50, 2, 60, 3, 0, 0], [2, 2, 2, 0, 0, 0], [tok.tgt_vocab_size + 3, 70, 1, 90, 3, 0]]
+    got = [s.decode("utf-8") for s in module.decode(tf.constant(rows)).numpy()]
+    assert got == [tok.decode_tgt(row) for row in rows]
+    assert got[1] == "" and "⁇" in got[2]
+
+
 @pytest.mark.slow
 def test_bpe_savedmodel_round_trip_in_fresh_process(run, tmp_path):
     pytest.importorskip("tensorflow_text")

@@ -1,8 +1,10 @@
 """files.py: atomic_path and atomic_write leave the old version or the new one, never a
 part of one, and no temporary files."""
 
+import errno
 import os
 import stat
+import sys
 
 import pytest
 
@@ -114,3 +116,40 @@ def test_atomic_write_respects_umask(tmp_path):
         os.umask(old)
     for name in ("plain.txt", "via_path.bin", "hparams.json"):
         assert stat.S_IMODE(os.stat(tmp_path / name).st_mode) == 0o644, name
+
+
+def test_a_refused_write_is_one_line_naming_the_file(tmp_path):
+    """/dev/full under the temporary name: the write fails with ENOSPC; one UserError line
+    names the file, the old content stays and the temporary link is gone."""
+    path = tmp_path / "results.txt"
+    path.write_text("old")
+    os.symlink("/dev/full", files.temporary_name(str(path)))
+    with pytest.raises(
+        hparams.UserError,
+        match=f"^could not write {path} \\(No space left on device\\); its previous version "
+        "is kept: free some disk space and run again$",
+    ):
+        files.atomic_write(str(path), "new" * 10000)
+    assert path.read_text() == "old" and os.listdir(tmp_path) == ["results.txt"]
+
+
+def test_storage_refusal_reads_oserrors_and_tensorflow_messages():
+    assert files.storage_refusal(OSError(errno.EFBIG, "x")) == "File too large"
+    assert files.storage_refusal(OSError(errno.ENOENT, "x")) is None
+    tf_message = "log/ckpt-1_temp/part-00000-of-00001.data; No space left on device [Op:SaveV2]"
+    assert files.storage_refusal(RuntimeError(tf_message)) == "No space left on device"
+    with pytest.raises(KeyError):  # other errors pass through
+        with files.reporting("x"):
+            raise KeyError("x")
+
+
+def test_print_text_to_a_full_stdout(monkeypatch):
+    """stdout on /dev/full: one UserError line; stdout then points at /dev/null, so that
+    the interpreter's flush at exit has nothing left to fail on."""
+    out = open("/dev/full", "w")
+    monkeypatch.setattr(sys, "stdout", out)
+    with pytest.raises(hparams.UserError, match=r"^could not write to stdout \(No space left"):
+        files.print_text("translation\n" * 1000)
+    out.write("x" * 10000)
+    out.flush()  # goes to /dev/null now
+    out.close()

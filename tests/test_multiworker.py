@@ -3,14 +3,18 @@
 import dataclasses
 import json
 import os
+import re
+import signal
 import socket
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+import data_load
 import hparams
 from eval import evaluate
 from helpers import ROOT
@@ -26,22 +30,9 @@ def free_ports(n):
     return ports
 
 
-@pytest.mark.slow
-def test_two_worker_run_trains_and_only_the_chief_checkpoints(run, tmp_path):
-    hp, _, _ = run
-    hp = hparams.apply(
-        hp,
-        dict(
-            logdir=str(tmp_path / "log"),
-            evaldir=str(tmp_path / "eval"),
-            max_steps=4,
-            ckpt_every_steps=0,
-            dropout_rate=0.0,
-        ),
-    )
-    argv = []
-    for key, value in dataclasses.asdict(hp).items():
-        argv += [f"--{key}", str(value)]
+def start_workers(hp):
+    """Two train.py processes of one MultiWorkerMirroredStrategy cluster on 127.0.0.1."""
+    argv = [x for key, value in dataclasses.asdict(hp).items() for x in (f"--{key}", str(value))]
     workers = [f"127.0.0.1:{p}" for p in free_ports(2)]
     procs = []
     for index in range(2):
@@ -62,6 +53,11 @@ def test_two_worker_run_trains_and_only_the_chief_checkpoints(run, tmp_path):
                 text=True,
             )
         )
+    return procs
+
+
+def finish(procs):
+    """[(exit status, stdout, stderr)] of each worker."""
     outs = []
     for p in procs:
         try:
@@ -70,25 +66,73 @@ def test_two_worker_run_trains_and_only_the_chief_checkpoints(run, tmp_path):
             for q in procs:
                 q.kill()
             raise
-        assert p.returncode == 0, err[-3000:]
-        outs.append((out, err))
+        outs.append((p.returncode, out, err))
+    return outs
+
+
+@pytest.mark.slow
+def test_two_worker_run_trains_and_only_the_chief_checkpoints(run, tmp_path):
+    """One epoch on two workers (its end: a dev evaluation on each, an agreement on not
+    stopping, a collective save): the same step everywhere, one checkpoint, the chief's."""
+    hp, _, _ = run
+    hp = hparams.apply(
+        hp,
+        dict(
+            logdir=str(tmp_path / "log"),
+            evaldir=str(tmp_path / "eval"),
+            num_epochs=1,
+            ckpt_every_steps=0,
+            dropout_rate=0.0,
+        ),
+    )
+    n = len(data_load.TrainData(hp, replicas=2).batches(0))  # one update per global batch
+    outs = finish(start_workers(hp))
+    assert [status for status, _, _ in outs] == [0, 0], outs[0][2][-3000:]
+    outs = [(out, err) for _, out, err in outs]
     for out, err in outs:
         assert "train: TensorFlow sees" in err
         assert "MultiWorkerMirroredStrategy with 2 replica(s)" in err
-        assert "max_steps=4 reached; step 4" in out
+        assert "epoch 1: dev loss" in out and f"done; step {n}" in out
     # every worker names the chief's checkpoint; only the chief wrote one
-    assert outs[0][0].strip().endswith(f"checkpoint {hp.logdir}/ckpt-4")
-    assert outs[1][0].strip().endswith(f"checkpoint {hp.logdir}/ckpt-4")
+    assert outs[0][0].strip().endswith(f"checkpoint {hp.logdir}/ckpt-{n}")
+    assert outs[1][0].strip().endswith(f"checkpoint {hp.logdir}/ckpt-{n}")
     names = sorted(os.listdir(hp.logdir))
     assert [f for f in names if f.startswith("ckpt-")] == [
-        "ckpt-4.data-00000-of-00001",
-        "ckpt-4.index",
+        f"ckpt-{n}.data-00000-of-00001",
+        f"ckpt-{n}.index",
     ]
     assert not [f for f in names if f.startswith(".worker")]  # the temp folder is gone
-    assert {"hparams.json", "specs", "train", "checkpoint"} <= set(names)
-    # the checkpoint holds trained weights at step 4 that eval can load
-    reader = tf.train.load_checkpoint(os.path.join(hp.logdir, "ckpt-4"))
+    assert {"hparams.json", "specs", "train", "checkpoint", "best"} <= set(names)
+    # the checkpoint holds trained weights at step n that eval can load
+    reader = tf.train.load_checkpoint(os.path.join(hp.logdir, f"ckpt-{n}"))
     step = [k for k in reader.get_variable_to_shape_map() if "iter" in k.lower()]
-    assert step and int(reader.get_tensor(step[0])) == 4
+    assert step and int(reader.get_tensor(step[0])) == n
     result = evaluate(hp.logdir, {"results_dir": str(tmp_path / "results")})
     assert np.isfinite(result["sacrebleu"])
+
+
+@pytest.mark.slow
+def test_a_signal_to_one_worker_stops_both_at_one_step(run, tmp_path):
+    """SIGTERM to the non-chief worker alone, during training: both workers agree on
+    the stop (in the step's all-reduce, or after a dev evaluation), stop after the same
+    step with status 143, and the chief writes the checkpoint of that step."""
+    hp, _, _ = run
+    hp = hparams.apply(
+        hp,
+        dict(logdir=str(tmp_path / "log"), evaldir=str(tmp_path / "eval"), ckpt_every_steps=0),
+    )
+    procs = start_workers(hp)
+    for line in procs[1].stdout:  # the worker has started its epochs
+        if "batches per epoch" in line:
+            break
+    time.sleep(0.5)
+    procs[1].send_signal(signal.SIGTERM)
+    outs = finish(procs)
+    assert [status for status, _, _ in outs] == [143, 143], outs[0][2][-3000:]
+    steps = [re.search(r"resume; step (\d+); checkpoint", out) for _, out, _ in outs]
+    assert steps[0] and steps[1] and steps[0].group(1) == steps[1].group(1), outs
+    assert "stopped by a signal to another worker" in outs[0][1]
+    assert "stopped by SIGTERM" in outs[1][1]
+    step = int(steps[0].group(1))
+    assert 0 < step < 3 * 10  # before the end of the run
+    assert tf.train.latest_checkpoint(hp.logdir) == os.path.join(hp.logdir, f"ckpt-{step}")

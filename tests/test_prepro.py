@@ -611,3 +611,12 @@ def test_demo_size_change_regenerates_the_corpus(tmp_path, capsys):
     prepro.preprocess(hp)
     out = capsys.readouterr().out
     assert len(data_load.load_corpus(hp, "train")) == 400, out
+
+
+def test_bpe_needs_a_piece_per_character(tmp_path):
+    """More distinct characters than --vocab_size pieces: the advice is a larger one."""
+    sentences = [chr(0x4E00 + i) * 3 + " " + chr(0x4E00 + i + 1) for i in range(80)]
+    with pytest.raises(
+        UserError, match=r"^sentencepiece could not build a 40-piece BPE model .*; try a larger"
+    ):
+        prepro.train_bpe(sentences, str(tmp_path / "bpe"), 40, 1)

@@ -381,11 +381,27 @@ if sys.argv[2] == "extra":  # an extra loss term that depends on the weights
         def extra_loss(self, model):
             return 0.5 * tf.reduce_sum(tf.square(model.tgt_embedding.embeddings))
     single.model.variant = mirrored.model.variant = L2()
+else:  # once poison is set, a NaN in the gradients of replica 1 alone
+    poison = tf.Variable(0.0)
+    class NaNInReplica1(modules.Variant):
+        def extra_loss(self, model):
+            ctx = tf.distribute.get_replica_context()
+            one = tf.logical_and(tf.equal(ctx.replica_id_in_sync_group, 1), poison > 0)
+            return tf.where(one, np.nan, 0.0) * tf.reduce_sum(model.tgt_embedding.embeddings)
+    mirrored.model.variant = NaNInReplica1()
 s1, s2 = single.train_step(*batch), mirrored.train_step(*batch)
 diff = max(float(np.abs(a.numpy() - b.numpy()).max())
            for a, b in zip(single.model.weights, mirrored.model.weights))
+nan = {}
+if sys.argv[2] == "plain":
+    copies = lambda: [c.numpy() for w in mirrored.model.weights for c in w.value.values]
+    before = copies()
+    poison.assign(1.0)
+    s3 = mirrored.train_step(*batch)
+    nan = {"skipped": s3.skipped, "step": mirrored.step, "copies": len(before),
+           "unchanged": all((a == b).all() for a, b in zip(before, copies()))}
 print(json.dumps({"single": list(s1[:4]), "mirrored": list(s2[:4]), "diff": diff,
-                  "replicas": mirrored.replicas}))
+                  "replicas": mirrored.replicas, "nan": nan}))
 """
 
 
@@ -394,7 +410,8 @@ print(json.dumps({"single": list(s1[:4]), "mirrored": list(s2[:4]), "diff": diff
 def test_mirrored_step_equals_single_device_step(demo_prepro, variant):
     """With 2 logical CPU devices, a MirroredStrategy step on a fixed batch (rows dealt out
     to the replicas) gives the loss and the updated weights of a single-device step, also
-    with a variant's extra loss term (counted once, not once per replica)."""
+    with a variant's extra loss term (counted once, not once per replica). A NaN in one
+    replica's gradients makes both skip the update."""
     hp = demo_prepro
     values = {
         k: getattr(hp, k)
@@ -414,6 +431,9 @@ def test_mirrored_step_equals_single_device_step(demo_prepro, variant):
     assert out["mirrored"][2] == out["single"][2]  # target tokens of the batch
     assert out["mirrored"][0] == pytest.approx(out["single"][0], rel=1e-5)
     assert out["diff"] < 1e-5
+    if variant == "plain":  # both replicas skipped the update, on every copy of a weight
+        n = 2 * len(train.Transformer.from_hparams(hparams.apply(hp, values), 200, 200).weights)
+        assert out["nan"] == {"skipped": 1.0, "step": 1, "copies": n, "unchanged": True}
 
 
 # the TF1 eval.py protocol on a fixture: (source, reference), maxlen 6, batches of 3

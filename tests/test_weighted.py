@@ -337,7 +337,7 @@ def test_overflow_step_leaves_kappa_alpha_and_their_adam_untouched(tmp_path):
     trainer.train_batch(*data_load.build_batch(data.corpus, data.batches(0)[0]))
     model, branch = trainer.model, trainer.group_optimizers["branch"]
     variables = model.trainable_variables
-    apply = tf.function(trainer.apply_gradients)
+    apply = tf.function(lambda grads: trainer.apply_gradients(grads, tf.constant(1.0)))
 
     def state():
         return {
@@ -560,7 +560,7 @@ def step(bad):
     grads = [tf.fill(v.shape, 1e-3 * scale) for v in t.model.trainable_variables]
     if bad:
         grads[0] = grads[0] * float("inf")
-    return t.apply_gradients(grads)
+    return t.apply_gradients(grads, tf.constant(1.0))[0]
 
 out = [state()]
 for bad in (True, False):

@@ -1,0 +1,15 @@
+"""The project's error type: an error the user can fix, reported on one line.
+
+It lives below every other module (``hparams`` re-exports it) so that ``files`` can raise
+it for a write that the storage refuses.
+"""
+
+from __future__ import annotations
+
+
+class UserError(Exception):
+    """An error the user can fix (bad input, bad option, missing file, full disk).
+
+    Scripts print ``error: <message>`` on one line and exit with status 2 instead of a
+    traceback (``hparams.run_main``); tracebacks are kept for bugs.
+    """

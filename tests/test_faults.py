@@ -1,0 +1,565 @@
+"""Faults: NaN/Inf updates skipped in every precision, out-of-memory batches, damaged
+checkpoints and a full disk (injected in a child process) each give one clear line and
+lose no file."""
+
+import dataclasses
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorboard.backend.event_processing import event_accumulator
+
+import average_checkpoints
+import data_load
+import decoding
+import devices
+import export
+import hparams
+import modules
+import train
+import translate
+from eval import evaluate
+from helpers import ROOT, tiny
+
+NAN, INF = float("nan"), float("inf")
+
+
+# ---------------------------------------------------------------------------------------
+# NaN or Inf: the update is skipped by every optimizer
+# ---------------------------------------------------------------------------------------
+class Poisoned:
+    """A model variant whose extra loss gains ``value * sum(target embedding)`` while
+    ``flag`` is set: a NaN or Inf gradient injected at will."""
+
+    def __init__(self, variant, value):
+        self.variant, self.value = variant, value
+        self.flag = tf.Variable(0.0, trainable=False)
+
+    def __getattr__(self, name):
+        return getattr(self.variant, name)
+
+    def extra_loss(self, model):
+        weight = tf.where(self.flag > 0, self.value, 0.0)
+        embeddings = tf.cast(model.tgt_embedding.embeddings, tf.float32)
+        return self.variant.extra_loss(model) + weight * tf.reduce_sum(embeddings)
+
+
+def state(trainer):
+    """Every weight and optimizer variable (all groups) as numpy, without the loss scale
+    and its growth counter (which a skip halves and resets)."""
+    optimizers = [trainer.optimizer, *trainer.group_optimizers.values()]
+    scaling = ("dynamic_scale", "step_counter")
+    variables = list(trainer.model.weights) + [
+        v for opt in optimizers for v in opt.variables if not v.path.endswith(scaling)
+    ]
+    return [np.array(v.numpy()) for v in variables]
+
+
+@pytest.mark.parametrize(
+    "precision, model_type, value, accum_steps",
+    [
+        ("float32", "transformer", NAN, 1),
+        ("float32", "transformer", INF, 2),
+        pytest.param("float32", "weighted", INF, 1, marks=pytest.mark.slow),
+        pytest.param("mixed_bfloat16", "transformer", NAN, 1, marks=pytest.mark.slow),
+        pytest.param("mixed_float16", "weighted", NAN, 1, marks=pytest.mark.slow),
+    ],
+)
+def test_nan_or_inf_update_is_skipped_everywhere(
+    demo_prepro, tmp_path, precision, model_type, value, accum_steps
+):
+    """An update whose gradients hold a NaN or an Inf changes no weight, no Adam slot and
+    no step count - of the main optimizer nor of the Weighted Transformer's kappa/alpha
+    group - and is reported as skipped (counted); the next batch trains normally.
+    Under mixed_float16 the skip halves the loss scale."""
+    hp = tiny(
+        str(tmp_path),
+        data_dir=demo_prepro.data_dir,
+        prepro_dir=demo_prepro.prepro_dir,
+        precision=precision,
+        model_type=model_type,
+        accum_steps=accum_steps,
+    )
+    tok = data_load.load_tokenizer(hp)
+    strategy, precision = devices.setup_devices(hp)
+    trainer = train.Trainer(hp, tok, strategy, precision)
+    trainer.model.variant = poisoned = Poisoned(trainer.model.variant, value)
+    flag = poisoned.flag
+    data = data_load.TrainData(hp)
+    batches = [data_load.build_batch(data.corpus, b) for b in data.batches(0)[:6]]
+
+    def update(group):
+        """Train on the batches of one update; the last one's (stats, updated)."""
+        for b in group[:-1]:
+            assert not trainer.train_batch(*b)[1]
+        return trainer.train_batch(*group[-1])
+
+    stats, updated = update(batches[0:accum_steps])
+    assert updated and trainer.step == 1 and stats.skipped == 0
+    before, scale = state(trainer), trainer.optimizer.scale_loss(1.0)
+    flag.assign(1.0)
+    stats, updated = update(batches[accum_steps : 2 * accum_steps])
+    assert not updated and stats.skipped == 1 and stats.scale_skip == 0
+    assert trainer.step == 1 and not np.isfinite(stats.grad_norm)
+    for a, b in zip(before, state(trainer)):
+        np.testing.assert_array_equal(a, b)
+    if precision == "mixed_float16":
+        assert float(trainer.optimizer.scale_loss(1.0)) == float(scale) / 2
+    if model_type == "weighted":
+        assert int(trainer.group_optimizers["branch"].iterations) == 1
+    flag.assign(0.0)
+    stats, updated = update(batches[2 * accum_steps : 3 * accum_steps])
+    assert updated and stats.skipped == 0 and trainer.step == 2
+    changed = [not np.array_equal(a, b) for a, b in zip(before, state(trainer))]
+    assert sum(changed) > len(changed) // 2
+
+
+@pytest.mark.slow
+def test_loss_scale_overflow_is_skipped_but_not_counted(demo_prepro, tmp_path):
+    """mixed_float16 with a loss scale far too large: float16 gradients overflow, the
+    update is skipped and the scale halved, as at the start of training - a normal skip
+    (scale_skip), not a counted one."""
+    hp = tiny(
+        str(tmp_path),
+        data_dir=demo_prepro.data_dir,
+        prepro_dir=demo_prepro.prepro_dir,
+        precision="mixed_float16",
+    )
+    tok = data_load.load_tokenizer(hp)
+    strategy, precision = devices.setup_devices(hp)
+    trainer = train.Trainer(hp, tok, strategy, precision)
+    data = data_load.TrainData(hp)
+    batch = data_load.build_batch(data.corpus, data.batches(0)[0])
+    trainer.optimizer.dynamic_scale.assign(2.0**60)
+    stats, updated = trainer.train_batch(*batch)
+    assert not updated and stats.skipped == 0 and stats.scale_skip == 1 and trainer.step == 0
+    assert float(trainer.optimizer.dynamic_scale) == 2.0**59
+    health = train.Health(hp, trainer, tf.summary.create_noop_writer())
+    health.after(stats, updated)
+    assert health.in_a_row == 0 and int(trainer.skipped_steps) == 0
+    trainer.optimizer.dynamic_scale.assign(2.0**10)
+    stats, updated = trainer.train_batch(*batch)
+    assert updated and trainer.step == 1 and np.isfinite(stats.grad_norm)
+
+
+@pytest.mark.slow
+def test_max_bad_steps_stops_and_keeps_the_last_good_checkpoint(demo_prepro, tmp_path, monkeypatch):
+    """NaN gradients from the 5th batch on: batches 5-7 are skipped and counted in
+    TensorBoard, then the run stops with one line naming the likely causes; ckpt-4, the
+    last good one, stays the newest checkpoint."""
+    hp = tiny(
+        str(tmp_path),
+        data_dir=demo_prepro.data_dir,
+        prepro_dir=demo_prepro.prepro_dir,
+        ckpt_every_steps=2,
+        max_bad_steps=3,
+    )
+    calls = tf.Variable(0, trainable=False)
+
+    def extra_loss(self, model):
+        calls.assign_add(1)
+        weight = tf.where(calls > 4, NAN, 0.0)
+        return weight * tf.reduce_sum(model.tgt_embedding.embeddings)
+
+    monkeypatch.setattr(modules.Variant, "extra_loss", extra_loss)
+    good = os.path.join(hp.logdir, "ckpt-4")
+    expected = (
+        "3 updates in a row after step 4 had a NaN or Inf loss or gradient and were skipped "
+        "(max_bad_steps=3); likely causes: a learning rate too high (--lr, --warmup_steps), "
+        "float16 overflow (--precision float32 or mixed_bfloat16), or bad data (epoch 1, "
+        f"batches 5-7); the last good checkpoint {good} is kept"
+    )
+    with pytest.raises(hparams.UserError, match=re.escape(expected)):
+        train.train(hp)
+    assert tf.train.latest_checkpoint(hp.logdir) == good
+    events = glob.glob(os.path.join(hp.logdir, "train", "events.*"))
+    acc = event_accumulator.EventAccumulator(events[0], size_guidance={"tensors": 0})
+    acc.Reload()
+    counted = [
+        (e.step, float(tf.make_ndarray(e.tensor_proto))) for e in acc.Tensors("train/skipped_steps")
+    ]
+    assert counted == [(1, 0.0), (4, 1.0), (4, 2.0), (4, 3.0)]
+
+
+# ---------------------------------------------------------------------------------------
+# Out of memory
+# ---------------------------------------------------------------------------------------
+def test_out_of_memory_names_the_batch_and_the_budget(demo_prepro, tmp_path, monkeypatch):
+    """A ResourceExhaustedError from the train step, or from a decoding batch: one line
+    naming the batch's shape and tokens_per_batch (or eval_batch_size)."""
+    hp = tiny(str(tmp_path), data_dir=demo_prepro.data_dir, prepro_dir=demo_prepro.prepro_dir)
+
+    def exhausted(*args, **kw):
+        raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor")
+
+    monkeypatch.setattr(train.Trainer, "train_step", exhausted)
+    shape = r"\(\d+, \d+\)"
+    with pytest.raises(
+        hparams.UserError,
+        match=rf"^out of memory on a training batch of shape {shape} \(source\) / {shape} "
+        r"\(target\) under tokens_per_batch=600; train in a new --logdir with a lower "
+        r"--tokens_per_batch \(and a higher --accum_steps to keep the batch size\)",
+    ):
+        train.train(hp)
+    model = train.Transformer.from_hparams(hp, 200, 200)
+    translator = decoding.Translator(model, data_load.load_tokenizer(hp), hp)
+    translator.decode = exhausted
+    with pytest.raises(
+        hparams.UserError,
+        match=r"^out of memory decoding a batch of shape \(2, \d+\) \(sentences x source "
+        r"tokens; eval_batch_size=64, beam_size=1\): lower --eval_batch_size$",
+    ):
+        translator.translate(["Die Frau liest.", "Der Hund schläft."])
+
+
+# ---------------------------------------------------------------------------------------
+# Damaged checkpoints
+# ---------------------------------------------------------------------------------------
+def truncate(data):
+    return data[: len(data) // 2]
+
+
+def corrupt(data):
+    """16 bytes flipped at a quarter and at three quarters of the file (in a data file,
+    among the model's weights and among the optimizer's slots)."""
+    out = bytearray(data)
+    for start in (len(data) // 4, 3 * len(data) // 4):
+        out[start : start + 16] = bytes(b ^ 0xFF for b in out[start : start + 16])
+    return bytes(out)
+
+
+DATA = ".data-00000-of-00001"
+DAMAGE = {  # name: (file suffix, what happens to it, what the message says of it)
+    "truncated index": (".index", truncate, "is damaged (not an sstable (bad magic number))"),
+    "corrupted index": (".index", corrupt, "is damaged (Unable to read file"),
+    "truncated data": (DATA, truncate, "is damaged (Read less bytes than requested)"),
+    "corrupted data": (DATA, corrupt, "is damaged (TensorBundle at"),
+    "deleted data": (DATA, None, "is missing"),
+}
+
+
+def damaged_copy(quick_run, folder, kind):
+    """A copy of the quick run whose newest checkpoint (ckpt-3) is damaged; its hparams
+    and the damaged file's path."""
+    hp, _ = quick_run
+    logdir = os.path.join(folder, "log")
+    shutil.copytree(hp.logdir, logdir)
+    suffix, change, _ = DAMAGE[kind]
+    path = os.path.join(logdir, "ckpt-3" + suffix)
+    if change is None:
+        os.remove(path)
+    else:
+        with open(path, "rb") as f:
+            data = f.read()
+        with open(path, "wb") as f:
+            f.write(change(data))
+    return hparams.apply(hp, {"logdir": logdir, "results_dir": os.path.join(folder, "r")}), path
+
+
+def damaged_message(hp, path, kind):
+    ckpt = os.path.join(hp.logdir, "ckpt-3")
+    return (
+        re.escape(f"checkpoint {ckpt} is damaged: {path} {DAMAGE[kind][2]}")
+        + r"[^\n]*"
+        + re.escape(
+            f"; pass --ckpt {os.path.join(hp.logdir, 'ckpt-2')} to use the previous checkpoint"
+        )
+        + "$"
+    )
+
+
+@pytest.mark.parametrize("kind", list(DAMAGE))
+def test_damaged_checkpoint_names_the_file_and_the_previous_one(quick_run, tmp_path, kind):
+    """eval on a run whose newest checkpoint is truncated, corrupted or half missing: one
+    line naming the file and ckpt-2; with --ckpt ckpt-2 it evaluates."""
+    hp, path = damaged_copy(quick_run, str(tmp_path), kind)
+    with pytest.raises(hparams.UserError, match=damaged_message(hp, path, kind)):
+        evaluate(hp.logdir, {"results_dir": hp.results_dir})
+    if kind == "corrupted data":
+        previous = os.path.join(hp.logdir, "ckpt-2")
+        src, ref = tmp_path / "test.de", tmp_path / "test.en"
+        src.write_text("Die Frau liest ein Buch.\n", encoding="utf-8")
+        ref.write_text("The woman reads a book.\n", encoding="utf-8")
+        result = evaluate(hp.logdir, {"results_dir": hp.results_dir}, previous, str(src), str(ref))
+        assert result["results"].endswith("log_ckpt-2")
+
+
+@pytest.mark.slow
+def test_every_script_names_a_damaged_checkpoint(quick_run, tmp_path, monkeypatch, capsys):
+    """train (resume), translate, export and average_checkpoints give the same line; train
+    and average_checkpoints then work from --ckpt ckpt-2 (train writes a sound ckpt-3)."""
+    kind = "truncated data"
+    hp, path = damaged_copy(quick_run, str(tmp_path), kind)
+    message = damaged_message(hp, path, kind)
+    previous = os.path.join(hp.logdir, "ckpt-2")
+    with pytest.raises(hparams.UserError, match=message):
+        train.train(hp)
+    with pytest.raises(hparams.UserError, match=message):
+        export.export(hp.logdir, str(tmp_path / "saved"), {})
+    with pytest.raises(hparams.UserError, match=message):
+        average_checkpoints.average(hp.logdir, 2)
+    monkeypatch.setattr(sys, "argv", ["translate.py", "--logdir", hp.logdir])
+    with pytest.raises(SystemExit) as stop:
+        hparams.run_main(translate.main)
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+    assert stop.value.code == 2 and len(errors) == 1 and re.match("error: " + message, errors[0])
+    averaged = average_checkpoints.average(hp.logdir, 2, str(tmp_path / "avg"), ckpt=previous)
+    assert "ckpt-1, ckpt-2 ->" in capsys.readouterr().out and os.path.exists(averaged + ".index")
+    summary = train.train(hp, ckpt=previous)
+    assert summary["step"] == 3 and "resumed from " + previous in capsys.readouterr().out
+    assert decoding.load_run(hp.logdir, {})[3] == os.path.join(hp.logdir, "ckpt-3")
+
+
+def test_damaged_only_checkpoint_says_there_is_no_earlier_one(quick_run, tmp_path):
+    hp, _ = damaged_copy(quick_run, str(tmp_path), "corrupted index")
+    path = os.path.join(hp.logdir, "ckpt-1")
+    with open(path + DATA, "r+b") as f:
+        f.truncate(100)
+    with pytest.raises(
+        hparams.UserError,
+        match=re.escape(f"checkpoint {path} is damaged: {path}{DATA} is damaged (")
+        + r".*; no earlier checkpoint in "
+        + re.escape(hp.logdir)
+        + " reads back: train again$",
+    ):
+        decoding.load_run(hp.logdir, {}, path)
+
+
+# ---------------------------------------------------------------------------------------
+# A full disk, injected in a child process: a file-size limit (RLIMIT_FSIZE, with SIGXFSZ
+# ignored, so that writes fail with EFBIG - also those of TensorFlow's C++ writers), or
+# /dev/full (ENOSPC) under the temporary name of a file that Python writes
+# ---------------------------------------------------------------------------------------
+FULL_DISK = r"""
+import json, os, resource, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+import tensorflow as tf
+import average_checkpoints, decoding, export, files, hparams, prepro, summaries, train
+import translate
+from eval import evaluate
+
+cfg = json.loads(sys.argv[1])
+soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+
+
+def attempt(name, fault, fn):
+    if isinstance(fault, int):  # a file-size limit
+        resource.setrlimit(resource.RLIMIT_FSIZE, (fault, hard))
+    elif fault:  # the file goes to /dev/full
+        os.symlink("/dev/full", files.temporary_name(fault))
+    try:
+        fn()
+        result = "no error"
+    except hparams.UserError as e:
+        result = "UserError: " + str(e)
+    except BaseException as e:
+        result = f"{type(e).__name__}: {e}"
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    print(json.dumps([name, result]), flush=True)
+
+
+def run(name):
+    return hparams.apply(hparams.Hparams(), cfg[name])
+
+
+def tensorboard():
+    hp = run("log")
+    hp = hparams.apply(hp, {"logdir": cfg["events"]})
+    writer = tf.summary.create_file_writer(os.path.join(cfg["events"], "train"))
+    with train.summaries_at(writer, 1, hp):
+        means = {"loss": 1.0, "nll": 1.0, "accuracy": 0.5, "tokens_per_sec": 1.0}
+        summaries.train_scalars(means, 1.0, 1e-3)
+
+
+def stdout():
+    sys.stdout = open("/dev/full", "w")
+    sys.argv = ["translate.py", "--logdir", run("log").logdir, "--input", cfg["input"]]
+    try:
+        translate.main()
+    finally:
+        sys.stdout = sys.__stdout__
+
+
+def attention():
+    _, tok, model, _ = decoding.load_run(run("log").logdir, {})
+    translate.plot_attention(model, tok, "Die Frau liest ein Buch.", cfg["png"], 10)
+
+
+log = run("log").logdir
+limit = 64 * 1024  # above hparams.json, specs and the text files; below a checkpoint
+attempt("checkpoint", limit, lambda: train.train(hparams.apply(run("log"), {"max_steps": 5})))
+attempt("tensorboard", 256, tensorboard)
+attempt("average", limit, lambda: average_checkpoints.average(log, 2, cfg["average"]))
+attempt("export", limit, lambda: export.export(log, cfg["export"], {}))
+results_dir = {"results_dir": os.path.dirname(cfg["results"])}
+attempt("results", cfg["results"], lambda: evaluate(log, results_dir, "", *[cfg["input"]] * 2))
+attempt("prepro", limit, lambda: prepro.preprocess(run("prepro"), force=True))
+attempt("prepro npz", cfg["npz"], lambda: prepro.preprocess(run("prepro2"), force=True))
+hp = hparams.apply(run("log"), {"max_steps": 7})  # another hparams.json than the last
+attempt("hparams", os.path.join(log, "hparams.json"), lambda: train.train(hp))
+attempt("attention", cfg["png"], attention)
+attempt("stdout", None, stdout)
+"""
+
+
+@pytest.fixture(scope="module")
+def full_disk(quick_run, demo_prepro, tmp_path_factory):
+    """Runs FULL_DISK once; (its results, the paths, the files' bytes before)."""
+    hp, _ = quick_run
+    tmp = tmp_path_factory.mktemp("full_disk")
+    paths = {
+        "log": str(tmp / "log"),
+        "events": str(tmp / "events"),
+        "average": str(tmp / "avg" / "avg-last2"),
+        "export": str(tmp / "exported"),
+        "results": str(tmp / "results" / "log_ckpt-3"),
+        "input": str(tmp / "input.de"),
+        "png": str(tmp / "attention.png"),
+        "npz": str(tmp / "p2" / "prepro" / "train.npz"),
+    }
+    shutil.copytree(hp.logdir, paths["log"])
+    cfg = dict(paths, log=dataclasses.asdict(hparams.apply(hp, {"logdir": paths["log"]})))
+    for name in ("p1", "p2"):
+        for sub in ("data", "prepro"):
+            shutil.copytree(getattr(demo_prepro, f"{sub}_dir"), str(tmp / name / sub))
+        dirs = {"data_dir": str(tmp / name / "data"), "prepro_dir": str(tmp / name / "prepro")}
+        cfg["prepro" if name == "p1" else "prepro2"] = dataclasses.asdict(
+            hparams.apply(demo_prepro, dirs)
+        )
+    average_checkpoints.average(paths["log"], 2, paths["average"])  # the previous versions
+    os.makedirs(os.path.join(paths["export"], "variables"))
+    os.makedirs(os.path.dirname(paths["results"]))
+    for path, text in (
+        (os.path.join(paths["export"], "saved_model.pb"), "an earlier export"),
+        (os.path.join(paths["export"], "variables", "variables.index"), "its variables"),
+        (paths["results"], "earlier results"),
+        (paths["results"] + ".json", "{}"),
+        (paths["png"], "an earlier plot"),
+        (paths["input"], "Die Frau liest ein Buch.\n"),
+    ):
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    before = snapshot(str(tmp))
+    proc = subprocess.run(
+        [sys.executable, "-c", FULL_DISK, json.dumps(cfg)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = dict(json.loads(line) for line in proc.stdout.splitlines() if line.startswith("["))
+    return results, paths, before, str(tmp)
+
+
+def snapshot(folder):
+    """{path: bytes} of every file under folder."""
+    out = {}
+    for root, _, names in os.walk(folder):
+        for name in names:
+            with open(os.path.join(root, name), "rb") as f:
+                out[os.path.join(root, name)] = f.read()
+    return out
+
+
+def kept(before, folder, *paths):
+    """Each of ``paths`` (a file, or every file under a folder) has its earlier bytes, and
+    ``folder`` holds no temporary file or partial checkpoint."""
+    now = snapshot(folder)
+    for path in paths:
+        old = {p: b for p, b in before.items() if p == path or p.startswith(path + os.sep)}
+        assert old, path
+        for p, data in old.items():
+            assert now.get(p) == data, p
+    leftovers = [p for p in now if ".tmp-" in p or "_temp" in p]
+    assert not leftovers
+
+
+LIMIT, FULL = "File too large", "No space left on device"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "case",
+    [
+        "checkpoint",
+        "tensorboard",
+        "average",
+        "export",
+        "results",
+        "prepro",
+        "prepro npz",
+        "hparams",
+        "attention",
+        "stdout",
+    ],
+)
+def test_full_disk_keeps_the_previous_files_and_says_where(full_disk, case):
+    """Each writer, on a full disk: one UserError line naming the file and the cause; the
+    file's previous version (or the previous checkpoint) intact, no temporary file left."""
+    results, paths, before, tmp = full_disk
+    log, prepro1 = paths["log"], os.path.join(tmp, "p1", "prepro")
+    again = ": free some disk space and run again"
+    expected, files_kept = {
+        "checkpoint": (
+            f"could not write {log}/ckpt-4 ({LIMIT}); the previous checkpoint {log}/ckpt-3 is "
+            f"intact{again}",
+            [f"{log}/ckpt-3.index", f"{log}/ckpt-3{DATA}", f"{log}/checkpoint"],
+        ),
+        "tensorboard": (
+            f"could not write {paths['events']}/train ({LIMIT}); the checkpoints are kept{again}",
+            [],
+        ),
+        "average": (
+            f"could not write {paths['average']} ({LIMIT}); its previous version is kept{again}",
+            [paths["average"] + ".index", paths["average"] + DATA],
+        ),
+        "export": (
+            f"could not write {paths['export']} ({LIMIT}); its previous version is kept{again}",
+            [paths["export"]],
+        ),
+        "results": (
+            f"could not write {paths['results']} ({FULL}); its previous version is kept{again}",
+            [paths["results"], paths["results"] + ".json"],
+        ),
+        "prepro": (
+            f"could not write {prepro1}/bpe.model ({LIMIT}); its previous version is kept{again}",
+            [f"{prepro1}/bpe.model", f"{prepro1}/train.npz"],
+        ),
+        "prepro npz": (
+            f"could not write {paths['npz']} ({FULL}); its previous version is kept{again}",
+            [paths["npz"]],
+        ),
+        "hparams": (  # the version of the checkpoint case (max_steps=5) is kept
+            f"could not write {log}/hparams.json ({FULL}); its previous version is kept{again}",
+            [],
+        ),
+        "attention": (
+            f"could not write {paths['png']} ({FULL}); its previous version is kept{again}",
+            [paths["png"]],
+        ),
+        "stdout": (
+            f"could not write to stdout ({FULL}); the output is incomplete: write it to a "
+            f"disk with free space",
+            [],
+        ),
+    }[case]
+    assert results[case] == "UserError: " + expected
+    kept(before, tmp, *files_kept)
+    if case == "checkpoint":
+        assert tf.train.latest_checkpoint(log) == f"{log}/ckpt-3"
+        assert decoding.load_run(log, {})[3] == f"{log}/ckpt-3"
+    if case == "hparams":
+        assert hparams.load(f"{log}/hparams.json").max_steps == 5
+    if case == "prepro":  # a later run sees that the data set is incomplete
+        with pytest.raises(hparams.UserError, match="incomplete"):
+            saved = hparams.load(os.path.join(prepro1, "hparams.json"))
+            data_load.load_tokenizer(hparams.apply(saved, {"prepro_dir": prepro1}))
