@@ -286,10 +286,10 @@ def latest_step(logdir):
     return int(match.group(1)) if match else 0
 
 
-def wait_for(condition, lives, timeout=120.0):
+def wait_for(condition, lives, timeout=120.0, poll=0.01):
     end = time.time() + timeout
     while time.time() < end and lives.alive() and not condition():
-        time.sleep(0.01)
+        time.sleep(poll)
 
 
 @pytest.mark.slow
@@ -335,9 +335,14 @@ def test_sigkill_at_random_moments_loses_no_checkpoint(demo_prepro, tmp_path):
         while kills < 20:
             lives.start()
             before = latest_step(hp.logdir)
-            if rng.random() < 0.3:  # any moment of the start-up
+            kind = rng.random()
+            if kind < 0.3:  # any moment of the start-up
                 delay = rng.uniform(0.0, 2.0)
                 wait_for(lambda: time.time() - lives.started > delay, lives)
+            elif kind < 0.5:  # while TensorFlow writes a checkpoint (its ckpt-N_temp folder)
+                steps = rng.randint(1, 4)
+                wait_for(lambda: latest_step(hp.logdir) >= before + steps, lives)
+                wait_for(lambda: glob.glob(os.path.join(hp.logdir, "ckpt-*_temp")), lives, 5, 0)
             else:  # a few steps in, then up to a step or two more
                 steps = rng.randint(1, 6)
                 wait_for(lambda: latest_step(hp.logdir) >= before + steps, lives)
