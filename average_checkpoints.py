@@ -31,7 +31,6 @@ if __name__ == "__main__":
 
 import os
 
-import numpy as np
 import tensorflow as tf
 
 import decoding
@@ -66,14 +65,7 @@ def average(logdir: str, last: int, out: str = "", ckpt: str = "") -> str:
         )
     paths = paths[-last:]
     hp, tok, model, _ = decoding.load_run(logdir, {}, paths[-1], "average_checkpoints")
-    weights = tf.train.Checkpoint(model=model)
-    total = [np.zeros(w.shape, np.float64) for w in model.weights]
-    for path in paths:
-        decoding.restore_checkpoint(weights, path, "was it written by another run?")
-        for acc, w in zip(total, model.weights):
-            acc += w.numpy()
-    for acc, w in zip(total, model.weights):
-        w.assign((acc / len(paths)).astype(w.dtype))
+    weights = decoding.average_weights(model, paths)
     out = out or os.path.join(logdir, "averaged", f"avg-last{last}")
     with files.atomic_path(out) as tmp:  # its .index and .data-* files
         weights.write(tmp)

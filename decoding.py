@@ -5,6 +5,7 @@ eval.py, translate.py, export.py and average_checkpoints.py.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -18,6 +19,7 @@ from tqdm import tqdm
 
 import data_load
 import devices
+import files
 import hparams
 from hparams import UserError
 from model import Transformer
@@ -291,7 +293,20 @@ class Translator:
 
     def translate(self, sentences: list[str]) -> list[str]:
         """The best translation of each sentence; an empty line gives ''."""
-        return [best[0][0] if best else "" for best in self.translate_nbest(sentences)]
+        return self.translate_counted(sentences)[0]
+
+    def translate_counted(self, sentences: list[str]) -> tuple[list[str], list[int]]:
+        """The best translation of each sentence, and the indices of the runaway ones:
+        those that hit their length limit without producing </S>."""
+        outs = self.translate_ids(self.tok.encode_src(sentences))
+        hyps = ["" if o is None else self.tok.decode_tgt(o[0][0]) for o in outs]
+        return hyps, runaways(outs)
+
+
+def runaways(outs: list) -> list[int]:
+    """Indices of :meth:`Translator.translate_ids` outputs whose best hypothesis has no
+    </S>: it reached its length limit (a degenerate, repeating output, as a rule)."""
+    return [i for i, o in enumerate(outs) if o is not None and data_load.EOS_ID not in o[0][0]]
 
 
 def legacy_bleu(hyps: list[str], refs: list[str], clean_hyps: bool = True) -> float:
@@ -362,14 +377,17 @@ def legacy_words(tok, ids) -> list[str]:
     return [tok.tgt_words[i] for i in ids]
 
 
-def legacy_translate(model, tok, hp: hparams.Hparams, sources: list[str]) -> list[str]:
+def legacy_translate(
+    model, tok, hp: hparams.Hparams, sources: list[str]
+) -> tuple[list[str], list[int]]:
     """Hypotheses decoded as the TF1 eval.py did: greedy, for maxlen2 tokens, sources
-    padded to maxlen1; each is its :func:`legacy_words` joined by spaces."""
+    padded to maxlen1; each is its :func:`legacy_words` joined by spaces. Also the
+    indices of the :func:`runaways`."""
     if hp.beam_size > 1:
         raise UserError("--legacy_protocol decodes greedily, as the TF1 eval.py: drop --beam_size")
     hp = hparams.apply(hp, {"max_len": hp.maxlen2, "max_len_extra": hp.maxlen2})
     outs = Translator(model, tok, hp).translate_ids(tok.encode_src(sources), width=hp.maxlen1)
-    return [" ".join(legacy_words(tok, ids[0])) for ids, _ in outs]
+    return [" ".join(legacy_words(tok, ids[0])) for ids, _ in outs], runaways(outs)
 
 
 def load_run(logdir: str, overrides: dict, ckpt: str = "", who: str = "eval"):
@@ -395,24 +413,80 @@ def load_run(logdir: str, overrides: dict, ckpt: str = "", who: str = "eval"):
             f"settings in {logdir}/hparams.json are used",
             file=sys.stderr,
         )
-    hp = hparams.apply(
-        saved,
-        {**{k: v for k, v in overrides.items() if k in hparams.DECODE_KEYS}, "logdir": logdir},
-    )  # the run may have been moved
+    decode = {k: v for k, v in overrides.items() if k in hparams.DECODE_KEYS}
+    # float32 unless asked: a run trained in mixed precision saved that policy
+    hp = hparams.apply(saved, {"precision": "float32", **decode, "logdir": logdir})
     tok = data_load.load_tokenizer(hp)
     data_load.check_vocab_fingerprint(hp)
     devices.setup_devices(hp, who)
     model = Transformer.from_hparams(hp, tok.src_vocab_size, tok.tgt_vocab_size)
-    path = ckpt or tf.train.latest_checkpoint(logdir)
-    if not path:
-        raise UserError(f"no checkpoint in {logdir}: run train.py first or pass --ckpt")
+    path, why = choose_checkpoint(logdir, ckpt)
     restore_checkpoint(tf.train.Checkpoint(model=model), path, "was it trained with other hparams?")
+    print(f"{who}: model {path} ({why})", file=sys.stderr)
     return hp, tok, model, path
 
 
 # ---------------------------------------------------------------------------------------
-# Checkpoints: restoring, and telling a damaged one from one of another model
+# Checkpoints: the default model, averaging, restoring, and telling a damaged one from
+# one of another model
 # ---------------------------------------------------------------------------------------
+DEFAULT_RECORD = "best.json"  # <logdir>/best.json: the run's default model (train.py)
+
+
+def write_default(logdir: str, path: str, dev_bleu: float, what: str) -> None:
+    """Record ``path`` (a checkpoint prefix under logdir) as the run's default model."""
+    record = {"checkpoint": os.path.relpath(path, logdir), "dev_bleu": dev_bleu, "what": what}
+    files.atomic_write(os.path.join(logdir, DEFAULT_RECORD), json.dumps(record, indent=2) + "\n")
+
+
+def choose_checkpoint(logdir: str, ckpt: str = "") -> tuple[str, str]:
+    """(checkpoint prefix, why it was chosen). ``ckpt``: a path, ``last`` (the newest
+    checkpoint) or ``best``; "" = the default model: the one train.py recorded in
+    <logdir>/best.json (the average of the last checkpoints where it won on dev, else
+    the best by dev BLEU), else the best by dev BLEU, else the newest."""
+    if ckpt not in ("", "best", "last"):
+        return ckpt, "--ckpt"
+    last = tf.train.latest_checkpoint(logdir)
+    if ckpt != "last":
+        record_path = os.path.join(logdir, DEFAULT_RECORD)
+        if not ckpt and os.path.exists(record_path):
+            try:
+                with open(record_path, encoding="utf-8") as f:
+                    record = json.load(f)
+                path = os.path.join(logdir, record["checkpoint"])
+                why = f"{record['what']}, dev BLEU {record['dev_bleu']:.2f}"
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                raise UserError(
+                    f"{record_path} is unreadable ({e}); pass --ckpt last or --ckpt best, "
+                    f"or delete it"
+                ) from None
+            if tf.io.gfile.exists(path + ".index"):
+                return path, f"the default model: {why}; --ckpt last for the newest"
+        best = tf.train.latest_checkpoint(os.path.join(logdir, "best"))
+        if best:
+            return best, "the best checkpoint by dev BLEU; --ckpt last for the newest"
+        if ckpt == "best":
+            raise UserError(f"{logdir} has no best checkpoint (no dev BLEU yet); use --ckpt last")
+    if not last:
+        raise UserError(f"no checkpoint in {logdir}: run train.py first or pass --ckpt")
+    return last, "the newest checkpoint"
+
+
+def average_weights(model, paths: list[str]):
+    """Set the model's weights to the mean of its weights in checkpoints ``paths``;
+    returns the tf.train.Checkpoint(model=model) that writes them (a fresh one would
+    write no save counter, which restoring expects)."""
+    checkpoint = tf.train.Checkpoint(model=model)
+    total = [np.zeros(w.shape, np.float64) for w in model.weights]
+    for path in paths:
+        restore_checkpoint(checkpoint, path, "was it written by another run?")
+        for acc, w in zip(total, model.weights):
+            acc += w.numpy()
+    for acc, w in zip(total, model.weights):
+        w.assign((acc / len(paths)).astype(w.dtype))
+    return checkpoint
+
+
 _READ_ERRORS = (ValueError, AssertionError, IndexError, tf.errors.OpError)
 
 

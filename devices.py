@@ -15,10 +15,43 @@ import tensorflow as tf
 import hparams
 
 
+def cpu_bf16(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The native bfloat16 instruction sets of this x86 CPU ("AVX512-BF16", "AMX-BF16"),
+    from its flags in ``cpuinfo``; "" where it has none or the file is missing."""
+    try:
+        with open(cpuinfo) as f:
+            flags = next((line.split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return ""
+    found = [name for flag, name in CPU_BF16_FLAGS if flag in flags]
+    return " and ".join(found)
+
+
+CPU_BF16_FLAGS = (("avx512_bf16", "AVX512-BF16"), ("amx_bf16", "AMX-BF16"))
+
+
+def auto_precision(gpus, who: str) -> tuple[str, str]:
+    """precision='auto': (the policy, why). A GPU of compute capability >= 7.0:
+    mixed_float16. Training on a CPU with native bfloat16 (AVX512-BF16 or AMX-BF16):
+    mixed_bfloat16. Else, and for decoding on a CPU: float32."""
+    caps = [
+        tf.config.experimental.get_device_details(g).get("compute_capability", (0, 0)) for g in gpus
+    ]
+    if caps:
+        cap = f"{min(caps)[0]}.{min(caps)[1]}"
+        return (
+            "mixed_float16" if min(caps) >= (7, 0) else "float32"
+        ), f"auto: GPU compute capability {cap}"
+    bf16 = cpu_bf16()
+    if who == "train" and bf16:
+        return "mixed_bfloat16", f"auto: no GPU; training on a CPU with {bf16}"
+    return "float32", "auto: no GPU"
+
+
 def setup_devices(hp: hparams.Hparams, who: str = "train"):
     """Enable GPU memory growth, pick the precision and the distribution strategy.
 
-    precision='auto' is mixed_float16 on a GPU of compute capability >= 7.0, else float32.
+    precision='auto': see :func:`auto_precision`.
     Several local GPUs give a MirroredStrategy; TF_CONFIG gives MultiWorkerMirroredStrategy.
     Logs one line, prefixed by ``who`` (the script). Returns (strategy, precision).
     """
@@ -30,16 +63,7 @@ def setup_devices(hp: hparams.Hparams, who: str = "train"):
             pass
     precision, why = hp.precision, "set by --precision"
     if precision == "auto":
-        caps = [
-            tf.config.experimental.get_device_details(g).get("compute_capability", (0, 0))
-            for g in gpus
-        ]
-        precision = "mixed_float16" if caps and min(caps) >= (7, 0) else "float32"
-        why = (
-            f"auto: GPU compute capability {min(caps)[0]}.{min(caps)[1]}"
-            if caps
-            else "auto: no GPU"
-        )
+        precision, why = auto_precision(gpus, who)
     keras.mixed_precision.set_global_policy(precision)
     if os.environ.get("TF_CONFIG"):
         strategy = tf.distribute.MultiWorkerMirroredStrategy()

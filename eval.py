@@ -1,6 +1,6 @@
 """Translate a test set with a trained model and score it.
 
-    python eval.py                                 # demo: latest checkpoint, test split
+    python eval.py                                 # demo: the default model, test split
     python eval.py --preset multi30k --ckpt log/multi30k/best/ckpt-9000
     python eval.py --logdir log/demo --test_src my.de --test_ref my.en
 
@@ -39,7 +39,7 @@ SCRIPT = cli.Script(
     __doc__,
     fields=cli.DECODING_FIELDS,
     options={
-        "ckpt": ("", "checkpoint to load (default: the latest in logdir)"),
+        "ckpt": ("", "checkpoint: a path, last or best (default: the run's default model)"),
         "test_src": ("", "a source file to translate instead of the test split"),
         "test_ref": ("", "its reference translations, line by line"),
     },
@@ -69,6 +69,8 @@ def write_results(path: str, sources, refs, hyps, figures: dict, settings: dict)
         f"BLEU (tokenize=none, as multi-bleu.perl on raw text) = "
         f"{figures['bleu_tokenize_none']:.2f}\n"
         f"chrF = {figures['chrf']:.2f} ({figures['chrf_signature']})\n"
+        f"runaway outputs (length limit reached without </S>) = {figures['runaways']} of "
+        f"{len(hyps)}\n"
         f"decoding: {json.dumps(settings, sort_keys=True)}\n"
     )
     files.atomic_write(path, "\n".join(blocks) + "\n" + tail)
@@ -103,10 +105,10 @@ def legacy_protocol(hp, tok, model, sources, refs, settings: dict):
     )
     sources = [data_load.clean(sources[i]).strip() for i in keep]
     refs = [data_load.clean(refs[i]).strip() for i in keep]
-    hyps = decoding.legacy_translate(model, tok, hp, sources)
+    hyps, runaway = decoding.legacy_translate(model, tok, hp, sources)
     figures = decoding.scores(hyps, refs)
     figures["legacy_bleu"] = decoding.legacy_bleu(hyps, refs, clean_hyps=False)
-    return sources, refs, hyps, figures
+    return sources, refs, hyps, runaway, figures
 
 
 def evaluate(
@@ -141,11 +143,15 @@ def evaluate(
     }
     t0 = time.time()
     if hp.legacy_protocol:
-        sources, refs, hyps, figures = legacy_protocol(hp, tok, model, sources, refs, settings)
+        sources, refs, hyps, runaway, figures = legacy_protocol(
+            hp, tok, model, sources, refs, settings
+        )
         name += "_legacy"
     else:
-        hyps = decoding.Translator(model, tok, hp).translate(sources)
+        hyps, runaway = decoding.Translator(model, tok, hp).translate_counted(sources)
         figures = decoding.scores(hyps, refs)
+    figures["runaways"] = len(runaway)
+    figures["runaway_lines"] = [i + 1 for i in runaway]
     seconds = time.time() - t0
     if hp.beam_size > 1:
         name += f"_beam{hp.beam_size}"
@@ -159,6 +165,12 @@ def evaluate(
     print(f"sacreBLEU = {figures['sacrebleu']:.2f} ({figures['sacrebleu_signature']})")
     print(f"BLEU (tokenize=none) = {figures['bleu_tokenize_none']:.2f}")
     print(f"chrF = {figures['chrf']:.2f}")
+    lines = ", ".join(map(str, figures["runaway_lines"][:10]))
+    print(
+        f"runaway outputs (length limit reached without </S>): {figures['runaways']} of "
+        f"{len(hyps)}"
+        + (f" (lines {lines}{', ...' if figures['runaways'] > 10 else ''})" if lines else "")
+    )
     print(f"eval: results written to {out}")
     return {**figures, "results": out, "seconds": seconds}
 

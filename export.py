@@ -31,7 +31,7 @@ SCRIPT = cli.Script(
     __doc__,
     fields=cli.DECODING_FIELDS,
     options={
-        "ckpt": ("", "checkpoint to export (default: the latest in logdir)"),
+        "ckpt": ("", "checkpoint: a path, last or best (default: the run's default model)"),
         "export_dir": ("", "where to write the SavedModel (default: exported/<run>)"),
     },
     note=cli.DECODING_NOTE,

@@ -83,9 +83,10 @@ class Hparams:
     embedding_init: str = "normal"  # normal (d_model^-0.5; positions 0.02) | xavier (TF1)
 
     # ---- training (paper section 5) -------------------------------------------------
-    lr_schedule: str = "noam"  # noam (5.3) | kyubyong (lr * warmup^0.5 * min(...)) | constant
-    lr: float = 0.0005  # peak lr for kyubyong, fixed lr for constant; noam ignores it
-    warmup_steps: int = 400  # linear warmup steps of noam and kyubyong (5.3; paper: 4000)
+    lr_schedule: str = "wsd"  # wsd | linear (end at the budget) | noam (5.3) | kyubyong | constant
+    lr: float = 0.003  # peak lr (kyubyong, wsd, linear), fixed lr (constant); noam ignores it
+    warmup_steps: int = 400  # linear warmup steps of every schedule but constant (5.3: 4000)
+    cooldown: float = 0.2  # wsd: the last fraction of the budget, where the lr decays to 0
     branch_warmup_steps: int = 400  # weighted: warmup of the kappa/alpha schedule (paper: 400)
     label_smoothing: float = 0.1  # epsilon_ls of the label-smoothed loss (5.4)
     act_loss_weight: float = 0.01  # universal: weight of the ACT ponder cost in the loss
@@ -95,17 +96,19 @@ class Hparams:
     clip_norm: float = 0.0  # >0: clip gradients to this global norm
     max_bad_steps: int = 10  # >0: stop after this many updates in a row skipped for NaN/Inf
     accum_steps: int = 1  # >1: accumulate this many batches per update
-    num_epochs: int = 6  # passes over the training data
+    num_epochs: int = 8  # passes over the training data
     max_steps: int = 0  # >0: stop after this many steps (checkpointed)
     max_minutes: float = 0.0  # >0: stop after this wall time (checkpointed)
     seed: int = 42  # weights, dropout and batch order
-    precision: str = "auto"  # auto | float32 | mixed_float16 | mixed_bfloat16
+    precision: str = "auto"  # auto (README: Precision) | float32 | mixed_float16 | mixed_bfloat16
     jit_compile: bool = False  # XLA-compile the train step
     logdir: str = "log/demo"  # checkpoints, TensorBoard events, hparams.json, specs
     ckpt_every_steps: int = 0  # >0: also checkpoint every K steps
     keep_ckpts: int = 5  # checkpoints kept: at least average_checkpoints.py's --last (5)
     early_stopping: int = 0  # >0: stop after this many epochs without a better dev BLEU
     dev_bleu_sents: int = 200  # dev sentences decoded after each epoch (0 = all)
+    eval_share: float = 0.1  # max_minutes: skip an epoch's dev BLEU past this share of time
+    average: int = 3  # >1: the average of the last N checkpoints, where it wins on dev BLEU
     evaldir: str = "eval/demo"  # dev translations written after each epoch
     attention_layers: str = "last"  # last | all | none: attention figures in TensorBoard
 
@@ -188,12 +191,12 @@ PRESETS: dict[str, dict[str, Any]] = {
         num_blocks=3,
         num_heads=8,
         dropout_rate=0.1,
-        lr_schedule="kyubyong",
+        lr_schedule="wsd",
         lr=0.0015,
         warmup_steps=400,
         num_epochs=30,
         tokens_per_batch=2048,
-        dev_bleu_sents=0,
+        dev_bleu_sents=500,
     ),
     # The updated (2019) Kyubyong code's hyperparameter values for IWSLT 2016 de-en (its
     # hparams.py), on the paper's model; README "Presets and the code they follow" lists
@@ -302,7 +305,7 @@ CHOICES = {
     "norm": ("post", "pre"),
     "qkv_activation": ("none", "relu"),
     "embedding_init": ("normal", "xavier"),
-    "lr_schedule": ("noam", "kyubyong", "constant"),
+    "lr_schedule": ("noam", "kyubyong", "constant", "wsd", "linear"),
     "attention_layers": ("last", "all", "none"),
     "precision": ("auto", "float32", "mixed_float16", "mixed_bfloat16"),
 }
@@ -389,6 +392,11 @@ def apply(hp: Hparams, overrides: dict[str, Any]) -> Hparams:
     ):
         if values[key] < 0:
             raise UserError(f"--{key} must not be negative; got {values[key]}")
+    for key in ("cooldown", "eval_share"):
+        if not 0 < values[key] <= 1:
+            raise UserError(f"--{key} must be in (0, 1]; got {values[key]}")
+    if values["average"] < 0:
+        raise UserError(f"--average must not be negative; got {values['average']}")
     for key in ("dropout_rate", "attention_dropout", "label_smoothing", "act_epsilon"):
         if not 0 <= values[key] < 1:
             raise UserError(f"--{key} must be in [0, 1); got {values[key]}")

@@ -630,6 +630,9 @@ class PositionalEncoding(keras.layers.Layer):
 # ---------------------------------------------------------------------------------------
 # 5.3 Optimizer: the learning-rate schedule
 # ---------------------------------------------------------------------------------------
+BUDGET_SCHEDULES = ("wsd", "linear")  # schedules that end at the run's budget
+
+
 @keras.saving.register_keras_serializable(package="transformer")
 class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
     """Learning rate per step (step counted from 1).
@@ -638,15 +641,38 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
     kind='kyubyong' (updated Kyubyong code): lr * warmup^0.5 * min(step * warmup^-1.5,
     step^-0.5); the same shape, peaking at ``lr``.
     kind='constant' (the TF1 legacy code): lr.
+
+    The budget schedules read ``progress``, the fraction p of the run's budget used (a
+    scalar variable the training loop sets before each update: steps or epochs done, or
+    minutes used, whichever binds; see train.Budget), and warm up linearly to ``lr``:
+    kind='wsd' (warmup-stable-decay; Hagele et al. 2024): lr until p = 1 - cooldown,
+    then lr * (1 - sqrt((p - 1 + cooldown) / cooldown)), reaching 0 at the budget;
+    kind='linear' (Li et al. 2020): lr * (1 - p).
     """
 
     def __init__(
-        self, kind: str = "noam", d_model: int = 512, warmup_steps: int = 4000, lr: float = 1e-3
+        self,
+        kind: str = "noam",
+        d_model: int = 512,
+        warmup_steps: int = 4000,
+        lr: float = 1e-3,
+        cooldown: float = 0.2,
     ):
         self.kind, self.d_model, self.warmup_steps, self.lr = kind, d_model, warmup_steps, lr
+        self.cooldown = cooldown
+        self.progress = None
+        if kind in BUDGET_SCHEDULES:  # train.Trainer shares one variable between schedules
+            self.progress = tf.Variable(0.0, trainable=False, name="budget_used")
 
     def __call__(self, step):
         step = tf.cast(step, tf.float32) + 1.0  # optimizer iterations count from 0
+        if self.kind in BUDGET_SCHEDULES:
+            warm = tf.minimum(1.0, step / float(self.warmup_steps))
+            p = tf.clip_by_value(tf.cast(self.progress, tf.float32), 0.0, 1.0)
+            if self.kind == "linear":
+                return self.lr * warm * (1.0 - p)
+            into = tf.maximum(p - (1.0 - self.cooldown), 0.0) / self.cooldown
+            return self.lr * warm * (1.0 - tf.sqrt(into))
         warm = tf.minimum(tf.math.rsqrt(step), step * float(self.warmup_steps) ** -1.5)
         if self.kind == "noam":
             return float(self.d_model) ** -0.5 * warm
@@ -660,6 +686,7 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
             "d_model": self.d_model,
             "warmup_steps": self.warmup_steps,
             "lr": self.lr,
+            "cooldown": self.cooldown,
         }
 
 

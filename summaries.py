@@ -29,12 +29,21 @@ def skipped_updates(skipped: int, loss_scale: float | None = None) -> None:
         tf.summary.scalar("train/loss_scale", loss_scale)
 
 
-def dev_figures(dev_loss: float, dev_nll: float, scores: dict) -> None:
-    """dev/loss, dev/nll (per token, no dropout), dev/bleu (sacreBLEU) and dev/chrf."""
+def dev_figures(dev_loss: float, dev_nll: float, scores: dict | None) -> None:
+    """dev/loss, dev/nll (per token, no dropout), and where ``scores`` are given (dev
+    BLEU was computed) dev/bleu (sacreBLEU) and dev/chrf."""
     tf.summary.scalar("dev/loss", dev_loss)
     tf.summary.scalar("dev/nll", dev_nll)
-    tf.summary.scalar("dev/bleu", scores["sacrebleu"])
-    tf.summary.scalar("dev/chrf", scores["chrf"])
+    if scores is not None:
+        tf.summary.scalar("dev/bleu", scores["sacrebleu"])
+        tf.summary.scalar("dev/chrf", scores["chrf"])
+
+
+def budget(used: float, seconds: float) -> None:
+    """train/budget_used: the fraction of the run's budget used (train.Budget), and
+    train/minutes: its wall time over all resumes."""
+    tf.summary.scalar("train/budget_used", used)
+    tf.summary.scalar("train/minutes", seconds / 60)
 
 
 def sample_translations(sources, refs, hyps, count: int = 5) -> None:

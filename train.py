@@ -243,7 +243,7 @@ class Trainer:
         hp, model = self.hp, self.model
         adam = dict(beta_1=hp.adam_beta1, beta_2=hp.adam_beta2, epsilon=hp.adam_epsilon)
         self.schedule = modules.TransformerSchedule(
-            hp.lr_schedule, hp.d_model, hp.warmup_steps, hp.lr
+            hp.lr_schedule, hp.d_model, hp.warmup_steps, hp.lr, hp.cooldown
         )
         self.optimizer = keras.optimizers.Adam(self.schedule, **adam)
         if self.loss_scaling:
@@ -259,7 +259,7 @@ class Trainer:
         self.optimizer.build(main)
 
     # items a checkpoint written before they existed lacks (restored when present)
-    OPTIONAL_ITEMS = ("dropout_rng", "skipped_steps")
+    OPTIONAL_ITEMS = ("dropout_rng", "skipped_steps", "budget_used", "seconds", "eval_seconds")
 
     def _build_checkpoints(self) -> None:
         """The checkpoint holds the model, the optimizers, the position in the data and
@@ -275,6 +275,14 @@ class Trainer:
         self.best_bleu = tf.Variable(-1.0, dtype=tf.float32, trainable=False)
         self.bad_epochs = tf.Variable(0, dtype=tf.int64, trainable=False)
         self.skipped_steps = tf.Variable(0, dtype=tf.int64, trainable=False)
+        # the budget: the fraction used (read by the wsd/linear schedules, never falls), the
+        # run's wall time and the part of it spent on dev evaluation, over all resumes
+        self.budget_used = tf.Variable(0.0, trainable=False, name="budget_used")
+        for schedule in [self.schedule, *self.schedules.values()]:
+            schedule.progress = self.budget_used
+        self.seconds = tf.Variable(0.0, dtype=tf.float64, trainable=False)
+        self.eval_seconds = tf.Variable(0.0, dtype=tf.float64, trainable=False)
+        self.clock = time.time()  # when this process's share of ``seconds`` began
         # each keras Dropout layer's SeedGenerator state (2,) int64, in construction order
         self.rng_states = [v for v in self.model.variables if v.name == "seed_generator_state"]
         groups = {f"{name}_optimizer": opt for name, opt in self.group_optimizers.items()}
@@ -286,6 +294,9 @@ class Trainer:
             best_bleu=self.best_bleu,
             bad_epochs=self.bad_epochs,
             skipped_steps=self.skipped_steps,
+            budget_used=self.budget_used,
+            seconds=self.seconds,
+            eval_seconds=self.eval_seconds,
             dropout_rng=[v.value for v in self.rng_states],
             **groups,
         )
@@ -534,6 +545,8 @@ class Trainer:
         """Checkpoint at the current step (into logdir/best too when ``best``); returns the
         chief's path. Non-chief workers save to their temporary folder and delete it.
         A full disk is one UserError line; the previous checkpoints stay intact."""
+        self.seconds.assign(self.seconds_used())
+        self.clock = time.time()
         target = os.path.join(self.manager.directory, f"ckpt-{self.step}")
         kept = f"the previous checkpoint {self.latest_checkpoint} is intact"
         try:
@@ -549,6 +562,10 @@ class Trainer:
             path = os.path.join(self.hp.logdir, os.path.basename(path))
         self.last_saved = path
         return path
+
+    def seconds_used(self) -> float:
+        """Wall time of the run so far, over all its resumes (checkpointed)."""
+        return float(self.seconds) + time.time() - self.clock
 
     @property
     def latest_checkpoint(self):
@@ -571,6 +588,7 @@ class Trainer:
             "new --logdir",
             partial=False,
         )
+        self.clock = time.time()
         print(
             f"train: resumed from {path} at step {self.step}, epoch {int(self.epoch) + 1}, "
             f"batch {int(self.batch_in_epoch)}"
@@ -581,15 +599,20 @@ class Trainer:
 
     def agree(self, flag: bool) -> bool:
         """``flag`` of any worker (one small all-reduce in a multi-worker run)."""
+        return self.agree_max(float(flag)) > 0
+
+    def agree_max(self, value: float) -> float:
+        """The largest ``value`` of all workers (one small all-reduce in a multi-worker
+        run; the value itself elsewhere)."""
         if not self.multi_worker:
-            return flag
+            return value
         fn = getattr(self, "_agree_fn", None)
         if fn is None:
             strategy = self.strategy
             fn = self._agree_fn = tf.function(
-                lambda x: strategy.reduce("SUM", strategy.run(tf.identity, (x,)), axis=None)
+                lambda x: strategy.reduce("MAX", strategy.run(tf.identity, (x,)), axis=None)
             )
-        return float(fn(tf.constant(float(flag)))) > 0
+        return float(fn(tf.constant(value)))
 
     def dev_loss(self, corpus, batch_size: int) -> tuple[float, float]:
         """Per-token (label-smoothed loss, cross-entropy) on a dev corpus, no dropout."""
@@ -637,14 +660,79 @@ def out_of_memory(hp: hparams.Hparams, what: str, src_shape, tgt_shape):
 # The run: epochs of batches, logs, dev evaluation, checkpoints
 # ---------------------------------------------------------------------------------------
 class Dev:
-    """The dev set of a run: the encoded corpus (dev loss) and the raw sentences decoded
-    for dev BLEU (the first ``dev_bleu_sents``)."""
+    """The dev set of a run: the encoded corpus (dev loss, all of it) and the raw
+    sentences decoded for dev BLEU (a fixed subset: the first ``dev_bleu_sents``).
 
-    def __init__(self, hp: hparams.Hparams):
+    ``max_len``: one length limit for the whole subset, its longest reference (in target
+    tokens) + 10, so that an untrained model's runaway outputs stop there rather than at
+    each source's length + max_len_extra."""
+
+    def __init__(self, hp: hparams.Hparams, tok=None):
         self.corpus = data_load.load_corpus(hp, "dev")
         src, ref = data_load.read_raw(hp, "dev")
         n = len(src) if hp.dev_bleu_sents <= 0 else min(hp.dev_bleu_sents, len(src))
         self.src, self.ref = src[:n], ref[:n]
+        self.max_len = 0
+        if tok is not None and self.ref:
+            self.max_len = max(len(ids) for ids in tok.encode_tgt(self.ref)) + 10
+
+    def translator(self, model, tok, hp: hparams.Hparams) -> decoding.Translator:
+        """The run's decoding settings under the subset's length limit."""
+        limit = min(hp.max_len, self.max_len) if hp.max_len else self.max_len
+        return decoding.Translator(model, tok, hparams.apply(hp, {"max_len": limit}))
+
+
+class Budget:
+    """What bounds a run, and the fraction of it used (README "Training on a budget").
+
+    The run ends at whichever comes first: ``num_epochs`` of ``updates_per_epoch``
+    updates, ``max_steps``, or ``max_minutes`` of wall time summed over its resumes,
+    dev evaluation included (Trainer.seconds_used). The fraction used is the larger of
+    steps / planned steps and seconds / (budget - reserve), where ``reserve`` is the
+    duration of the last evaluation with BLEU (twice that with ``average``): the time
+    the run's final evaluation will take. The wsd and linear schedules read it from
+    ``trainer.budget_used``, which only ever grows, so the lr never rises on a resume.
+    """
+
+    def __init__(self, hp: hparams.Hparams, trainer: Trainer, updates_per_epoch: int):
+        self.hp, self.trainer = hp, trainer
+        steps = hp.num_epochs * updates_per_epoch
+        self.steps = min(steps, hp.max_steps) if hp.max_steps else steps
+        self.seconds = 60.0 * hp.max_minutes
+        self.reserve = 0.0
+        self.follow = hp.lr_schedule in modules.BUDGET_SCHEDULES
+
+    def fraction(self, step: int) -> float:
+        """The fraction of the budget used after ``step`` updates (time agreed by all
+        workers: their lr must agree)."""
+        used = step / max(self.steps, 1)
+        if self.seconds:
+            spent = self.trainer.agree_max(self.trainer.seconds_used())
+            used = max(used, spent / max(self.seconds - self.reserve, 1.0))
+        return min(used, 1.0)
+
+    def before_update(self) -> None:
+        """Set ``budget_used`` for the next update, which the schedule reads."""
+        if self.follow:
+            used = max(float(self.trainer.budget_used), self.fraction(self.trainer.step))
+            self.trainer.budget_used.assign(used)
+
+    def out_of_time(self) -> bool:
+        """The time left is what the final evaluation needs (all workers agree)."""
+        if not self.seconds:
+            return False
+        spent = self.trainer.agree_max(self.trainer.seconds_used())
+        return spent + self.reserve >= self.seconds
+
+    def bleu_due(self, last_seconds: float) -> bool:
+        """Under max_minutes, an epoch's dev BLEU runs only while evaluation, this one
+        included (it takes about ``last_seconds``), stays within ``eval_share`` of the
+        time used; the run's final evaluation always runs."""
+        if not self.seconds:
+            return True
+        spent = self.trainer.agree_max(self.trainer.seconds_used())
+        evals = float(self.trainer.eval_seconds)
+        return evals + last_seconds <= self.hp.eval_share * (spent + last_seconds)
 
 
 class Health:
@@ -713,14 +801,16 @@ def train(hp: hparams.Hparams, ckpt: str = "") -> dict:
         # tokens_per_batch is per replica: a global batch holds replicas x that budget and
         # its rows are dealt out to the replicas
         data = data_load.TrainData(hp, replicas=strategy.num_replicas_in_sync)
-        dev = Dev(hp)
+        dev = Dev(hp, tok)
         trainer = Trainer(hp, tok, strategy, precision)
         # a checkpoint given by --ckpt is not logdir's newest: write one before stopping
         saved = trainer.position if trainer.restore(ckpt) and not ckpt else None
         os.makedirs(hp.logdir, exist_ok=True)
         if trainer.chief:  # in a multi-worker run only the chief writes into logdir
             remove_partial_checkpoints(hp.logdir)  # of a run killed while saving
-            hparams.save(hp, os.path.join(hp.logdir, "hparams.json"))
+            # the precision the run trains in (auto resolved); decoding uses float32
+            resolved = hparams.apply(hp, {"precision": precision})
+            hparams.save(resolved, os.path.join(hp.logdir, "hparams.json"))
             data_load.write_vocab_fingerprint(hp)
             files.atomic_write(
                 os.path.join(hp.logdir, "specs"), "\n".join(trainer.model.specs_lines()) + "\n"
@@ -732,7 +822,7 @@ def train(hp: hparams.Hparams, ckpt: str = "") -> dict:
             f"train: {trainer.model.count_params():,} parameters; {len(data.keep):,} training "
             f"pairs; logdir {hp.logdir}"
         )
-        translator = decoding.Translator(trainer.model, tok, hp)
+        translator = dev.translator(trainer.model, tok, hp)
         with Interrupt() as interrupt:
             return train_loop(hp, trainer, data, dev, translator, writer, interrupt, saved)
 
@@ -742,9 +832,11 @@ def train_loop(
 ) -> dict:
     """The epochs of :func:`train`, from the restored position to the end. ``saved`` is
     the position (:attr:`Trainer.position`) of logdir's newest checkpoint, if any."""
-    t_start, stop_reason, history = time.time(), None, []
+    stop_reason, history, bleu_seconds = None, [], 0.0
     first_loss = last_loss = float("nan")  # running loss at this run's first and last log
     health = Health(hp, trainer, writer)
+    updates = -(-len(data.batches(0)) // hp.accum_steps)  # per epoch: the same every epoch
+    budget = Budget(hp, trainer, updates)
 
     def asked_to_stop(stats=None) -> str | None:
         """Why to stop for a signal: agreed by all workers (in the step's all-reduce, or
@@ -781,6 +873,7 @@ def train_loop(
         )
         window = Window()
         for src, dec_in, labels in bar:
+            budget.before_update()
             with out_of_memory(hp, "a training batch", src.shape, dec_in.shape):
                 stats, updated = trainer.train_batch(
                     src, dec_in, labels, interrupt.signum is not None
@@ -802,6 +895,7 @@ def train_loop(
                     if step % LOG_EVERY == 0 or step == 1:
                         with summaries_at(writer, step, hp):
                             summaries.train_scalars(means, stats.grad_norm, lr)
+                            summaries.budget(budget.fraction(step), trainer.seconds_used())
                             summaries.skipped_updates(
                                 int(trainer.skipped_steps), health.loss_scale()
                             )
@@ -812,7 +906,7 @@ def train_loop(
                     saved = trainer.position
                 if hp.max_steps and step >= hp.max_steps:
                     stop_reason = f"max_steps={hp.max_steps} reached"
-                elif hp.max_minutes and time.time() - t_start >= 60 * hp.max_minutes:
+                elif budget.out_of_time():
                     stop_reason = f"max_minutes={hp.max_minutes:g} reached"
             stop_reason = stop_reason or asked_to_stop(stats)
             if stop_reason:
@@ -826,13 +920,18 @@ def train_loop(
         if stop_reason:
             break
         try:
-            history.append(end_of_epoch(hp, trainer, dev, translator, writer, interrupt))
+            bleu = budget.bleu_due(bleu_seconds) or int(trainer.epoch) + 1 == hp.num_epochs
+            result = end_of_epoch(hp, trainer, dev, translator, writer, interrupt, bleu)
         except DevAbandoned:
             stop_reason = (
                 f"stopped by {interrupt.name}; the dev evaluation of epoch {epoch + 1} was "
                 f"abandoned (it runs again on resume)"
             )
             break
+        history.append(result)
+        if bleu:
+            bleu_seconds = result["seconds"]
+            budget.reserve = bleu_seconds * (2 if hp.average > 1 else 1)
         saved = trainer.position
         stop_reason = asked_to_stop()
         if stop_reason:
@@ -841,21 +940,44 @@ def train_loop(
             stop_reason = f"no better dev BLEU for {hp.early_stopping} epochs"
         elif hp.max_steps and trainer.step >= hp.max_steps:
             stop_reason = f"max_steps={hp.max_steps} reached"
+        elif budget.out_of_time():
+            stop_reason = f"max_minutes={hp.max_minutes:g} reached"
     dropped = trainer.drop_partial()  # only a signal stops the run between updates
     if dropped:
         stop_reason += (
             f"; a partial gradient accumulation of {dropped} batch(es) was dropped (they are "
             f"trained again on resume)"
         )
+    budget_end = stop_reason is not None and stop_reason.startswith(("max_steps", "max_minutes"))
+    last = history[-1] if history else {}
+    scored = last.get("step") == trainer.step and last.get("dev_bleu") is not None
+    if budget_end and not scored:  # the final weights get a dev BLEU (the best may be them)
+        try:
+            history.append(evaluate(hp, trainer, dev, translator, writer, interrupt))
+            trainer.save(best=keep_best(trainer, history[-1]["dev_bleu"]))
+            saved = trainer.position
+        except DevAbandoned:
+            stop_reason = f"stopped by {interrupt.name} during the final dev evaluation"
     if trainer.position != saved:
         trainer.save()
+    averaged = None
+    if hp.average > 1 and history and not (stop_reason or "").startswith("stopped by"):
+        averaged = average_last(hp, trainer, dev, translator)
+    if trainer.chief and history:
+        record_default(hp, trainer, averaged)
+    share = float(trainer.eval_seconds) / max(trainer.seconds_used(), 1e-9)
+    last_lr = float(trainer.schedule(max(trainer.step - 1, 0)))  # of the last update
     # the path this run saved (a non-chief worker may look before the chief's
     # `checkpoint` file names it), else the one it resumed from
     path = trainer.last_saved or trainer.latest_checkpoint
     signalled = (stop_reason or "").startswith("stopped by")  # here or in another worker
     if signalled:
         stop_reason += "; run the same command again to resume"
-    print(f"train: {stop_reason or 'done'}; step {trainer.step}; checkpoint {path}")
+    print(
+        f"train: {stop_reason or 'done'}; step {trainer.step}; checkpoint {path}; "
+        f"{trainer.seconds_used() / 60:.1f} min, {share:.1%} of them on dev evaluation; "
+        f"last lr {last_lr:.3g}"
+    )
     return {
         "step": trainer.step,
         "epoch": int(trainer.epoch),
@@ -865,32 +987,36 @@ def train_loop(
         "train_loss": last_loss,
         "first_loss": first_loss,
         "signal": interrupt.signum or (signal.SIGTERM if signalled else None),
+        "eval_share": share,
+        "last_lr": last_lr,
+        "averaged": averaged,
     }
 
 
-def end_of_epoch(
-    hp, trainer: Trainer, dev: Dev, translator, writer, interrupt: Interrupt | None = None
+def evaluate(
+    hp, trainer: Trainer, dev: Dev, translator, writer, interrupt=None, bleu: bool = True
 ) -> dict:
-    """Dev loss, dev BLEU, translations to evaldir, summaries, best checkpoint. A signal
-    abandons the evaluation (:class:`DevAbandoned`; in one process only: other workers
-    would wait for this one), and the epoch counter moves on just before the checkpoint:
-    a run stopped during the evaluation resumes at the end of the epoch and evaluates it."""
-    epoch, step = int(trainer.epoch) + 1, trainer.step
+    """Dev loss (all of dev) and, with ``bleu``, dev BLEU of the dev subset: summaries,
+    translations to evaldir; the time is added to ``trainer.eval_seconds``. A signal
+    abandons it (:class:`DevAbandoned`; in one process only: other workers would wait for
+    this one). Returns {epoch, step, dev_loss, dev_bleu (None without BLEU), seconds}."""
+    epoch, step, t0 = int(trainer.epoch) + 1, trainer.step, time.time()
     interrupt = interrupt or Interrupt()
     with interrupt.abandonable_region(not trainer.multi_worker):
         dev_loss, dev_nll = trainer.dev_loss(dev.corpus, max(1, hp.tokens_per_batch // 64))
-        hyps = translator.translate(dev.src)
-        scores = decoding.scores(hyps, dev.ref)
-    bleu = scores["sacrebleu"]
-    if trainer.chief:
-        name = f"E{epoch:02d}L{dev_loss:.2f}"
-        files.atomic_write(
-            os.path.join(hp.evaldir, name), "\n".join(hyps) + f"\nBLEU = {bleu:.2f}\n"
-        )
+        hyps = translator.translate(dev.src) if bleu else []
+        scores = decoding.scores(hyps, dev.ref) if bleu else None
+    seconds = time.time() - t0
+    trainer.eval_seconds.assign_add(seconds)
+    if bleu and trainer.chief:
+        name = f"E{epoch:02d}S{step}L{dev_loss:.2f}"
+        text = "\n".join(hyps) + f"\nBLEU = {scores['sacrebleu']:.2f}\n"
+        files.atomic_write(os.path.join(hp.evaldir, name), text)
     with summaries_at(writer, step, hp):
         summaries.dev_figures(dev_loss, dev_nll, scores)
-        summaries.sample_translations(dev.src, dev.ref, hyps)
-        if dev.src and hp.attention_layers != "none":
+        if bleu:
+            summaries.sample_translations(dev.src, dev.ref, hyps)
+        if bleu and dev.src and hp.attention_layers != "none":
             greedy = translator.decode if translator.k == 1 else None
             summaries.attention(
                 trainer.model,
@@ -900,22 +1026,101 @@ def end_of_epoch(
                 hp.attention_layers,
                 greedy,
             )
-    trainer.epoch.assign_add(1)
-    trainer.batch_in_epoch.assign(0)
-    improved = bleu > float(trainer.best_bleu)
-    if improved:
+    return {
+        "epoch": epoch,
+        "step": step,
+        "dev_loss": dev_loss,
+        "dev_bleu": scores["sacrebleu"] if bleu else None,
+        "example": f"{dev.src[0]!r} -> {hyps[0]!r}; " if hyps else "",
+        "seconds": seconds,
+    }
+
+
+def keep_best(trainer: Trainer, bleu: float | None) -> bool:
+    """Whether ``bleu`` beats the run's best dev BLEU (then it becomes the best); a
+    figure that does not counts one more epoch for early stopping."""
+    if bleu is None:
+        return False
+    if bleu > float(trainer.best_bleu):
         trainer.best_bleu.assign(bleu)
         trainer.bad_epochs.assign(0)
-    else:
-        trainer.bad_epochs.assign_add(1)
+        return True
+    trainer.bad_epochs.assign_add(1)
+    return False
+
+
+def end_of_epoch(
+    hp,
+    trainer: Trainer,
+    dev: Dev,
+    translator,
+    writer,
+    interrupt: Interrupt | None = None,
+    bleu: bool = True,
+) -> dict:
+    """:func:`evaluate`, then the epoch counter moves on and a checkpoint is written
+    (into logdir/best too if the dev BLEU is the best so far). The counter moves just
+    before the checkpoint: a run stopped during the evaluation resumes at the end of the
+    epoch and evaluates it."""
+    result = evaluate(hp, trainer, dev, translator, writer, interrupt, bleu)
+    trainer.epoch.assign_add(1)
+    trainer.batch_in_epoch.assign(0)
+    improved = keep_best(trainer, result["dev_bleu"])
     # the counters are updated first, so that a resumed run knows the true best so far
     path = trainer.save(best=improved)
-    example = f"{dev.src[0]!r} -> {hyps[0]!r}; " if dev.src else ""
+    bleu_text = "not computed (eval_share)" if not bleu else f"{result['dev_bleu']:.2f}"
     print(
-        f"epoch {epoch}: dev loss {dev_loss:.3f}, dev BLEU {bleu:.2f}"
-        f"{' (best)' if improved else ''}; e.g. {example}{path}"
+        f"epoch {result['epoch']}: dev loss {result['dev_loss']:.3f}, dev BLEU {bleu_text}"
+        f"{' (best)' if improved else ''}; e.g. {result['example']}{path}"
     )
-    return {"epoch": epoch, "step": step, "dev_loss": dev_loss, "dev_bleu": bleu}
+    return result
+
+
+def average_last(hp, trainer: Trainer, dev: Dev, translator) -> dict | None:
+    """The average of the run's last ``hp.average`` checkpoints (Vaswani et al. 2017,
+    6.1), scored on the dev subset; written to ``<logdir>/averaged/avg-last<N>-<step>``
+    if it beats the best checkpoint. The model's own weights are put back after."""
+    if trainer.multi_worker:
+        print("train: --average is skipped in a multi-worker run: use average_checkpoints.py")
+        return None
+    paths = trainer.manager.checkpoints[-hp.average :]
+    if len(paths) < hp.average:
+        print(f"train: {len(paths)} checkpoint(s), fewer than --average {hp.average}: no average")
+        return None
+    model, t0 = trainer.model, time.time()
+    own = [w.numpy() for w in model.weights]
+    weights = decoding.average_weights(model, paths)
+    scores = decoding.scores(translator.translate(dev.src), dev.ref)
+    bleu, best = scores["sacrebleu"], float(trainer.best_bleu)
+    wins = bleu > best
+    out = os.path.join(hp.logdir, "averaged", f"avg-last{hp.average}-{trainer.step}")
+    if wins and trainer.chief:
+        with files.atomic_path(out) as tmp:  # its .index and .data-* files
+            weights.write(tmp)
+    for w, value in zip(model.weights, own):
+        w.assign(value)
+    trainer.eval_seconds.assign_add(time.time() - t0)
+    names = ", ".join(os.path.basename(p) for p in paths)
+    print(
+        f"train: the average of {names} has dev BLEU {bleu:.2f} against the best "
+        f"checkpoint's {best:.2f}: "
+        + (f"it is the default model ({out})" if wins else "the best checkpoint stays")
+    )
+    return {"checkpoints": paths, "dev_bleu": bleu, "wins": wins, "path": out if wins else ""}
+
+
+def record_default(hp, trainer: Trainer, averaged: dict | None) -> None:
+    """``<logdir>/best.json``: the model eval.py, translate.py and export.py load by
+    default (decoding.default_checkpoint): the average where it won on dev, else the
+    best checkpoint by dev BLEU."""
+    if averaged and averaged["wins"]:
+        path, bleu = averaged["path"], averaged["dev_bleu"]
+        what = f"average of {', '.join(os.path.basename(p) for p in averaged['checkpoints'])}"
+    else:
+        path, bleu = tf.train.latest_checkpoint(trainer.best.directory), float(trainer.best_bleu)
+        what = "best checkpoint by dev BLEU"
+    if path:
+        decoding.write_default(hp.logdir, path, bleu, what)
 
 
 def main() -> None:

@@ -24,7 +24,7 @@ SCRIPT = cli.Script(
     __doc__,
     fields=cli.DECODING_FIELDS,
     options={
-        "ckpt": ("", "checkpoint to load (default: the latest in logdir)"),
+        "ckpt": ("", "checkpoint: a path, last or best (default: the run's default model)"),
         "input": ("", "a file of German sentences, one per line (default: stdin)"),
         "n_best": (1, "print the N best translations of each line (needs --beam_size >= N)"),
         "attention": ("", "PNG path: the cross-attention of one sentence, one panel per head"),

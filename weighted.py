@@ -224,7 +224,7 @@ class Variant(modules.Variant):
         if hp.lr_schedule == "kyubyong":  # lr warmup^0.5 step^-0.5 past the warmup
             lr *= (hp.warmup_steps / hp.branch_warmup_steps) ** 0.5
         schedule = modules.TransformerSchedule(
-            hp.lr_schedule, hp.d_model, hp.branch_warmup_steps, lr
+            hp.lr_schedule, hp.d_model, hp.branch_warmup_steps, lr, hp.cooldown
         )
         return {self.GROUP: (variables, schedule)}
 

@@ -38,6 +38,8 @@ def tiny(tmp, **kw):
         lr=0.003,
         eval_batch_size=64,
         max_len_extra=10,
+        precision="float32",  # auto would train in bfloat16 on a CPU that has it
+        average=0,
     )
     values.update(kw)
     return hparams.apply(hparams.Hparams(), values)

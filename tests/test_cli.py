@@ -331,8 +331,9 @@ def test_a_real_script_starts_quietly(quick_run):
         assert len(proc.stdout.splitlines()) == 1
         lines = proc.stderr.splitlines()
         if not verbose:
-            assert [line.split(":")[0] for line in lines] == ["translate"], lines
+            assert [line.split(":")[0] for line in lines] == ["translate"] * 2, lines
             assert lines[0].startswith("translate: TensorFlow sees /physical_device:CPU:0")
+            assert lines[1].startswith(f"translate: model {hp.logdir}/")
         else:
             assert any("cuInit" in line for line in lines)
             assert any("oneDNN" in line for line in lines)

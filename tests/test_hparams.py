@@ -36,7 +36,9 @@ def test_demo_preset_is_the_dataclass_default():
     assert (hp.corpus, hp.vocab_type, hp.vocab_size) == ("demo", "bpe", 1000)
     assert (hp.d_model, hp.d_ff, hp.num_blocks, hp.num_heads) == (128, 512, 2, 4)
     assert hp.position == "sinusoid" and hp.norm == "post" and hp.share_embeddings is True
-    assert hp.lr_schedule == "noam" and hp.warmup_steps == 400 and hp.num_epochs == 6
+    assert hp.lr_schedule == "wsd" and hp.lr == 0.003 and hp.cooldown == 0.2
+    assert hp.warmup_steps == 400 and hp.num_epochs == 8 and hp.average == 3
+    assert hp.precision == "auto" and hp.eval_share == 0.1
 
 
 def test_multi30k_preset():
@@ -46,9 +48,14 @@ def test_multi30k_preset():
     assert hp.logdir == "log/multi30k" and hp.evaldir == "eval/multi30k"
     assert hp.vocab_type == "bpe" and hp.vocab_size == 8000
     assert (hp.d_model, hp.d_ff, hp.num_blocks, hp.num_heads) == (256, 1024, 3, 8)
-    assert hp.dropout_rate == 0.1 and hp.num_epochs == 30 and hp.dev_bleu_sents == 0
-    # lr schedule / warmup / token budget of this preset are still being tuned: only check
-    # that the preset's own values were applied (see test_presets_apply_their_values)
+    assert hp.dropout_rate == 0.1 and hp.num_epochs == 30 and hp.dev_bleu_sents == 500
+    assert (hp.lr_schedule, hp.lr, hp.warmup_steps, hp.tokens_per_batch) == (
+        "wsd",
+        0.0015,
+        400,
+        2048,
+    )
+    assert hp.average == 3 and hp.eval_share == 0.1  # (README "Training on a budget")
 
 
 def test_presets_apply_their_values():

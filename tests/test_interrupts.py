@@ -400,7 +400,7 @@ def test_sigkill_at_random_moments_loses_no_checkpoint(demo_prepro, tmp_path):
         lives.close()
     assert "max_steps=200 reached; step 200;" in out
     assert latest_step(hp.logdir) == 200
-    assert decoding.load_run(hp.logdir, {})[3].endswith("ckpt-200")
+    assert decoding.load_run(hp.logdir, {}, "last")[3].endswith("ckpt-200")
     assert resumes + fresh + early == lives.count and fresh <= 2 and lost == 0
     print(
         f"\nkill loop: {kills} SIGKILLs ({early} before the restore, {idle} before a first "

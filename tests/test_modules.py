@@ -292,7 +292,13 @@ def test_schedule_config_round_trip():
     for kind in ("noam", "kyubyong", "constant"):
         s = modules.TransformerSchedule(kind, d_model=256, warmup_steps=123, lr=7e-4)
         cfg = s.get_config()
-        assert cfg == {"kind": kind, "d_model": 256, "warmup_steps": 123, "lr": 7e-4}
+        assert cfg == {
+            "kind": kind,
+            "d_model": 256,
+            "warmup_steps": 123,
+            "lr": 7e-4,
+            "cooldown": 0.2,
+        }
         s2 = modules.TransformerSchedule.from_config(cfg)
         steps = tf.constant([0, 50, 122, 500])
         np.testing.assert_array_equal(s(steps).numpy(), s2(steps).numpy())

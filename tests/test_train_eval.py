@@ -29,9 +29,12 @@ from helpers import ROOT, run_json_script, tiny
 
 def test_max_steps_run_checkpoints_every_step(quick_run):
     """The quick run: stopped by max_steps inside the first epoch, a checkpoint per step,
-    the run's hparams, vocabulary fingerprint and specs in logdir."""
+    one dev evaluation of the final weights, the run's hparams, vocabulary fingerprint
+    and specs in logdir."""
     hp, summary = quick_run
-    assert summary["step"] == 3 and summary["epoch"] == 0 and summary["history"] == []
+    assert summary["step"] == 3 and summary["epoch"] == 0
+    assert [(h["epoch"], h["step"]) for h in summary["history"]] == [(1, 3)]
+    assert summary["history"][0]["dev_bleu"] is not None
     assert summary["stop_reason"] == "max_steps=3 reached"
     assert summary["checkpoint"] == os.path.join(hp.logdir, "ckpt-3")
     assert np.isfinite(summary["train_loss"]) and np.isfinite(summary["first_loss"])

@@ -285,6 +285,7 @@ def test_optimizer_groups_hold_every_kappa_and_alpha():
         "d_model": 32,
         "warmup_steps": 300,
         "lr": pytest.approx(7e-4 * (4000 / 300) ** 0.5),  # see the test below
+        "cooldown": 0.2,
     }
 
 

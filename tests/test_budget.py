@@ -1,0 +1,433 @@
+"""Training on a budget: the wsd and linear schedules, the fraction of the budget used for
+each bound, its clock across resumes, dev evaluation within its share, the default model
+(best checkpoint or average) and the runaway count of eval.py."""
+
+import json
+import os
+import signal
+import time
+import types
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import data_load
+import decoding
+import devices
+import hparams
+import modules
+import train
+from eval import evaluate
+from helpers import tiny
+from hparams import UserError
+from test_interrupts import ckpt_tensor, signal_after
+
+
+# ---------------------------------------------------------------------------------------
+# the schedules
+# ---------------------------------------------------------------------------------------
+def lr_at(schedule, step: int, used: float) -> float:
+    schedule.progress.assign(used)
+    return float(schedule(step))
+
+
+def test_wsd_schedule_warms_up_holds_and_decays_to_zero():
+    peak, w = 2e-3, 10
+    wsd = modules.TransformerSchedule("wsd", warmup_steps=w, lr=peak, cooldown=0.25)
+    np.testing.assert_allclose(lr_at(wsd, 0, 0.0), peak / w, rtol=1e-6)  # step 1 of 10
+    np.testing.assert_allclose(lr_at(wsd, 4, 0.0), peak * 5 / w, rtol=1e-6)
+    for used in (0.0, 0.3, 0.75):  # stable until the cooldown starts
+        np.testing.assert_allclose(lr_at(wsd, 500, used), peak, rtol=1e-6)
+    # in the cooldown: peak * (1 - sqrt((p - 0.75) / 0.25))
+    for used in (0.8, 0.9, 0.99):
+        want = peak * (1 - np.sqrt((used - 0.75) / 0.25))
+        np.testing.assert_allclose(lr_at(wsd, 500, used), want, rtol=1e-5)
+    assert lr_at(wsd, 500, 1.0) == 0.0
+    assert lr_at(wsd, 500, 1.5) == 0.0  # clipped: never negative
+    lrs = [lr_at(wsd, 500, p) for p in np.linspace(0.75, 1.0, 50)]
+    assert np.all(np.diff(lrs) < 0)  # falls all through the cooldown
+
+
+def test_linear_schedule_falls_from_the_peak_to_zero():
+    peak = 1e-3
+    linear = modules.TransformerSchedule("linear", warmup_steps=4, lr=peak)
+    np.testing.assert_allclose(lr_at(linear, 1, 0.0), peak / 2, rtol=1e-6)
+    for used in (0.0, 0.25, 0.5, 0.96):
+        np.testing.assert_allclose(lr_at(linear, 100, used), peak * (1 - used), rtol=1e-5)
+    assert lr_at(linear, 100, 1.0) == 0.0
+    cfg = linear.get_config()
+    assert cfg["kind"] == "linear" and cfg["cooldown"] == 0.2
+    again = modules.TransformerSchedule.from_config(cfg)
+    np.testing.assert_allclose(lr_at(again, 100, 0.5), peak / 2, rtol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------
+# the fraction of the budget used, for each bound
+# ---------------------------------------------------------------------------------------
+class FakeTrainer:
+    """What Budget reads of a Trainer: the step, the wall time and evaluation time of the
+    run, and the budget_used variable."""
+
+    def __init__(self, step=0, seconds=0.0, eval_seconds=0.0, used=0.0):
+        self.step, self.seconds, self.eval_seconds = step, seconds, eval_seconds
+        self.budget_used = tf.Variable(used)
+
+    def seconds_used(self):
+        return self.seconds
+
+    def agree_max(self, value):
+        return value
+
+
+def budget(trainer, updates_per_epoch=10, **kw):
+    hp = hparams.apply(hparams.Hparams(), {"lr_schedule": "wsd", **kw})
+    return train.Budget(hp, trainer, updates_per_epoch)
+
+
+def test_budget_fraction_for_each_bound():
+    t = FakeTrainer()
+    by_epochs = budget(t, num_epochs=3)  # 30 updates
+    assert by_epochs.steps == 30 and not by_epochs.out_of_time()
+    assert by_epochs.fraction(15) == 0.5 and by_epochs.fraction(30) == 1.0
+    by_steps = budget(t, num_epochs=3, max_steps=12)  # max_steps binds first
+    assert by_steps.steps == 12 and by_steps.fraction(6) == 0.5
+    assert budget(t, num_epochs=1, max_steps=50).steps == 10  # the epochs bind first
+    # max_minutes: the larger of the step and time fractions
+    t.seconds = 30.0
+    by_time = budget(t, num_epochs=100, max_minutes=1)
+    assert by_time.fraction(0) == 0.5 and by_time.fraction(800) == 0.8
+    # a reserve for the final evaluation: the time fraction reaches 1 when it must start
+    by_time.reserve = 10.0
+    np.testing.assert_allclose(by_time.fraction(0), 30 / 50)
+    t.seconds = 49.0
+    assert not by_time.out_of_time()
+    t.seconds = 50.0
+    assert by_time.out_of_time() and by_time.fraction(0) == 1.0
+
+
+def test_budget_used_never_falls():
+    """A resume with a larger budget does not raise the lr: the fraction holds until the
+    new budget's fraction passes it."""
+    t = FakeTrainer(step=20, used=0.9)
+    b = budget(t, num_epochs=2)  # 20 of 20 updates: 1.0
+    b.before_update()
+    assert float(t.budget_used) == 1.0
+    b = budget(t, num_epochs=4)  # raised: 20 / 40 = 0.5 < 1.0
+    b.before_update()
+    assert float(t.budget_used) == 1.0
+    t.budget_used.assign(0.3)
+    b.before_update()
+    assert float(t.budget_used) == 0.5
+    # a schedule that does not follow the budget leaves it alone
+    t.budget_used.assign(0.0)
+    hp = hparams.apply(hparams.Hparams(), {"lr_schedule": "kyubyong", "num_epochs": 4})
+    train.Budget(hp, t, 10).before_update()
+    assert float(t.budget_used) == 0.0
+
+
+def test_dev_bleu_runs_within_its_share_of_a_time_budget():
+    t = FakeTrainer(seconds=100.0, eval_seconds=5.0)
+    b = budget(t, max_minutes=10, eval_share=0.1)
+    assert b.bleu_due(4.0)  # 5 + 4 <= 0.1 * 104
+    t.eval_seconds = 8.0
+    assert not b.bleu_due(4.0)  # 12 > 10.4
+    assert b.bleu_due(0.0)  # 8 <= 10
+    t.eval_seconds = 11.0
+    assert not b.bleu_due(0.0)  # 11 > 10
+    assert budget(t, num_epochs=5).bleu_due(100.0)  # no time budget: every epoch
+
+
+# ---------------------------------------------------------------------------------------
+# runs
+# ---------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_wsd_run_resumed_mid_decay_follows_the_same_curve(demo_prepro, tmp_path, monkeypatch):
+    """A wsd run bounded by max_steps, stopped by SIGTERM in its cooldown and resumed,
+    ends with the weights, Adam slots and budget fraction of the run never stopped; its
+    last update ran at peak * (1 - sqrt((25/26 - 0.8) / 0.2))."""
+    base = dict(
+        data_dir=demo_prepro.data_dir,
+        prepro_dir=demo_prepro.prepro_dir,
+        lr_schedule="wsd",
+        warmup_steps=5,
+        max_steps=26,
+        dropout_rate=0.3,
+    )
+    straight = train.train(tiny(str(tmp_path / "straight"), **base))
+    hp = tiny(str(tmp_path / "resumed"), **base)
+    signal_after(monkeypatch, 23, signal.SIGTERM)  # p = 22/26 > 0.8: in the cooldown
+    stopped = train.train(hp)
+    assert stopped["step"] == 23 and stopped["signal"] == signal.SIGTERM
+    monkeypatch.undo()
+    resumed = train.train(hp)
+    assert resumed["step"] == straight["step"] == 26
+    a, b = (tf.train.load_checkpoint(s["checkpoint"]) for s in (straight, resumed))
+    names = [n for n in a.get_variable_to_shape_map() if n.startswith(("model/", "optimizer/"))]
+    for name in names:
+        np.testing.assert_allclose(a.get_tensor(name), b.get_tensor(name), atol=1e-6, err_msg=name)
+    used = ckpt_tensor(resumed["checkpoint"], "budget_used")
+    np.testing.assert_allclose(used, 25 / 26, rtol=1e-6)
+    assert ckpt_tensor(straight["checkpoint"], "budget_used") == used
+    schedule = modules.TransformerSchedule("wsd", warmup_steps=5, lr=hp.lr)
+    last = lr_at(schedule, 25, used) / hp.lr
+    np.testing.assert_allclose(last, 1 - np.sqrt((25 / 26 - 0.8) / 0.2), rtol=1e-5)
+
+
+class Clock:
+    """train.py's time.time(), made to advance 0.05 s per training batch, 0.1 s per dev
+    loss pass and 0.5 s per dev translation: a time budget runs the same on a fast or a
+    loaded machine."""
+
+    def __init__(self, monkeypatch):
+        self.now = 1000.0
+        fake = types.SimpleNamespace(time=lambda: self.now, strftime=time.strftime)
+        monkeypatch.setattr(train, "time", fake)
+        for cls, name, seconds in (
+            (train.Trainer, "train_batch", 0.05),
+            (train.Trainer, "dev_loss", 0.1),
+            (decoding.Translator, "translate", 0.5),
+        ):
+            monkeypatch.setattr(cls, name, self.taking(getattr(cls, name), seconds))
+
+    def taking(self, method, seconds):
+        def timed(*args, **kw):
+            self.now += seconds
+            return method(*args, **kw)
+
+        return timed
+
+
+@pytest.mark.slow
+def test_time_budget_is_the_total_over_resumes(demo_prepro, tmp_path, monkeypatch, capsys):
+    """max_minutes counts the time of every start: a 6-second wsd budget trained in two
+    starts (max_minutes 0.05, then 0.1) ends near 6 s in all, not 3 + 6, with its lr
+    under 5% of the peak at the last update; dev BLEU stays within its share of the time,
+    and the final weights get a dev evaluation. (20 batches an epoch: 1 s of training,
+    then 0.1 s of dev loss and 0.5 s of dev BLEU.)"""
+    Clock(monkeypatch)
+    hp = tiny(
+        str(tmp_path),
+        data_dir=demo_prepro.data_dir,
+        prepro_dir=demo_prepro.prepro_dir,
+        lr_schedule="wsd",
+        warmup_steps=5,
+        num_epochs=1000,
+        max_minutes=0.05,
+        eval_share=0.3,
+    )
+    first = train.train(hp)
+    assert first["stop_reason"] == "max_minutes=0.05 reached"
+    seconds = ckpt_tensor(first["checkpoint"], "seconds")
+    assert 3.0 - 0.5 <= seconds <= 3.0 + 0.05  # the final evaluation inside the budget
+    assert ckpt_tensor(first["checkpoint"], "budget_used") >= 0.98
+    second = train.train(hparams.apply(hp, {"max_minutes": 0.1}))
+    assert second["step"] > first["step"]
+    total = ckpt_tensor(second["checkpoint"], "seconds")
+    assert 6.0 - 0.5 <= total <= 6.0 + 0.05  # the clock went on from the first start
+    used = ckpt_tensor(second["checkpoint"], "budget_used")
+    assert used >= 0.98  # lr <= 5% of the peak: 1 - sqrt((0.98 - 0.8) / 0.2) = 0.051
+    schedule = modules.TransformerSchedule("wsd", warmup_steps=5, lr=hp.lr)
+    assert lr_at(schedule, second["step"] - 1, used) <= 0.052 * hp.lr
+    # dev BLEU was skipped where it would have passed 30% of the time; never the last
+    history = first["history"] + second["history"]
+    assert any(h["dev_bleu"] is None for h in history)
+    assert second["history"][-1]["step"] == second["step"]
+    assert second["history"][-1]["dev_bleu"] is not None
+    evals = ckpt_tensor(second["checkpoint"], "eval_seconds")
+    assert evals <= 0.3 * total + 0.5  # one evaluation (the final) may pass it
+    assert second["eval_share"] == pytest.approx(evals / total, rel=1e-3)
+    assert f"{total / 60:.1f} min, {evals / total:.1%} of them on dev evaluation" in (
+        capsys.readouterr().out
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# the default model
+# ---------------------------------------------------------------------------------------
+def write_checkpoints(logdir):
+    """ckpt-1, ckpt-2 in logdir and best/ckpt-1 (of a single variable)."""
+    v = tf.Variable(1.0)
+    ckpt = tf.train.Checkpoint(v=v)
+    last = tf.train.CheckpointManager(ckpt, logdir, 5)
+    best = tf.train.CheckpointManager(ckpt, os.path.join(logdir, "best"), 1)
+    last.save(1)
+    best.save(1)
+    last.save(2)
+    return ckpt
+
+
+def test_default_checkpoint_best_json_then_best_then_last(tmp_path):
+    logdir = str(tmp_path / "log")
+    with pytest.raises(UserError, match="no checkpoint in .*: run train.py first"):
+        decoding.choose_checkpoint(logdir)
+    ckpt = write_checkpoints(logdir)
+    best, last = os.path.join(logdir, "best", "ckpt-1"), os.path.join(logdir, "ckpt-2")
+    path, why = decoding.choose_checkpoint(logdir)
+    assert path == best and why.startswith("the best checkpoint by dev BLEU")
+    assert decoding.choose_checkpoint(logdir, "last") == (last, "the newest checkpoint")
+    assert decoding.choose_checkpoint(logdir, "best")[0] == best
+    assert decoding.choose_checkpoint(logdir, "/x/ckpt-7") == ("/x/ckpt-7", "--ckpt")
+    # an average recorded by train.py comes first
+    avg = os.path.join(logdir, "averaged", "avg-last2-2")
+    ckpt.write(avg)
+    decoding.write_default(logdir, avg, 31.5, "average of ckpt-1, ckpt-2")
+    path, why = decoding.choose_checkpoint(logdir)
+    assert path == avg and "average of ckpt-1, ckpt-2, dev BLEU 31.50" in why
+    assert decoding.choose_checkpoint(logdir, "last")[0] == last
+    assert decoding.choose_checkpoint(logdir, "best")[0] == best
+    # a record whose checkpoint is gone falls back to the best; an unreadable one is an error
+    for name in os.listdir(os.path.dirname(avg)):
+        os.remove(os.path.join(os.path.dirname(avg), name))
+    assert decoding.choose_checkpoint(logdir)[0] == best
+    with open(os.path.join(logdir, "best.json"), "w") as f:
+        f.write("{not json")
+    with pytest.raises(UserError, match="best.json is unreadable .*--ckpt last"):
+        decoding.choose_checkpoint(logdir)
+
+
+def test_eval_uses_the_default_model_and_ckpt_last(run, capsys):
+    """The 3-epoch run: best.json names its best checkpoint; eval.py loads it by default
+    and says so, --ckpt last loads the newest."""
+    hp, summary, result = run
+    with open(os.path.join(hp.logdir, "best.json")) as f:
+        record = json.load(f)
+    best = tf.train.latest_checkpoint(os.path.join(hp.logdir, "best"))
+    assert os.path.join(hp.logdir, record["checkpoint"]) == best
+    bleus = [h["dev_bleu"] for h in summary["history"]]
+    assert record["dev_bleu"] == pytest.approx(max(bleus), abs=1e-4)
+    with open(result["results"] + ".json") as f:
+        assert json.load(f)["decoding"]["checkpoint"] == best
+    capsys.readouterr()
+    last = evaluate(hp.logdir, {"results_dir": hp.results_dir}, "last")
+    with open(last["results"] + ".json") as f:
+        assert json.load(f)["decoding"]["checkpoint"] == summary["checkpoint"]
+    assert f"eval: model {summary['checkpoint']} (the newest checkpoint)" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_average_becomes_the_default_only_where_it_wins(demo_prepro, tmp_path):
+    hp = tiny(
+        str(tmp_path),
+        data_dir=demo_prepro.data_dir,
+        prepro_dir=demo_prepro.prepro_dir,
+        lr_schedule="wsd",
+        num_epochs=4,
+        average=3,
+    )
+    summary = train.train(hp)
+    averaged = summary["averaged"]
+    assert [os.path.basename(p) for p in averaged["checkpoints"]] == [
+        f"ckpt-{h['step']}" for h in summary["history"][-3:]
+    ]
+    best = max(h["dev_bleu"] for h in summary["history"])
+    assert averaged["wins"] == (averaged["dev_bleu"] > best)
+    with open(os.path.join(hp.logdir, "best.json")) as f:
+        record = json.load(f)
+    if averaged["wins"]:
+        assert record["checkpoint"].startswith("averaged/avg-last3-")
+        assert record["dev_bleu"] == pytest.approx(averaged["dev_bleu"], abs=1e-4)
+    else:
+        assert record["checkpoint"].startswith("best/ckpt-")
+        assert record["dev_bleu"] == pytest.approx(best, abs=1e-4)
+    # the default model loads (an average holds the weights alone)
+    path = decoding.load_run(hp.logdir, {})[3]
+    assert path == os.path.join(hp.logdir, record["checkpoint"])
+    # an average that wins is written, recorded and loaded; the model gets its weights back
+    tok = data_load.load_tokenizer(hp)
+    trainer = train.Trainer(hp, tok, tf.distribute.get_strategy(), "float32")
+    trainer.restore()
+    own = [w.numpy() for w in trainer.model.weights]
+    trainer.best_bleu.assign(-1.0)
+    dev = train.Dev(hp, tok)
+    averaged = train.average_last(hp, trainer, dev, dev.translator(trainer.model, tok, hp))
+    assert averaged["wins"] and averaged["path"].endswith(f"averaged/avg-last3-{trainer.step}")
+    for w, value in zip(trainer.model.weights, own):
+        np.testing.assert_array_equal(w.numpy(), value)
+    train.record_default(hp, trainer, averaged)
+    saved, _, model, path = decoding.load_run(hp.logdir, {})
+    assert path == averaged["path"]
+    table = next(n for n, _ in tf.train.list_variables(path) if n.startswith("model/tgt_emb"))
+    tables = [tf.train.load_checkpoint(p).get_tensor(table) for p in averaged["checkpoints"]]
+    got = tf.train.load_checkpoint(path).get_tensor(table)
+    np.testing.assert_allclose(got, np.mean(tables, axis=0), rtol=1e-5, atol=1e-7)
+
+
+# ---------------------------------------------------------------------------------------
+# runaway outputs, the dev length limit, precision
+# ---------------------------------------------------------------------------------------
+def test_runaways_are_outputs_without_end_of_sentence():
+    eos, pad = data_load.EOS_ID, data_load.PAD_ID
+    outs = [
+        (np.array([[7, 8, eos, pad]]), np.zeros(1)),
+        None,  # an empty source
+        (np.array([[7, 7, 7, 7]]), np.zeros(1)),  # hit its limit
+        (np.array([[9, 9, 9, 9], [5, eos, pad, pad]]), np.zeros(2)),  # the best has none
+    ]
+    assert decoding.runaways(outs) == [2, 3]
+
+
+def test_eval_counts_runaway_outputs(quick_run):
+    """A model trained for 3 steps: eval.py's count equals the outputs without </S>,
+    counted here from the decoder's ids, in the results file and its JSON."""
+    hp, _ = quick_run
+    result = evaluate(hp.logdir, {"results_dir": hp.results_dir, "max_len_extra": 3}, "last")
+    with open(result["results"] + ".json") as f:
+        figures = json.load(f)
+    saved, tok, model, _ = decoding.load_run(hp.logdir, {"max_len_extra": 3}, "last")
+    sources, _ = data_load.read_raw(saved, "test")
+    outs = decoding.Translator(model, tok, saved).translate_ids(tok.encode_src(sources))
+    ends = [o is None or data_load.EOS_ID in o[0][0] for o in outs]
+    assert figures["runaways"] == ends.count(False) > 0
+    assert figures["runaway_lines"] == [i + 1 for i, e in enumerate(ends) if not e]
+    with open(result["results"]) as f:
+        text = f.read()
+    line = f"runaway outputs (length limit reached without </S>) = {ends.count(False)} of "
+    assert line + f"{len(sources)}\n" in text
+
+
+def test_dev_bleu_subset_has_one_length_limit(demo_prepro):
+    tok = data_load.load_tokenizer(demo_prepro)
+    dev = train.Dev(demo_prepro, tok)
+    assert len(dev.src) == demo_prepro.dev_bleu_sents == 8
+    assert dev.max_len == max(len(ids) for ids in tok.encode_tgt(dev.ref)) + 10
+    model = types.SimpleNamespace(key_mask_defect=False)
+    translator = dev.translator(model, tok, demo_prepro)
+    assert translator.hp.max_len == dev.max_len
+
+
+def test_auto_precision_trains_in_bfloat16_where_the_cpu_has_it(tmp_path, monkeypatch):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse avx512f avx512_bf16 amx_bf16\n")
+    assert devices.cpu_bf16(str(cpuinfo)) == "AVX512-BF16 and AMX-BF16"
+    cpuinfo.write_text("flags\t\t: fpu sse avx512f\n")
+    assert devices.cpu_bf16(str(cpuinfo)) == ""
+    assert devices.cpu_bf16(str(tmp_path / "missing")) == ""
+    monkeypatch.setattr(devices, "cpu_bf16", lambda: "AVX512-BF16")
+    precision, why = devices.auto_precision([], "train")
+    assert (
+        precision == "mixed_bfloat16" and why == "auto: no GPU; training on a CPU with AVX512-BF16"
+    )
+    for who in ("eval", "translate", "export"):
+        assert devices.auto_precision([], who) == ("float32", "auto: no GPU")
+    monkeypatch.setattr(devices, "cpu_bf16", lambda: "")
+    assert devices.auto_precision([], "train") == ("float32", "auto: no GPU")
+
+
+def test_the_run_records_its_precision_and_decoding_uses_float32(
+    demo_prepro, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(devices, "cpu_bf16", lambda: "AVX512-BF16")
+    hp = tiny(
+        str(tmp_path),
+        data_dir=demo_prepro.data_dir,
+        prepro_dir=demo_prepro.prepro_dir,
+        precision="auto",
+        max_steps=2,
+    )
+    train.train(hp)
+    assert hparams.load(os.path.join(hp.logdir, "hparams.json")).precision == "mixed_bfloat16"
+    saved, _, model, _ = decoding.load_run(hp.logdir, {}, "last")
+    assert saved.precision == "float32" and model.compute_dtype == "float32"
+    asked, _, model, _ = decoding.load_run(hp.logdir, {"precision": "mixed_bfloat16"}, "last")
+    assert asked.precision == "mixed_bfloat16" and model.compute_dtype == "bfloat16"
