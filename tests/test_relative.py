@@ -9,10 +9,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import decoding
+import export
 import hparams
 import modules
 import relative
-from helpers import check_cached_equals_full, check_greedy_and_beam, rand_ids, tiny_model
+import train
+import translate
+from helpers import check_cached_equals_full, check_greedy_and_beam, rand_ids, tiny, tiny_model
 from hparams import UserError
 
 D, H, T = 16, 2, 8  # d_model, heads, positions: distances up to 7 pass k and the buckets
@@ -255,6 +259,29 @@ def test_cache_equals_full_pass(kind, model_type):
 def test_greedy_and_beam_on_the_cache(kind, model_type):
     m = relative_model(kind, seed=3, model_type=model_type)
     check_greedy_and_beam(m, rand_ids(np.random.default_rng(5), (3, 6), 23), extra=6)
+
+
+@pytest.mark.slow
+def test_export_with_relative_positions(demo_prepro, tmp_path):
+    """A briefly trained xl model exports (greedy and beam search in the graph) and the
+    SavedModel translates as translate.py does."""
+    pytest.importorskip("tensorflow_text")
+    hp = tiny(
+        str(tmp_path),
+        data_dir=demo_prepro.data_dir,
+        prepro_dir=demo_prepro.prepro_dir,
+        position="xl",
+        max_steps=40,
+    )
+    train.train(hp)
+    sentences = ["Die Frau liest ein Buch.", "", "Der Hund schläft im Garten."]
+    for beam in (1, 2):
+        out = export.export(hp.logdir, str(tmp_path / f"saved{beam}"), {"beam_size": beam})
+        f = tf.saved_model.load(out).signatures["serving_default"]
+        got = [s.decode() for s in f(sentences=tf.constant(sentences))["translations"].numpy()]
+        hp2, tok, model, _ = decoding.load_run(hp.logdir, {"beam_size": beam})
+        assert got == translate.translate_lines(model, tok, hp2, sentences)
+        assert got[1] == "" and got[0]
 
 
 # ---------------------------------------------------------------------------------------
