@@ -261,6 +261,24 @@ def test_greedy_and_beam_on_the_cache(kind, model_type):
     check_greedy_and_beam(m, rand_ids(np.random.default_rng(5), (3, 6), 23), extra=6)
 
 
+@pytest.mark.parametrize("kind", relative.KINDS)
+def test_mixed_precision_follows_float32(kind):
+    """Under mixed_bfloat16 (matmuls in bfloat16, the relative biases and the softmax in
+    float32) each family gives the float32 logits to bfloat16's precision, and decodes."""
+    ref = relative_model(kind)
+    weights = [w.numpy() for w in ref.weights]
+    want = ref((SRC, TGT)).numpy()
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    m = relative_model(kind)
+    for w, value in zip(m.weights, weights):
+        w.assign(value)
+    got = m((SRC, TGT))
+    assert got.dtype == tf.float32
+    np.testing.assert_allclose(got.numpy(), want, atol=0.15)
+    out = decoding.greedy_decoder(m)(tf.constant(SRC), tf.constant(3, tf.int32))
+    assert out.shape[0] == 2
+
+
 @pytest.mark.slow
 def test_export_with_relative_positions(demo_prepro, tmp_path):
     """A briefly trained xl model exports (greedy and beam search in the graph) and the
