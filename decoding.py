@@ -340,6 +340,61 @@ def scores(hyps: list[str], refs: list[str]) -> dict:
     }
 
 
+def length_bucket_names(edges: tuple[int, ...]) -> list[str]:
+    """Bucket names of ascending edges: (16, 24) -> ['<=16', '17-24', '>=25']."""
+    lows = [1] + [e + 1 for e in edges]
+    names = [f"{lo}-{hi}" for lo, hi in zip(lows[1:], edges[1:])]
+    return [f"<={edges[0]}", *names, f">={edges[-1] + 1}"]
+
+
+def bleu_by_length(
+    hyps: list[str],
+    refs: list[str],
+    lengths: list[int],
+    edges: tuple[int, ...],
+    resamples: int = 1000,
+    seed: int = 0,
+) -> list[dict]:
+    """sacreBLEU (as :func:`scores`) of each bucket of source length (``lengths``, in
+    tokens; buckets from the ascending ``edges``, :func:`length_bucket_names`), with its
+    sentence count and a 95% percentile bootstrap interval: ``resamples`` resamplings of
+    the bucket's sentences with replacement (numpy seed ``seed``), each scored from the
+    sentences' n-gram statistics. An empty bucket has a score and interval of None."""
+    corpus = sacrebleu.metrics.BLEU()
+    per_sentence = sacrebleu.metrics.BLEU(effective_order=True)  # its counts, not its scores
+    stats = []
+    for h, r in zip(hyps, refs):
+        b = per_sentence.sentence_score(h, [r])
+        stats.append([b.sys_len, b.ref_len, *b.counts, *b.totals])
+    stats = np.array(stats, np.int64).reshape(-1, 10)
+    bucket = np.searchsorted(np.asarray(edges), np.asarray(lengths), side="left")
+    rng = np.random.default_rng(seed)
+
+    def bleu(rows) -> float:
+        total = rows.sum(0)
+        return corpus.compute_bleu(
+            total[2:6].tolist(),
+            total[6:10].tolist(),
+            int(total[0]),
+            int(total[1]),
+            smooth_method=corpus.smooth_method,
+            smooth_value=corpus.smooth_value,
+        ).score
+
+    out = []
+    for b, name in enumerate(length_bucket_names(tuple(edges))):
+        rows = stats[bucket == b]
+        entry = {"bucket": name, "sentences": len(rows), "sacrebleu": None, "ci95": None}
+        if len(rows):
+            draws = rng.integers(0, len(rows), size=(resamples, len(rows)))
+            scores_ = [bleu(rows[d]) for d in draws]
+            entry.update(
+                sacrebleu=bleu(rows), ci95=[float(x) for x in np.percentile(scores_, [2.5, 97.5])]
+            )
+        out.append(entry)
+    return out
+
+
 # ---------------------------------------------------------------------------------------
 # The TF1 eval.py protocol (eval.py --legacy_protocol true)
 # ---------------------------------------------------------------------------------------

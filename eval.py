@@ -19,6 +19,11 @@ in the legacy format: ``- source:``, ``- expected:``, ``- got:`` blocks, then
   multi-bleu.perl on untokenized text, the figure of the 2019 Kyubyong README;
 * ``chrF``: sacreBLEU's chrF2.
 
+With ``--length_buckets 16,24`` it adds sacreBLEU by source length: buckets of at most 16,
+17-24 and at least 25 source tokens (the model's tokens, </S> not counted), each with its
+sentence count and a 95% bootstrap interval (1000 resamplings of the bucket's sentences,
+fixed seed), in the results file and as ``length_buckets`` in the JSON.
+
 With ``--legacy_protocol true`` (set by ``--preset iwslt2016_legacy``) every figure is
 computed on the TF1 eval.py's subset, decoded its way, and ``Bleu Score`` is computed as
 it was: only pairs whose source and reference fit maxlen1 / maxlen2 with </S> counted, in
@@ -42,6 +47,7 @@ SCRIPT = cli.Script(
         "ckpt": ("", "checkpoint: a path, last or best (default: the run's default model)"),
         "test_src": ("", "a source file to translate instead of the test split"),
         "test_ref": ("", "its reference translations, line by line"),
+        "length_buckets": ("", "e.g. 16,24: sacreBLEU per source length (<=16, 17-24, >=25)"),
     },
     note=cli.DECODING_NOTE,
 )
@@ -71,13 +77,39 @@ def write_results(path: str, sources, refs, hyps, figures: dict, settings: dict)
         f"chrF = {figures['chrf']:.2f} ({figures['chrf_signature']})\n"
         f"runaway outputs (length limit reached without </S>) = {figures['runaways']} of "
         f"{len(hyps)}\n"
-        f"decoding: {json.dumps(settings, sort_keys=True)}\n"
+        + "".join(line + "\n" for line in bucket_lines(figures.get("length_buckets", [])))
+        + f"decoding: {json.dumps(settings, sort_keys=True)}\n"
     )
     files.atomic_write(path, "\n".join(blocks) + "\n" + tail)
     files.atomic_write(
         path + ".json",
         json.dumps({**figures, "decoding": settings, "sentences": len(hyps)}, indent=2) + "\n",
     )
+
+
+def parse_edges(text: str) -> tuple[int, ...]:
+    """'16,24' -> (16, 24): ascending positive source lengths, the bucket edges."""
+    try:
+        edges = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        edges = ()
+    if not edges or min(edges) < 1 or list(edges) != sorted(set(edges)):
+        raise UserError(
+            f"--length_buckets expects ascending positive token counts such as 16,24; got {text!r}"
+        )
+    return edges
+
+
+def bucket_lines(buckets: list[dict]) -> list[str]:
+    """One line per source-length bucket: count, sacreBLEU and its 95% interval."""
+    lines = []
+    for b in buckets:
+        score = "-" if b["sacrebleu"] is None else f"{b['sacrebleu']:.2f}"
+        ci = "" if b["ci95"] is None else f" [95% CI {b['ci95'][0]:.2f}, {b['ci95'][1]:.2f}]"
+        lines.append(
+            f"sacreBLEU, source {b['bucket']} tokens ({b['sentences']} sentences) = {score}{ci}"
+        )
+    return lines
 
 
 def legacy_protocol(hp, tok, model, sources, refs, settings: dict):
@@ -118,7 +150,9 @@ def evaluate(
     test_src: str = "",
     test_ref: str = "",
     show: int = 5,
+    length_buckets: str = "",
 ) -> dict:
+    edges = parse_edges(length_buckets) if length_buckets else ()
     hp, tok, model, path = decoding.load_run(logdir, overrides, ckpt)
     if bool(test_src) != bool(test_ref):
         raise UserError("--test_src and --test_ref go together")
@@ -153,6 +187,9 @@ def evaluate(
     figures["runaways"] = len(runaway)
     figures["runaway_lines"] = [i + 1 for i in runaway]
     seconds = time.time() - t0
+    if edges:
+        lengths = [len(ids) for ids in tok.encode_src(sources)]
+        figures["length_buckets"] = decoding.bleu_by_length(hyps, refs, lengths, edges)
     if hp.beam_size > 1:
         name += f"_beam{hp.beam_size}"
         settings["length_penalty"] = hp.length_penalty
@@ -171,6 +208,8 @@ def evaluate(
         f"{len(hyps)}"
         + (f" (lines {lines}{', ...' if figures['runaways'] > 10 else ''})" if lines else "")
     )
+    for line in bucket_lines(figures.get("length_buckets", [])):
+        print(line)
     print(f"eval: results written to {out}")
     return {**figures, "results": out, "seconds": seconds}
 
@@ -178,7 +217,14 @@ def evaluate(
 def main() -> None:
     hp, opts = cli.parse_args(script=SCRIPT)
     overrides = {k: getattr(hp, k) for k in opts["_set"]}
-    evaluate(hp.logdir, overrides, opts["ckpt"], opts["test_src"], opts["test_ref"])
+    evaluate(
+        hp.logdir,
+        overrides,
+        opts["ckpt"],
+        opts["test_src"],
+        opts["test_ref"],
+        length_buckets=opts["length_buckets"],
+    )
 
 
 if __name__ == "__main__":

@@ -64,8 +64,12 @@ class Hparams:
     embedding_dropout: float = -1.0  # on the embedding + position sums (5.4); <0: dropout_rate
     residual_dropout: float = -1.0  # on each sublayer's output (5.4; TF1: 0); <0: dropout_rate
     attention_dropout: float = 0.0  # on attention weights (Kyubyong; not in the paper)
-    position: str = "sinusoid"  # sinusoid (3.5) | learned (legacy sinusoid=False)
+    position: str = "sinusoid"  # sinusoid (3.5) | learned | shaw | t5 | xl | alibi | rotary
     max_position: int = 1024  # rows of the learned position table (TF1: maxlen)
+    max_relative_position: int = 16  # shaw: distances clipped at +-k (Shaw et al. 2018)
+    t5_buckets: int = 32  # t5: relative-distance buckets (half per direction in the encoder)
+    t5_max_distance: int = 128  # t5: distances from here on share the last bucket
+    position_add_absolute: bool = False  # relative families: also add the sinusoid (3.5)
     norm: str = "post"  # post (paper) | pre (LayerNorm before each sublayer)
     share_embeddings: bool = True  # tie source and target embeddings (joint BPE vocab only)
     ut_max_steps: int = 6  # universal: the most recurrent steps of each shared block
@@ -135,6 +139,10 @@ MODEL_KEYS = (
     "num_heads",
     "position",
     "max_position",
+    "max_relative_position",
+    "t5_buckets",
+    "t5_max_distance",
+    "position_add_absolute",
     "norm",
     "share_embeddings",
     "qkv_activation",
@@ -301,7 +309,7 @@ CHOICES = {
     "corpus": ("demo", "iwslt2016", "parallel"),
     "vocab_type": ("bpe", "word"),
     "model_type": ("transformer", "weighted", "universal"),
-    "position": ("sinusoid", "learned"),
+    "position": ("sinusoid", "learned", "shaw", "t5", "xl", "alibi", "rotary"),
     "norm": ("post", "pre"),
     "qkv_activation": ("none", "relu"),
     "embedding_init": ("normal", "xavier"),
@@ -370,6 +378,7 @@ def apply(hp: Hparams, overrides: dict[str, Any]) -> Hparams:
         "tokens_per_batch",
         "eval_batch_size",
         "max_position",
+        "max_relative_position",
         "accum_steps",
         "warmup_steps",
         "branch_warmup_steps",
@@ -425,9 +434,37 @@ def apply(hp: Hparams, overrides: dict[str, Any]) -> Hparams:
             "model_type=weighted projects each head by its rows of W^O: it needs "
             "output_projection=true"
         )
+    check_relative(values)
     if values["vocab_type"] == "word":
         values["share_embeddings"] = False  # two vocabularies cannot share one matrix
     return Hparams(**values)
+
+
+def check_relative(values: dict) -> None:
+    """The relative position settings: T5's buckets split into exact and log-spaced ones
+    (the causal decoder has t5_buckets / 2 exact ones, which t5_max_distance must pass);
+    xl's sinusoid pairs need an even d_model, rotary's an even d_model / num_heads."""
+    buckets, far = values["t5_buckets"], values["t5_max_distance"]
+    if buckets < 4 or buckets % 2:
+        raise UserError(f"--t5_buckets must be an even number >= 4; got {buckets}")
+    if far <= buckets // 2:
+        raise UserError(
+            f"--t5_max_distance ({far}) must exceed t5_buckets / 2 ({buckets // 2}), the "
+            "distances with a bucket of their own; raise it or lower --t5_buckets"
+        )
+    kind = values["position"]
+    if values["position_add_absolute"] and kind in ("sinusoid", "learned"):
+        raise UserError(
+            f"--position_add_absolute adds the sinusoid to a relative family; position={kind} "
+            "is absolute already: drop it or pick shaw, t5, xl, alibi or rotary"
+        )
+    if kind == "xl" and values["d_model"] % 2:
+        raise UserError(f"position=xl needs an even d_model; got {values['d_model']}")
+    if kind == "rotary" and values["d_model"] // values["num_heads"] % 2:
+        raise UserError(
+            f"position=rotary rotates pairs of dimensions: d_model / num_heads "
+            f"({values['d_model']} / {values['num_heads']}) must be even"
+        )
 
 
 def dropout(hp: Hparams, where: str) -> float:

@@ -13,6 +13,7 @@ import tensorflow as tf
 
 import hparams
 import modules
+import relative
 import universal
 import weighted
 
@@ -37,6 +38,12 @@ class Transformer(keras.Model):
     no padding mask at all, as the TF1 code whose masks never fired), ``tie_softmax``
     (False: :class:`modules.OutputProjection`), ``layer_norm_epsilon`` and
     ``embedding_init`` (token embeddings and learned position tables).
+
+    ``position``: sinusoid (3.5) or learned, added to the embeddings; or a relative family
+    of relative.py (shaw, t5, xl, alibi, rotary, settings ``max_relative_position``,
+    ``t5_buckets``, ``t5_max_distance``) in every self-attention sublayer, one
+    relative.StackPosition per stack (``src_relative``, ``tgt_relative``), with no
+    absolute position added unless ``position_add_absolute`` (then the sinusoid).
     """
 
     def __init__(
@@ -68,6 +75,10 @@ class Transformer(keras.Model):
         tie_softmax: bool = True,
         layer_norm_epsilon: float = modules.LAYER_NORM_EPSILON,
         embedding_init: str = "normal",
+        max_relative_position: int = 16,
+        t5_buckets: int = 32,
+        t5_max_distance: int = 128,
+        position_add_absolute: bool = False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -103,6 +114,10 @@ class Transformer(keras.Model):
             tie_softmax=tie_softmax,
             layer_norm_epsilon=layer_norm_epsilon,
             embedding_init=embedding_init,
+            max_relative_position=max_relative_position,
+            t5_buckets=t5_buckets,
+            t5_max_distance=t5_max_distance,
+            position_add_absolute=position_add_absolute,
         )
         self.model_type = model_type
         self.variant = VARIANTS[model_type]
@@ -117,9 +132,26 @@ class Transformer(keras.Model):
             if share_embeddings
             else modules.TokenEmbedding(src_vocab_size, **emb, name="src_embedding")
         )
-        pos = dict(kind=position, max_position=max_position, init=embedding_init)
+        is_relative = position in relative.KINDS
+        # the absolute encoding added to the embeddings (none with a relative family alone)
+        self.absolute = not is_relative or position_add_absolute
+        kind = "sinusoid" if is_relative else position
+        pos = dict(kind=kind, max_position=max_position, init=embedding_init)
         self.src_position = modules.PositionalEncoding(d_model, **pos, name="src_position")
         self.tgt_position = modules.PositionalEncoding(d_model, **pos, name="tgt_position")
+        self.src_relative = self.tgt_relative = None
+        if is_relative:
+            rel = dict(
+                max_relative_position=max_relative_position,
+                t5_buckets=t5_buckets,
+                t5_max_distance=t5_max_distance,
+            )
+            self.src_relative = relative.StackPosition(
+                position, d_model, num_heads, causal=False, **rel, name="src_relative"
+            )
+            self.tgt_relative = relative.StackPosition(
+                position, d_model, num_heads, causal=True, **rel, name="tgt_relative"
+            )
         rate = dropout_rate if embedding_dropout is None else embedding_dropout
         self.src_dropout = keras.layers.Dropout(rate)
         self.tgt_dropout = keras.layers.Dropout(rate)
@@ -136,9 +168,13 @@ class Transformer(keras.Model):
             layer_norm_epsilon=layer_norm_epsilon,
             **self.variant.layer_args(self.args),
         )
-        own = self.variant.positions_in_layers  # the layers add the positions
-        enc_args = dict(layer_args, position=self.src_position) if own else layer_args
-        dec_args = dict(layer_args, position=self.tgt_position) if own else layer_args
+        enc_args, dec_args = dict(layer_args), dict(layer_args)
+        if is_relative:
+            enc_args["relative_position"] = self.src_relative
+            dec_args["relative_position"] = self.tgt_relative
+        if self.variant.positions_in_layers:  # the layers add the absolute positions
+            enc_args["position"] = self.src_position if self.absolute else None
+            dec_args["position"] = self.tgt_position if self.absolute else None
         # Each layer is a direct attribute (not a list) so that tf.train.Checkpoint,
         # which does not follow Keras-tracked lists, saves its weights.
         self.num_blocks = self.variant.num_layers(num_blocks)
@@ -193,6 +229,10 @@ class Transformer(keras.Model):
             tie_softmax=hp.tie_softmax,
             layer_norm_epsilon=hp.layer_norm_epsilon,
             embedding_init=hp.embedding_init,
+            max_relative_position=hp.max_relative_position,
+            t5_buckets=hp.t5_buckets,
+            t5_max_distance=hp.t5_max_distance,
+            position_add_absolute=hp.position_add_absolute,
             name="transformer",
         )
         model.build_all()
@@ -206,6 +246,7 @@ class Transformer(keras.Model):
             self.tgt_embedding,
             self.src_position,
             self.tgt_position,
+            *[r for r in (self.src_relative, self.tgt_relative) if r is not None],
             *self.encoder_layers,
         ):
             if not layer.built:  # the embedding may be shared
@@ -227,7 +268,7 @@ class Transformer(keras.Model):
     # -- the two stacks -------------------------------------------------------------------
     def _embed(self, ids, embedding, position, dropout, training, offset=0):
         x = embedding(ids)
-        if not self.variant.positions_in_layers:
+        if self.absolute and not self.variant.positions_in_layers:
             x = position(x, offset=offset)
         return dropout(x, training=training)
 

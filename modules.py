@@ -20,6 +20,7 @@ import keras
 import tensorflow as tf
 
 import fast_ops
+import relative
 
 # Masked attention logits get this value: exp() of it is 0 in float32, and it stays finite
 # in float16 (max 65504) and bfloat16, unlike -1e9 or -inf.
@@ -101,9 +102,11 @@ class _Block(keras.layers.Layer):
         qkv_bias: bool = False,
         output_projection: bool = True,
         layer_norm_epsilon: float = LAYER_NORM_EPSILON,
+        relative_position: relative.StackPosition | None = None,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.relative = relative_position  # the stack's relative positions, or None
         self.args = dict(
             d_model=d_model,
             num_heads=num_heads,
@@ -118,21 +121,23 @@ class _Block(keras.layers.Layer):
         )
         self.ffn = self.make_feed_forward()
 
-    def attention_options(self) -> dict:
-        """The keyword arguments of :class:`MultiHeadAttention` that the layer passes on."""
+    def attention_options(self, name: str) -> dict:
+        """The keyword arguments of :class:`MultiHeadAttention` that the layer passes on;
+        the self-attention sublayer (``name`` self_attn) gets the relative positions."""
         a = self.args
         return dict(
             dropout_rate=a["attention_dropout"],
             activation=a["qkv_activation"],
             use_bias=a["qkv_bias"],
             output_projection=a["output_projection"],
+            position=self.relative if name == "self_attn" else None,
         )
 
     def make_attention(self, name: str, last: bool) -> keras.layers.Layer:
         """An attention sublayer; ``last`` marks the layer's last attention sublayer."""
         a = self.args
         return MultiHeadAttention(
-            a["d_model"], a["num_heads"], **self.attention_options(), name=name
+            a["d_model"], a["num_heads"], **self.attention_options(name), name=name
         )
 
     def make_feed_forward(self):
@@ -263,10 +268,11 @@ class DecoderLayer(_Block):
         visible = (tf.range(tf.shape(cache["k"])[2]) <= step)[None, None, None, :]
 
         def self_attend(h):
-            k, v = self.self_attn.keys_values(h)
+            k, v = self.self_attn.keys_values(h, offset=step)
             new["k"] = keras.ops.slice_update(cache["k"], [0, 0, step, 0], k)
             new["v"] = keras.ops.slice_update(cache["v"], [0, 0, step, 0], v)
-            return self.self_attn.attend(h, new["k"], new["v"], visible, query_mask=query_mask)[0]
+            attend = self.self_attn.attend
+            return attend(h, new["k"], new["v"], visible, query_mask=query_mask, offset=step)[0]
 
         def cross_attend(h):
             k, v = cache["cross_k"], cache["cross_v"]
@@ -298,7 +304,16 @@ def causal_mask(length):
 
 
 def scaled_dot_product_attention(
-    q, k, v, mask=None, dropout=None, training=False, scale=True, bias=None, query_mask=None
+    q,
+    k,
+    v,
+    mask=None,
+    dropout=None,
+    training=False,
+    scale=True,
+    bias=None,
+    query_mask=None,
+    value_term=None,
 ):
     """softmax(Q K^T / sqrt(d_k) + bias) V, with masked keys excluded. See 3.2.1.
 
@@ -307,7 +322,9 @@ def scaled_dot_product_attention(
     bias: float logits added before the softmax, broadcastable to (N, h, T_q, T_k) (where a
     relative position scheme enters; None in the paper's model);
     query_mask: bool broadcastable to (N, h, T_q, 1), False rows of the weights are zeroed
-    after the softmax, before the dropout (the TF1 code's query masking; None in the paper).
+    after the softmax, before the dropout (the TF1 code's query masking; None in the paper);
+    value_term: None, or a function of the (dropped) weights giving (N, h, T_q, d_v), added
+    to the output (Shaw et al.'s a^V term, relative.py).
     Returns (output (N, h, T_q, d_v), weights (N, h, T_q, T_k) float32).
     The logits and softmax are float32 whatever the compute dtype.
     """
@@ -322,7 +339,10 @@ def scaled_dot_product_attention(
     if query_mask is not None:
         weights = weights * tf.cast(query_mask, weights.dtype)
     dropped = dropout(weights, training=training) if dropout is not None else weights
-    return tf.matmul(cast(dropped, v.dtype), v), weights
+    out = tf.matmul(cast(dropped, v.dtype), v)
+    if value_term is not None:
+        out = out + value_term(dropped)
+    return out, weights
 
 
 @keras.saving.register_keras_serializable(package="transformer")
@@ -338,6 +358,10 @@ class MultiHeadAttention(keras.layers.Layer):
     call(query (N, T_q, d_model), memory (N, T_k, d_model), mask) -> (N, T_q, d_model),
     plus the attention weights (N, h, T_q, T_k) when ``return_attention``.
     For incremental decoding, :meth:`keys_values` and :meth:`attend` split the two halves.
+
+    ``position`` (self-attention only): the stack's relative position scheme
+    (relative.StackPosition); the sublayer then holds a relative.LayerPosition, and
+    ``offset`` is the position of the first query (and, in ``call``, of the first key).
     """
 
     def __init__(
@@ -349,6 +373,7 @@ class MultiHeadAttention(keras.layers.Layer):
         activation: str = "none",
         use_bias: bool = False,
         output_projection: bool = True,
+        position: relative.StackPosition | None = None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -358,6 +383,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.activation, self.use_bias = activation, use_bias
         self.output_projection = output_projection
         self.dropout = keras.layers.Dropout(dropout_rate) if dropout_rate > 0 else None
+        self.relative = None if position is None else relative.LayerPosition(position)
 
     def build(self, query_shape=None, memory_shape=None):
         init = keras.initializers.GlorotUniform()
@@ -373,6 +399,8 @@ class MultiHeadAttention(keras.layers.Layer):
             self.b_q = self.add_weight(name="b_q", **bias)
             self.b_k = self.add_weight(name="b_k", **bias)
             self.b_v = self.add_weight(name="b_v", **bias)
+        if self.relative is not None:
+            self.relative.build()
 
     def _project(self, x, w, b=None):
         """(N, T, d_model) @ W [+ b, ReLU] -> heads (N, h, T, d_k)."""
@@ -392,9 +420,29 @@ class MultiHeadAttention(keras.layers.Layer):
             return concat
         return fast_ops.dense(concat, cast(self.w_o.value, self.compute_dtype))
 
-    def keys_values(self, memory):
-        """Projected keys and values of memory: two (N, h, T_k, d_k) tensors."""
-        return self._project(memory, self.w_k, self.b_k), self._project(memory, self.w_v, self.b_v)
+    def _rotate(self, heads, offset):
+        """Heads (N, h, T, d_k) at positions offset, ...: rotated with rotary positions."""
+        return heads if self.relative is None else self.relative.rotate(heads, offset)
+
+    def keys_values(self, memory, offset=0):
+        """Projected keys and values of memory at positions offset, ...: two
+        (N, h, T_k, d_k) tensors (the keys rotated with rotary positions)."""
+        k = self._rotate(self._project(memory, self.w_k, self.b_k), offset)
+        return k, self._project(memory, self.w_v, self.b_v)
+
+    def _heads(self, query, k, v, mask, training, bias, query_mask, offset, k_offset):
+        """Attention of query (N, T_q, d_model) at positions offset, ... over heads k, v at
+        positions k_offset, ...: (heads (N, h, T_q, d_k), weights (N, h, T_q, T_k))."""
+        q = self._rotate(self._project(query, self.w_q, self.b_q), offset)
+        value_term = None
+        if self.relative is not None:
+            q, extra, value_term = self.relative.terms(
+                q, tf.shape(k)[2], offset, k_offset, self.scale
+            )
+            bias = extra if bias is None else (bias if extra is None else bias + extra)
+        return scaled_dot_product_attention(
+            q, k, v, mask, self.dropout, training, self.scale, bias, query_mask, value_term
+        )
 
     def call(
         self,
@@ -405,21 +453,17 @@ class MultiHeadAttention(keras.layers.Layer):
         return_attention=False,
         bias=None,
         query_mask=None,
+        offset=0,
     ):
-        q = self._project(query, self.w_q, self.b_q)
-        k, v = self.keys_values(memory)
-        heads, weights = scaled_dot_product_attention(
-            q, k, v, mask, self.dropout, training, self.scale, bias, query_mask
-        )
+        k, v = self.keys_values(memory, offset)
+        heads, weights = self._heads(query, k, v, mask, training, bias, query_mask, offset, offset)
         out = self._merge(heads)
         return (out, weights) if return_attention else out
 
-    def attend(self, query, k, v, mask=None, bias=None, query_mask=None):
-        """Attention of query (N, T_q, d_model) over precomputed heads k, v (inference)."""
-        q = self._project(query, self.w_q, self.b_q)
-        heads, weights = scaled_dot_product_attention(
-            q, k, v, mask, scale=self.scale, bias=bias, query_mask=query_mask
-        )
+    def attend(self, query, k, v, mask=None, bias=None, query_mask=None, offset=0):
+        """Attention of query (N, T_q, d_model) at positions offset, ... over precomputed
+        heads k, v of positions 0, 1, ... (inference)."""
+        heads, weights = self._heads(query, k, v, mask, False, bias, query_mask, offset, 0)
         return self._merge(heads), weights
 
     def get_config(self):

@@ -160,7 +160,7 @@ class _WeightedBlock:
             return super().make_attention(name, last)
         a = self.args
         return BranchedAttention(
-            a["d_model"], a["num_heads"], a["d_ff"], **self.attention_options(), name=name
+            a["d_model"], a["num_heads"], a["d_ff"], **self.attention_options(name), name=name
         )
 
     def make_feed_forward(self):

@@ -5,6 +5,7 @@ same size, and against the machine's measured matmul peak.
     python prepro.py --preset multi30k --data_dir ../shared/data/multi30k
     python bench/train_throughput.py --preset multi30k [--sizes small,base] [--quick]
         [--configs "ours float32,ours weighted float32"]      # a subset of the rows
+        [--configs "ours float32,ours shaw float32,ours t5 float32,ours xl float32,..."]
         [--baseline_tree PATH]        # one more row: the project's code at PATH (float32)
     python bench/train_throughput.py --preset multi30k --ablate dense2d,xent_grad [--pairs 3]
 
@@ -26,7 +27,10 @@ with the ratios.
 Both sides train on the same preprocessed data (the preset's BPE ids), the same model
 size (d_model, d_ff, heads, layers, vocabulary) and label smoothing 0.1 with dropout 0.1:
 * ours: train.Trainer's compiled step on the token-budget, length-bucketed batch plan
-  (tokens_per_batch, pad_multiple), with XLA off/on and float32/mixed_bfloat16;
+  (tokens_per_batch, pad_multiple), with XLA off/on and float32/mixed_bfloat16, and one
+  float32 row per position family (``position`` learned, shaw, t5, xl, alibi, rotary;
+  their tokens/s also as a fraction of the sinusoid row's, which each should keep at
+  0.75 or more; the FLOP columns count the paper's matmuls only, not the relative terms);
 * keras-hub: keras_hub.layers.TokenAndPositionEmbedding + TransformerEncoder/Decoder +
   Dense, model.compile(Adam) + model.fit over shuffled batches of 64 sentence pairs
   padded to the batch's longest sentence (what a keras-hub user writes).
@@ -58,6 +62,9 @@ SIZES = {
     "base": dict(d_model=512, d_ff=2048, num_blocks=6, num_heads=8, tokens_per_batch=4096),
 }
 WARMUP, WINDOWS = 6, 3
+# the position families after the sinusoid ("ours float32"): one float32 row each
+FAMILIES = tuple(k for k in hparams.CHOICES["position"] if k != "sinusoid")
+FAMILY_BAR = 0.75  # each family's tokens/s should reach this fraction of the sinusoid's
 
 
 # ---------------------------------------------------------------------------------------
@@ -399,6 +406,28 @@ def print_ablation(rows: list[dict]) -> None:
         )
 
 
+def family_ratios(group: list[dict]) -> list[tuple[str, float, float]]:
+    """(family, tokens/s, ratio to the sinusoid row 'ours float32') of each position
+    family row of one size's results."""
+    base = next((r for r in group if r["cfg"]["name"] == "ours float32"), None)
+    return [
+        (r["cfg"]["family"], r["tok_s"], r["tok_s"] / base["tok_s"] if base else float("nan"))
+        for r in group
+        if r["cfg"].get("family")
+    ]
+
+
+def print_families(group: list[dict]) -> None:
+    rows = family_ratios(group)
+    if not rows:
+        return
+    print(f"{'position':10} {'tgt tok/s':>9} {'x sinusoid':>10}")
+    for kind, tok_s, ratio in rows:
+        verdict = "" if ratio >= FAMILY_BAR else f"  below {FAMILY_BAR}"
+        print(f"{kind:10} {tok_s:9,.0f} {ratio:10.2f}{verdict}")
+    print()
+
+
 def configurations(preset: str, sizes: list[str], quick: bool, tree: str = "") -> list[dict]:
     out = []
     for size in sizes:
@@ -437,6 +466,16 @@ def configurations(preset: str, sizes: list[str], quick: bool, tree: str = "") -
                 hparams=dict(hp, precision="float32", model_type="weighted"),
             )
         )
+        for kind in FAMILIES:
+            out.append(
+                dict(
+                    common,
+                    side="ours",
+                    name=f"ours {kind} float32",
+                    family=kind,
+                    hparams=dict(hp, precision="float32", position=kind),
+                )
+            )
         if tree:
             out.append(
                 dict(
@@ -547,6 +586,7 @@ def main() -> None:
                 f"{traces:>6} {r['shapes']:6d} {r['rss_mb']:5.0f}MB"
             )
         print()
+        print_families(group)
     print(
         "tgt tok/s: real (non-PAD) target tokens per second, median of 3 windows; steady: "
         "over the steps whose batch shape was seen before (no trace, no XLA compile); "

@@ -9,6 +9,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+import data_load
+import decoding
 import hparams
 from model import Transformer
 
@@ -108,3 +110,32 @@ def run_json_script(code: str, *args: str) -> dict:
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def check_greedy_and_beam(model, src, extra: int = 4, k: int = 3):
+    """On the cache: greedy decoding equals the naive full-pass decoder (to each row's
+    first </S>), beam search with k = 1 is greedy, and every hypothesis of a k-beam,
+    re-scored token by token by the full teacher-forced pass, has the beam's score
+    (sum of log-probabilities over the length penalty of its length)."""
+    src, extra_t = tf.constant(src), tf.constant(extra, tf.int32)
+    greedy = decoding.greedy_decoder(model)(src, extra_t).numpy()
+    naive = decoding.naive_greedy(model, src, greedy.shape[1])
+    eos = data_load.EOS_ID
+    for row, ref in zip(greedy, naive):
+        n = next((i + 1 for i, t in enumerate(row) if t == eos), len(row))
+        np.testing.assert_array_equal(row[:n], ref[:n])
+    beam1 = decoding.beam_decoder(model, 1)(src, extra_t)[0].numpy()[:, 0]
+    width = min(beam1.shape[1], greedy.shape[1])
+    np.testing.assert_array_equal(beam1[:, :width], greedy[:, :width])
+    ids, scores = (x.numpy() for x in decoding.beam_decoder(model, k)(src, extra_t))
+    limits = (src.numpy() != 0).sum(1) + extra
+    for i in range(src.shape[0]):
+        for hyp_ids, score in zip(ids[i], scores[i]):
+            hyp = list(hyp_ids[: min(ids.shape[2], limits[i])])
+            hyp = hyp[: hyp.index(eos) + 1] if eos in hyp else hyp
+            logp = tf.nn.log_softmax(
+                model((src[i : i + 1], tf.constant([[data_load.BOS_ID] + hyp[:-1]])))
+            )
+            total = sum(logp[0, j, t].numpy() for j, t in enumerate(hyp))
+            penalty = ((5.0 + len(hyp)) / 6.0) ** 0.6
+            np.testing.assert_allclose(score, total / penalty, atol=1e-4, err_msg=str(hyp))

@@ -80,3 +80,18 @@ def test_ablation_configurations_interleave_on_and_off():
         ("xent_grad", ["xent_grad"]),
     ]
     assert all(c["hparams"]["precision"] == "float32" and not c["probe"] for c in cfgs)
+
+
+def test_a_row_per_position_family_against_the_sinusoid_row():
+    cfgs = throughput.configurations("multi30k", ["small"], quick=True)
+    rows = {c["name"]: c for c in cfgs}
+    for kind in ("learned", "shaw", "t5", "xl", "alibi", "rotary"):
+        cfg = rows[f"ours {kind} float32"]
+        assert cfg["hparams"]["position"] == kind and cfg["hparams"]["precision"] == "float32"
+    assert "position" not in rows["ours float32"]["hparams"]  # the sinusoid default
+    results = [
+        dict(cfg=rows["ours float32"], tok_s=1000.0),
+        dict(cfg=rows["ours shaw float32"], tok_s=800.0),
+        dict(cfg=rows["ours xl float32"], tok_s=600.0),
+    ]
+    assert throughput.family_ratios(results) == [("shaw", 800.0, 0.8), ("xl", 600.0, 0.6)]

@@ -6,6 +6,7 @@ import math
 import keras
 import numpy as np
 import pytest
+import sacrebleu
 import tensorflow as tf
 from nltk.translate.bleu_score import corpus_bleu
 
@@ -402,3 +403,27 @@ def test_max_len_caps_the_output(trained):
     assert out.shape[1] == 2
     beam, _ = decoding.beam_decoder(model, 2, max_len=3)(src, tf.constant(50))
     assert beam.shape[2] <= 3
+
+
+def test_bleu_by_source_length_with_bootstrap_intervals():
+    """Buckets <=2, 3-4, >=5 source tokens: counts, each bucket's sacreBLEU equal to the
+    corpus figure of its sentences alone, a 95% interval around it that is fixed by the
+    seed and narrows to a point when every sentence scores the same."""
+    refs = ["the cat sat on the mat", "a dog runs in the park", "it rains today",
+            "she reads a good book", "we eat bread", "the sun is very hot today"]  # fmt: skip
+    hyps = ["the cat sat on a mat", "a dog runs in the park", "it rained today",
+            "she reads a book", "we ate bread", "the sun is hot today"]  # fmt: skip
+    lengths = [1, 2, 3, 4, 5, 9]
+    got = decoding.bleu_by_length(hyps, refs, lengths, (2, 4), resamples=200, seed=1)
+    assert [(b["bucket"], b["sentences"]) for b in got] == [("<=2", 2), ("3-4", 2), (">=5", 2)]
+    for b, rows in zip(got, [(0, 1), (2, 3), (4, 5)]):
+        pick = [hyps[i] for i in rows], [[refs[i] for i in rows]]
+        assert b["sacrebleu"] == pytest.approx(sacrebleu.corpus_bleu(*pick).score, abs=1e-9)
+        lo, hi = b["ci95"]
+        assert lo <= b["sacrebleu"] <= hi and hi > lo
+    again = decoding.bleu_by_length(hyps, refs, lengths, (2, 4), resamples=200, seed=1)
+    assert again == got
+    same = decoding.bleu_by_length(["a b c d"] * 3, ["a b c d"] * 3, [1, 1, 1], (8,), 50)
+    assert same[0]["ci95"] == pytest.approx([100.0, 100.0]) and same[1] == {
+        "bucket": ">=9", "sentences": 0, "sacrebleu": None, "ci95": None}  # fmt: skip
+    assert decoding.length_bucket_names((16, 24)) == ["<=16", "17-24", ">=25"]

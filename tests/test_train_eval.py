@@ -158,10 +158,23 @@ def test_long_sentence_decodes(tmp_path, quick_run):
         encoding="utf-8",
     )
     result = evaluate(
-        hp.logdir, {"results_dir": str(tmp_path)}, test_src=str(src), test_ref=str(ref)
+        hp.logdir,
+        {"results_dir": str(tmp_path)},
+        test_src=str(src),
+        test_ref=str(ref),
+        length_buckets="100",
     )
     with open(result["results"] + ".json") as f:
-        assert json.load(f)["sentences"] == 2
+        saved = json.load(f)
+    assert saved["sentences"] == 2
+    # the long sentence has over 100 source tokens, the short one fewer
+    buckets = saved["length_buckets"]
+    assert [(b["bucket"], b["sentences"]) for b in buckets] == [("<=100", 1), (">=101", 1)]
+    with open(result["results"]) as f:
+        text = f.read()
+    assert "sacreBLEU, source >=101 tokens (1 sentences) = " in text
+    with pytest.raises(hparams.UserError, match="--length_buckets expects ascending"):
+        evaluate(hp.logdir, {}, length_buckets="24,16")
 
 
 @pytest.mark.slow

@@ -1,0 +1,257 @@
+"""Relative position representations in self-attention (``position`` = shaw | t5 | xl |
+alibi | rotary), used by modules.MultiHeadAttention.
+
+Each family makes the attention of query position i over key position j depend on the
+distance j - i instead of on absolute positions added to the embeddings (the model adds
+none, unless ``position_add_absolute``). Cross-attention stays plain content attention.
+
+* shaw (Shaw et al. 2018, arXiv 1803.02155, sec. 3): e_ij = q_i (k_j + a^K_ij)^T / sqrt(d_k)
+  and z_i = sum_j alpha_ij (v_j + a^V_ij), with a_ij = w_clip(j - i, k) learned, per layer,
+  shared across heads: 2k + 1 rows of d_k (k = ``max_relative_position``);
+* t5 (Raffel et al. 2020, sec. 2.1): a learned scalar per head and distance bucket added to
+  the logits; log-spaced buckets, both directions in the encoder, the past alone in the
+  decoder; one table per stack, shared across its layers;
+* xl (Dai et al. 2019, arXiv 1901.02860, sec. 3.3): e_ij = (q_i + u) k_j^T +
+  (q_i + v) (R_{i-j} W_R)^T, all over sqrt(d_k); R is the sinusoid of the distance i - j,
+  W_R is per layer, u and v (per head) are shared across the layers of a stack, as in the
+  paper's equation (one u, v for all layers). The second term is computed once per
+  distance and moved into place with the relative shift, exact in both directions;
+* alibi (Press et al. 2022, arXiv 2108.12409, sec. 3): -m_h |i - j| added to the logits,
+  one fixed slope m_h per head (a geometric sequence);
+* rotary (Su et al. 2021, arXiv 2104.09864, sec. 3.4): queries and keys rotated by their
+  absolute position, pairs (2i, 2i+1) of each head by the angle pos * 10000^(-2i/d_k), so
+  q_i k_j^T depends on j - i alone.
+
+Shapes: N batch, h heads, T_q / T_k query / key positions, d_k = d_model / h.
+:class:`StackPosition` (one per stack, built by the model) holds the family and the
+weights shared by a stack's layers; :class:`LayerPosition` (inside each self-attention
+sublayer) holds the per-layer weights and computes the terms.
+"""
+
+from __future__ import annotations
+
+import math
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+import fast_ops
+
+KINDS = ("shaw", "t5", "xl", "alibi", "rotary")
+cast = fast_ops.cast
+
+
+# ---------------------------------------------------------------------------------------
+# Position arithmetic of each family (no weights)
+# ---------------------------------------------------------------------------------------
+def distances(q_pos, k_pos):
+    """j - i for query positions (T_q,) and key positions (T_k,): (T_q, T_k) int32."""
+    return k_pos[None, :] - q_pos[:, None]
+
+
+def shaw_index(q_pos, k_pos, k: int):
+    """Row of a^K / a^V for each pair: clip(j - i, -k, k) + k, (T_q, T_k) in [0, 2k]."""
+    return tf.clip_by_value(distances(q_pos, k_pos), -k, k) + k
+
+
+def t5_bucket(distance, num_buckets: int, max_distance: int, bidirectional: bool):
+    """T5's bucket of each distance j - i (int tensor): half of the buckets are exact
+    distances 0, 1, ...; the rest are log-spaced up to ``max_distance``, past which all
+    share the last. Bidirectional: the buckets are split between j < i and j > i; causal
+    (decoder): only j <= i counts, j > i falls in bucket 0 (and is masked)."""
+    if bidirectional:
+        num_buckets //= 2
+        offset = tf.where(distance > 0, num_buckets, 0)
+        n = tf.abs(distance)
+    else:
+        offset = tf.zeros_like(distance)
+        n = tf.maximum(-distance, 0)
+    exact = num_buckets // 2
+    ratio = tf.math.log(tf.maximum(tf.cast(n, tf.float32), 1.0) / exact)
+    scaled = ratio / math.log(max_distance / exact) * (num_buckets - exact)
+    far = tf.minimum(exact + tf.cast(scaled, n.dtype), num_buckets - 1)
+    return offset + tf.where(n < exact, n, far)
+
+
+def alibi_slopes(num_heads: int) -> list[float]:
+    """ALiBi's head slopes: for h a power of 2, 2^(-8/h), 2^(-16/h), ..., 2^(-8); else those
+    of the largest power of 2 below h, then every other slope of twice that power."""
+    n = 2 ** int(math.floor(math.log2(num_heads)))
+    slopes = [2.0 ** (-8.0 * (i + 1) / n) for i in range(n)]
+    extra = [2.0 ** (-8.0 * (i + 1) / (2 * n)) for i in range(0, 2 * n, 2)]
+    return slopes + extra[: num_heads - n]
+
+
+def rotate(x, positions):
+    """RoPE: x (N, h, T, d_k) at positions (T,) -> the same shape, each pair (a, b) =
+    (x_2i, x_2i+1) rotated by the angle t = positions * 10000^(-2i / d_k):
+    (a cos t - b sin t, b cos t + a sin t) = x cos t + (x P) sin t, where the fixed
+    (d_k, d_k) matrix P maps each pair (a, b) to (-b, a) (one small matmul is faster on
+    a CPU than splitting and interleaving the pairs)."""
+    d = x.shape[-1]
+    freq = tf.pow(10000.0, -tf.range(0, d, 2, dtype=tf.float32) / d)  # (d_k / 2,)
+    angle = tf.cast(positions, tf.float32)[:, None] * tf.repeat(freq, 2)[None, :]  # (T, d_k)
+    swap = np.kron(np.eye(d // 2), [[0.0, 1.0], [-1.0, 0.0]])  # (a, b) @ [[0, 1], [-1, 0]]
+    turned = tf.matmul(x, tf.constant(swap, x.dtype))
+    return x * cast(tf.cos(angle), x.dtype) + turned * cast(tf.sin(angle), x.dtype)
+
+
+def xl_sinusoid(dist, d_model: int):
+    """Transformer-XL's relative encoding R of distances (L,): [sin(d f), cos(d f)] with
+    f = 10000^(-2i / d_model), i < d_model / 2: (L, d_model) float32."""
+    freq = tf.pow(10000.0, -tf.range(0, d_model, 2, dtype=tf.float32) / d_model)
+    angle = tf.cast(dist, tf.float32)[:, None] * freq[None, :]
+    return tf.concat([tf.sin(angle), tf.cos(angle)], axis=-1)
+
+
+def relative_shift(x, t_k):
+    """The relative shift: x (N, h, T_q, L), whose column c holds the distance
+    D - c (D = the largest), -> (N, h, T_q, t_k) with out[i, j] = x[i, j + T_q - 1 - i],
+    i.e. the distance (D - T_q + 1) + i - j. Pad one zero column in front, read the
+    rows as (L + 1, T_q), drop the first, read back as (T_q, L): exact wherever
+    j + T_q - 1 - i < L, which holds for every pair when L = T_q + t_k - 1."""
+    s = tf.shape(x)
+    padded = tf.pad(x, [[0, 0], [0, 0], [0, 0], [1, 0]])
+    padded = tf.reshape(padded, (s[0], s[1], s[3] + 1, s[2]))[:, :, 1:]
+    return tf.reshape(padded, s)[..., :t_k]
+
+
+# ---------------------------------------------------------------------------------------
+# The layers
+# ---------------------------------------------------------------------------------------
+@keras.saving.register_keras_serializable(package="transformer")
+class StackPosition(keras.layers.Layer):
+    """One stack's relative position scheme: the family, its settings and the weights its
+    layers share (t5: the bias table (num_buckets, h); xl: u and v (h, d_k)).
+    ``causal``: the decoder's masked self-attention (queries see the past alone)."""
+
+    def __init__(
+        self,
+        kind: str,
+        d_model: int,
+        num_heads: int,
+        causal: bool = False,
+        max_relative_position: int = 16,
+        t5_buckets: int = 32,
+        t5_max_distance: int = 128,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if kind not in KINDS:
+            raise ValueError(f"relative position kind must be one of {KINDS}, got {kind!r}")
+        self.kind, self.d_model, self.num_heads, self.causal = kind, d_model, num_heads, causal
+        self.max_relative_position = max_relative_position
+        self.t5_buckets, self.t5_max_distance = t5_buckets, t5_max_distance
+
+    def build(self, input_shape=None):
+        h, d_k = self.num_heads, self.d_model // self.num_heads
+        if self.kind == "t5":
+            self.table = self.add_weight(
+                name="bias", shape=(self.t5_buckets, h), initializer="zeros", dtype="float32"
+            )
+        if self.kind == "xl":
+            self.u = self.add_weight(name="u", shape=(h, d_k), initializer="zeros")
+            self.v = self.add_weight(name="v", shape=(h, d_k), initializer="zeros")
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "kind": self.kind,
+            "d_model": self.d_model,
+            "num_heads": self.num_heads,
+            "causal": self.causal,
+            "max_relative_position": self.max_relative_position,
+            "t5_buckets": self.t5_buckets,
+            "t5_max_distance": self.t5_max_distance,
+        }
+
+
+@keras.saving.register_keras_serializable(package="transformer")
+class LayerPosition(keras.layers.Layer):
+    """The relative terms of one self-attention sublayer, for its stack's scheme
+    ``stack`` (:class:`StackPosition`); per layer: shaw's a^K, a^V (2k + 1, d_k), xl's
+    W_R (d_model, d_model).
+
+    :meth:`rotate` turns projected queries or keys at their positions (rotary; the
+    identity otherwise); :meth:`terms` gives what scaled_dot_product_attention adds."""
+
+    def __init__(self, stack: StackPosition, **kwargs):
+        super().__init__(**kwargs)
+        self.stack, self.kind = stack, stack.kind
+        self.d_k = stack.d_model // stack.num_heads
+
+    def build(self, input_shape=None):
+        s = self.stack
+        if self.kind == "shaw":
+            shape = (2 * s.max_relative_position + 1, self.d_k)
+            init = keras.initializers.GlorotUniform()
+            self.a_k = self.add_weight(name="a_k", shape=shape, initializer=init)
+            self.a_v = self.add_weight(name="a_v", shape=shape, initializer=init)
+        if self.kind == "xl":
+            shape = (s.d_model, s.d_model)
+            self.w_r = self.add_weight(name="w_r", shape=shape, initializer="glorot_uniform")
+
+    def rotate(self, x, offset=0):
+        """x (N, h, T, d_k) at positions offset, offset + 1, ...; rotated by rotary only."""
+        if self.kind != "rotary":
+            return x
+        return rotate(x, offset + tf.range(tf.shape(x)[2]))
+
+    def terms(self, q, t_k, q_offset=0, k_offset=0, scale=True):
+        """The relative terms of queries q (N, h, T_q, d_k) at positions q_offset + i over
+        t_k keys at positions k_offset + j: (the query the content logits use (xl: q + u),
+        logits bias broadcastable to (N, h, T_q, T_k) float32 or None, value term: a
+        function of the attention weights (N, h, T_q, T_k) giving (N, h, T_q, d_k), or
+        None). Biases that multiply q are divided by sqrt(d_k) with ``scale``."""
+        s = self.stack
+        q_pos = q_offset + tf.range(tf.shape(q)[2])
+        k_pos = k_offset + tf.range(t_k)
+        div = math.sqrt(self.d_k) if scale else 1.0
+        if self.kind == "rotary":
+            return q, None, None
+        if self.kind == "alibi":
+            slopes = tf.constant(alibi_slopes(s.num_heads), tf.float32)[:, None, None]
+            dist = tf.cast(tf.abs(distances(q_pos, k_pos)), tf.float32)
+            return q, -slopes * dist[None], None
+        if self.kind == "t5":
+            bucket = t5_bucket(
+                distances(q_pos, k_pos), s.t5_buckets, s.t5_max_distance, not s.causal
+            )
+            return q, tf.transpose(tf.gather(s.table.value, bucket), (2, 0, 1)), None
+        if self.kind == "shaw":
+            return q, *self._shaw(q, q_pos, k_pos, div)
+        return self._xl(q, q_pos, k_pos, div)
+
+    def _shaw(self, q, q_pos, k_pos, div):
+        """Shaw's terms by the paper's reshaping (sec. 3.3): queries against the 2k + 1
+        embeddings a^K (N, h, T_q, 2k + 1), gathered per pair; the weights summed into
+        the 2k + 1 buckets (N, h, T_q, 2k + 1), then one matmul with a^V."""
+        dt, r = q.dtype, 2 * self.stack.max_relative_position + 1
+        index = shaw_index(q_pos, k_pos, self.stack.max_relative_position)  # (T_q, T_k)
+        scores = tf.matmul(q, cast(self.a_k.value, dt), transpose_b=True)  # (N, h, T_q, R)
+        n, h, t_q = tf.shape(q)[0], tf.shape(q)[1], tf.shape(q)[2]
+        flat = tf.reshape(scores, (n, h, t_q * r))
+        rows = tf.range(t_q)[:, None] * r + index  # (T_q, T_k) into the flat rows
+        bias = tf.reshape(tf.gather(flat, tf.reshape(rows, [-1]), axis=2), (n, h, t_q, -1))
+        one_hot = tf.one_hot(index, r, dtype=dt)  # (T_q, T_k, R)
+
+        def value_term(weights):
+            buckets = tf.einsum("nhqk,qkr->nhqr", cast(weights, dt), one_hot)
+            return tf.matmul(buckets, cast(self.a_v.value, dt))
+
+        return cast(bias, tf.float32) / div, value_term
+
+    def _xl(self, q, q_pos, k_pos, div):
+        """Transformer-XL's terms (sec. 3.3): (q + v) against R_d W_R for every distance d
+        from the largest i - j down (both directions, or i >= j when causal), shifted into
+        place by :func:`relative_shift`; the content query is q + u."""
+        s, dt = self.stack, q.dtype
+        t_q, t_k = tf.shape(q)[2], tf.shape(k_pos)[0]
+        width = t_k if s.causal else t_q + t_k - 1
+        dist = (q_pos[-1] - k_pos[0]) - tf.range(width)  # (L,), largest first
+        r = fast_ops.dense(cast(xl_sinusoid(dist, s.d_model), dt), cast(self.w_r.value, dt))
+        r = tf.transpose(tf.reshape(r, (width, s.num_heads, self.d_k)), (1, 2, 0))  # (h, d_k, L)
+        by_distance = tf.matmul(q + cast(s.v.value, dt)[:, None], r)  # (N, h, T_q, L)
+        bias = relative_shift(by_distance, t_k)
+        return q + cast(s.u.value, dt)[:, None], cast(bias, tf.float32) / div, None

@@ -1,0 +1,339 @@
+"""relative.py: each relative position family against a reference written from its
+paper's formula with Python loops, translation invariance, the decoding cache in every
+variant, export, and the hparams of the switch."""
+
+import math
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import decoding
+import export
+import hparams
+import modules
+import relative
+import train
+import translate
+from helpers import check_cached_equals_full, check_greedy_and_beam, rand_ids, tiny, tiny_model
+from hparams import UserError
+
+D, H, T = 16, 2, 8  # d_model, heads, positions: distances up to 7 pass k and the buckets
+DK = D // H
+SMALL = dict(max_relative_position=2, t5_buckets=8, t5_max_distance=6)
+
+
+def attention(kind, causal=False, seed=0):
+    """A self-attention sublayer with ``kind`` positions; every weight random (the zero
+    initial t5 table and xl u, v would hide their terms)."""
+    keras.utils.set_random_seed(seed)
+    stack = relative.StackPosition(kind, D, H, causal, **SMALL)
+    stack.build()
+    mha = modules.MultiHeadAttention(D, H, position=stack)
+    mha.build((None, None, D), (None, None, D))
+    rng = np.random.default_rng(seed)
+    for w in stack.weights:
+        w.assign(rng.normal(size=w.shape).astype(np.float32))
+    return mha
+
+
+def t5_bucket_ref(d, buckets, max_distance, bidirectional):
+    """Raffel et al. 2020: half the buckets exact, the rest log-spaced to max_distance."""
+    base = 0
+    if bidirectional:
+        buckets //= 2
+        base, n = (buckets if d > 0 else 0), abs(d)
+    else:
+        n = max(-d, 0)
+    exact = buckets // 2
+    if n < exact:
+        return base + n
+    log_part = math.log(n / exact) / math.log(max_distance / exact) * (buckets - exact)
+    return base + min(buckets - 1, exact + int(log_part))
+
+
+def rotate_ref(vec, pos):
+    """RoFormer eq. 34: pair (2i, 2i+1) times the rotation by pos * 10000^(-2i/d)."""
+    out = vec.copy()
+    for i in range(len(vec) // 2):
+        a = pos * 10000.0 ** (-2 * i / len(vec))
+        c, s = math.cos(a), math.sin(a)
+        out[2 * i] = c * vec[2 * i] - s * vec[2 * i + 1]
+        out[2 * i + 1] = s * vec[2 * i] + c * vec[2 * i + 1]
+    return out
+
+
+def naive(mha, x, mask, offset=0):
+    """The sublayer's output (N, T, d_model) from the papers' formulas, pair by pair.
+    mask (N, T, T) bool: True where query i may attend to key j."""
+    kind, stack, rel = mha.relative.kind, mha.relative.stack, mha.relative
+    q, k, v = (x @ w.numpy() for w in (mha.w_q, mha.w_k, mha.w_v))  # (N, T, D)
+    n_, t_ = x.shape[:2]
+    z = np.zeros((n_, t_, D))
+    slopes = relative.alibi_slopes(H)
+    for n in range(n_):
+        for h in range(H):
+            cols = slice(h * DK, (h + 1) * DK)
+            for i in range(t_):
+                logits, values = [], []
+                for j in range(t_):
+                    qi, kj, vj = q[n, i, cols], k[n, j, cols], v[n, j, cols]
+                    if kind == "rotary":
+                        qi, kj = rotate_ref(qi, offset + i), rotate_ref(kj, offset + j)
+                    e = qi @ kj
+                    if kind == "shaw":  # Shaw eq. 4 and 3, a_ij = w_clip(j - i, k)
+                        r = min(max(j - i, -2), 2) + 2
+                        e += qi @ rel.a_k.numpy()[r]
+                        vj = vj + rel.a_v.numpy()[r]
+                    if kind == "xl":  # Dai eq. in 3.3: (a) + (b) + (c) + (d)
+                        d = i - j
+                        f = 10000.0 ** (-np.arange(0, D, 2) / D)
+                        r_d = np.concatenate([np.sin(d * f), np.cos(d * f)]) @ rel.w_r.numpy()
+                        u, vb = stack.u.numpy()[h], stack.v.numpy()[h]
+                        e = qi @ kj + qi @ r_d[cols] + u @ kj + vb @ r_d[cols]
+                    e /= math.sqrt(DK)
+                    if kind == "t5":
+                        b = t5_bucket_ref(j - i, 8, 6, not stack.causal)
+                        e += stack.table.numpy()[b, h]
+                    if kind == "alibi":
+                        e -= slopes[h] * abs(i - j)
+                    logits.append(e if mask[n, i, j] else -np.inf)
+                    values.append(vj)
+                w = np.exp(np.array(logits) - max(logits))
+                z[n, i, cols] = (w / w.sum()) @ np.array(values)
+    return z @ mha.w_o.numpy()
+
+
+def masks(causal):
+    """(N=2, T, T) masks: the second sentence has two PAD keys; causal below the diagonal."""
+    m = np.ones((2, T, T), bool)
+    m[1, :, T - 2 :] = False
+    if causal:
+        m &= np.tril(np.ones((T, T), bool))[None]
+    return m
+
+
+# ---------------------------------------------------------------------------------------
+# each family against its paper
+# ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("kind", relative.KINDS)
+def test_each_family_equals_its_papers_formula(kind, causal):
+    mha = attention(kind, causal)
+    x = np.random.default_rng(1).normal(size=(2, T, D)).astype(np.float32)
+    mask = masks(causal)
+    got = mha(tf.constant(x), tf.constant(x), tf.constant(mask[:, None])).numpy()
+    np.testing.assert_allclose(got, naive(mha, x, mask), atol=2e-5)
+
+
+def test_t5_buckets_by_hand():
+    """T5's defaults (32 buckets, max_distance 128): encoder distances 0..7 exact, then
+    log-spaced (8 -> 8, 16 -> 10, 32 -> 12, 64 -> 14, 127 -> 15, 128+ -> 15), keys after
+    the query 16 further; the decoder has 32 buckets for the past: 0..15 exact, then
+    16 -> 16, 32 -> 21, 64 -> 26, 127+ -> 31; keys after the query fall in bucket 0."""
+    d = tf.constant([0, -1, -7, -8, -16, -32, -64, -127, -128, -1000, 1, 7, 16, 1000])
+    enc = relative.t5_bucket(d, 32, 128, bidirectional=True).numpy().tolist()
+    assert enc == [0, 1, 7, 8, 10, 12, 14, 15, 15, 15, 17, 23, 26, 31]
+    dec = relative.t5_bucket(d, 32, 128, bidirectional=False).numpy().tolist()
+    assert dec[:10] == [0, 1, 7, 8, 16, 21, 26, 31, 31, 31] and dec[10:] == [0] * 4
+    for x in range(-200, 200):
+        for bi in (True, False):
+            ref = t5_bucket_ref(x, 32, 128, bi)
+            assert relative.t5_bucket(tf.constant(x), 32, 128, bi).numpy() == ref
+
+
+def test_alibi_slopes_are_the_geometric_sequence():
+    assert relative.alibi_slopes(8) == [2.0**-k for k in range(1, 9)]
+    assert relative.alibi_slopes(4) == [2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8]
+    # 6 heads: the 4 of h = 4, then the odd ones of h = 8
+    assert relative.alibi_slopes(6) == [2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8, 2.0**-1, 2.0**-3]
+
+
+def test_relative_shift_is_exact_in_both_directions():
+    """Column c of row i holds the distance D - c; the shift puts distance i - j at
+    [i, j] for every pair (L = T_q + T_k - 1), as the gather would."""
+    t_q, t_k = 3, 5
+    dist = (t_q - 1) - np.arange(t_q + t_k - 1)  # largest first: 2 .. -4
+    x = np.tile(dist, (1, 1, t_q, 1)).astype(np.float32) * 10 + np.arange(t_q)[:, None]
+    got = relative.relative_shift(tf.constant(x), t_k).numpy()[0, 0]
+    want = (np.arange(t_q)[:, None] - np.arange(t_k)[None]) * 10 + np.arange(t_q)[:, None]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_rotary_scores_depend_on_the_distance_alone():
+    rng = np.random.default_rng(2)
+    q, k = rng.normal(size=(1, 1, 1, DK)), rng.normal(size=(1, 1, 1, DK))
+
+    def score(i, j):
+        a = relative.rotate(tf.constant(q, tf.float32), tf.constant([i]))
+        b = relative.rotate(tf.constant(k, tf.float32), tf.constant([j]))
+        return float(tf.reduce_sum(a * b))
+
+    assert score(3, 1) == pytest.approx(score(10, 8), abs=1e-5)
+    assert abs(score(3, 1) - score(3, 2)) > 1e-3
+    got = relative.rotate(tf.constant(q, tf.float32), tf.constant([5]))[0, 0, 0]
+    np.testing.assert_allclose(got, rotate_ref(q[0, 0, 0], 5), atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------
+# translation invariance
+# ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", relative.KINDS)
+def test_shifting_every_position_leaves_relative_attention_unchanged(kind):
+    mha = attention(kind)
+    x = tf.random.stateless_normal((2, T, D), seed=(3, 4))
+    mask = tf.constant(masks(False)[:, None])
+    at0 = mha(x, x, mask, offset=0).numpy()
+    np.testing.assert_allclose(mha(x, x, mask, offset=9).numpy(), at0, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["sinusoid", "learned"])
+def test_shifting_every_position_changes_absolute_attention(kind):
+    m = tiny_model(position=kind, max_position=64)
+    x = m.src_embedding(tf.constant(rand_ids(np.random.default_rng(4), (2, T), 23)))
+    attn = m.encoder_0.self_attn
+    at0 = attn(m.src_position(x), m.src_position(x)).numpy()
+    at9 = attn(m.src_position(x, offset=9), m.src_position(x, offset=9)).numpy()
+    assert np.max(np.abs(at9 - at0)) > 1e-2
+
+
+# ---------------------------------------------------------------------------------------
+# the model: absolute positions, parameters, the cache
+# ---------------------------------------------------------------------------------------
+def test_no_absolute_position_unless_asked():
+    ids = tf.constant([[5, 6, 7, 3]])
+    alone = tiny_model(position="shaw")
+    emb = alone.src_embedding(ids)
+    got = alone._embed(ids, alone.src_embedding, alone.src_position, alone.src_dropout, False)
+    np.testing.assert_array_equal(got.numpy(), emb.numpy())
+    both = tiny_model(position="shaw", position_add_absolute=True)
+    got = both._embed(ids, both.src_embedding, both.src_position, both.src_dropout, False)
+    want = both.src_embedding(ids) + modules.sinusoid_encoding(tf.range(4), 32)[None]
+    np.testing.assert_allclose(got.numpy(), want.numpy(), atol=1e-6)
+
+
+def test_parameters_of_each_family():
+    """2 + 2 self-attention sublayers, d_model 32, 4 heads (d_k 8), k = 2, 8 buckets."""
+    base = tiny_model().count_params()
+    extra = {
+        "shaw": 4 * 2 * 5 * 8,  # a^K, a^V (2k + 1, d_k) per layer
+        "t5": 2 * 8 * 4,  # one (buckets, h) table per stack
+        "xl": 4 * 32 * 32 + 2 * 2 * 4 * 8,  # W_R per layer, u and v (h, d_k) per stack
+        "alibi": 0,
+        "rotary": 0,
+    }
+    for kind, n in extra.items():
+        assert tiny_model(position=kind, **SMALL).count_params() == base + n, kind
+    t5 = tiny_model(position="t5", **SMALL)
+    tables = [lay.self_attn.relative.stack.table for lay in t5.encoder_layers]
+    assert tables[0] is tables[1] is t5.src_relative.table  # shared by the stack's layers
+    assert t5.decoder_0.cross_attn.relative is None  # cross-attention stays plain
+
+
+def relative_model(kind, seed=0, **kw):
+    """tiny_model with ``kind`` positions, the stacks' shared weights (zero at first: t5's
+    table, xl's u and v) made random so that their terms count."""
+    m = tiny_model(position=kind, seed=seed, **SMALL, **kw)
+    rng = np.random.default_rng(seed)
+    for w in m.src_relative.weights + m.tgt_relative.weights:
+        w.assign(rng.normal(size=w.shape).astype(np.float32))
+    return m
+
+
+SRC = np.array([[5, 6, 7, 8, 9, 10, 11, 3], [12, 13, 14, 3, 0, 0, 0, 0]], np.int32)
+TGT = np.array([[2, 5, 6, 7, 8, 9, 10, 11, 12], [2, 9, 4, 0, 0, 0, 0, 0, 0]], np.int32)
+
+
+@pytest.mark.parametrize("model_type", ["transformer", "weighted", "universal"])
+@pytest.mark.parametrize("kind", relative.KINDS)
+def test_cache_equals_full_pass(kind, model_type):
+    """Teacher forcing, position by position on the cache, past the clipping distance."""
+    m = relative_model(kind, model_type=model_type)
+    check_cached_equals_full(m, SRC, TGT)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model_type", ["transformer", "weighted"])
+@pytest.mark.parametrize("kind", relative.KINDS)
+def test_greedy_and_beam_on_the_cache(kind, model_type):
+    m = relative_model(kind, seed=3, model_type=model_type)
+    check_greedy_and_beam(m, rand_ids(np.random.default_rng(5), (3, 6), 23), extra=6)
+
+
+@pytest.mark.parametrize("kind", relative.KINDS)
+def test_mixed_precision_follows_float32(kind):
+    """Under mixed_bfloat16 (matmuls in bfloat16, the relative biases and the softmax in
+    float32) each family gives the float32 logits to bfloat16's precision, and decodes."""
+    ref = relative_model(kind)
+    weights = [w.numpy() for w in ref.weights]
+    want = ref((SRC, TGT)).numpy()
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    m = relative_model(kind)
+    for w, value in zip(m.weights, weights):
+        w.assign(value)
+    got = m((SRC, TGT))
+    assert got.dtype == tf.float32
+    np.testing.assert_allclose(got.numpy(), want, atol=0.15)
+    out = decoding.greedy_decoder(m)(tf.constant(SRC), tf.constant(3, tf.int32))
+    assert out.shape[0] == 2
+
+
+@pytest.mark.slow
+def test_export_with_relative_positions(demo_prepro, tmp_path):
+    """A briefly trained xl model exports (greedy and beam search in the graph) and the
+    SavedModel translates as translate.py does."""
+    pytest.importorskip("tensorflow_text")
+    hp = tiny(
+        str(tmp_path),
+        data_dir=demo_prepro.data_dir,
+        prepro_dir=demo_prepro.prepro_dir,
+        position="xl",
+        max_steps=40,
+    )
+    train.train(hp)
+    sentences = ["Die Frau liest ein Buch.", "", "Der Hund schläft im Garten."]
+    for beam in (1, 2):
+        out = export.export(hp.logdir, str(tmp_path / f"saved{beam}"), {"beam_size": beam})
+        f = tf.saved_model.load(out).signatures["serving_default"]
+        got = [s.decode() for s in f(sentences=tf.constant(sentences))["translations"].numpy()]
+        hp2, tok, model, _ = decoding.load_run(hp.logdir, {"beam_size": beam})
+        assert got == translate.translate_lines(model, tok, hp2, sentences)
+        assert got[1] == "" and got[0]
+
+
+# ---------------------------------------------------------------------------------------
+# hparams
+# ---------------------------------------------------------------------------------------
+def test_hparams_of_the_switch():
+    hp = hparams.Hparams()
+    assert (hp.position, hp.max_relative_position, hp.t5_buckets, hp.t5_max_distance) == (
+        "sinusoid",
+        16,
+        32,
+        128,
+    )
+    assert not hp.position_add_absolute
+    keys = ("max_relative_position", "t5_buckets", "t5_max_distance", "position_add_absolute")
+    assert set(keys) <= set(hparams.MODEL_KEYS)
+    assert set(relative.KINDS) <= set(hparams.CHOICES["position"])
+    assert hparams.apply(hp, {"position": "xl", "t5_buckets": "16"}).t5_buckets == 16
+    assert hparams.apply(hp, {"sinusoid": "false"}).position == "learned"
+
+
+@pytest.mark.parametrize(
+    "overrides, words",
+    [
+        ({"position": "relative"}, "--position must be one of"),
+        ({"max_relative_position": 0}, "--max_relative_position must be a positive"),
+        ({"t5_buckets": 7}, "--t5_buckets must be an even number"),
+        ({"t5_buckets": 32, "t5_max_distance": 16}, "must exceed t5_buckets / 2 (16)"),
+        ({"position_add_absolute": True}, "position=sinusoid is absolute already"),
+        ({"position": "xl", "d_model": 9, "num_heads": 1}, "position=xl needs an even"),
+        ({"position": "rotary", "d_model": 12, "num_heads": 4}, "must be even"),
+    ],
+)
+def test_hparams_checks(overrides, words):
+    with pytest.raises(UserError) as err:
+        hparams.apply(hparams.Hparams(), overrides)
+    assert words in str(err.value)
