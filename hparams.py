@@ -184,7 +184,7 @@ RESUME_KEYS = (
 )
 
 PRESETS: dict[str, dict[str, Any]] = {
-    # Tiny model on the embedded synthetic corpus: prepro -> train -> eval in ~5 min on 2 CPUs.
+    # Tiny model on the embedded synthetic corpus: prepro -> train -> eval in ~3.5 min on 2 CPUs.
     "demo": {},
     # A small model sized for Multi30k (29k pairs).
     "multi30k": dict(

@@ -1,4 +1,4 @@
-"""Train the Transformer: Adam + the Noam schedule + label smoothing (paper section 5).
+"""Train the Transformer: Adam + a learning-rate schedule + label smoothing (section 5).
 
     python train.py                          # the demo preset
     python train.py --preset multi30k --max_minutes 30
@@ -6,9 +6,14 @@
 
 Checkpoints (tf.train.CheckpointManager) go to ``logdir``; a run resumes automatically from
 the latest one (or from ``--ckpt PATH``) with the same step, optimizer state, lr schedule,
-data position and dropout random state. After each epoch the dev set is scored (loss,
-greedy BLEU), its translations are written to ``evaldir``, and the best checkpoint by dev
-BLEU is kept in ``logdir/best``.
+data position, dropout random state and wall time. After each epoch the dev set is scored
+(loss, greedy BLEU on a fixed subset; under ``max_minutes`` BLEU within ``eval_share`` of
+the time), its translations are written to ``evaldir``, and the best checkpoint by dev
+BLEU is kept in ``logdir/best``; ``logdir/best.json`` names the default model (the best
+checkpoint, or the average of the last ``average`` checkpoints where it wins on dev).
+
+The wsd and linear schedules end at the budget: ``num_epochs``, ``max_steps`` or
+``max_minutes`` (over all resumes), whichever binds (:class:`Budget`).
 
 SIGINT or SIGTERM: the step ends, a checkpoint is written, the exit status is 130 or 143
 (:class:`Interrupt`). One training per logdir (:class:`LogdirLock`). Updates with a NaN
@@ -599,18 +604,21 @@ class Trainer:
 
     def agree(self, flag: bool) -> bool:
         """``flag`` of any worker (one small all-reduce in a multi-worker run)."""
-        return self.agree_max(float(flag)) > 0
+        return self._sum(float(flag)) > 0
 
-    def agree_max(self, value: float) -> float:
-        """The largest ``value`` of all workers (one small all-reduce in a multi-worker
-        run; the value itself elsewhere)."""
+    def chief_value(self, value: float) -> float:
+        """The chief's ``value``, on every worker (one small all-reduce in a multi-worker
+        run; the value itself elsewhere): e.g. its clock, which the lr follows."""
+        return self._sum(value if self.chief else 0.0)
+
+    def _sum(self, value: float) -> float:
         if not self.multi_worker:
             return value
-        fn = getattr(self, "_agree_fn", None)
+        fn = getattr(self, "_sum_fn", None)
         if fn is None:
             strategy = self.strategy
-            fn = self._agree_fn = tf.function(
-                lambda x: strategy.reduce("MAX", strategy.run(tf.identity, (x,)), axis=None)
+            fn = self._sum_fn = tf.function(
+                lambda x: strategy.reduce("SUM", strategy.run(tf.identity, (x,)), axis=None)
             )
         return float(fn(tf.constant(value)))
 
@@ -703,11 +711,11 @@ class Budget:
         self.follow = hp.lr_schedule in modules.BUDGET_SCHEDULES
 
     def fraction(self, step: int) -> float:
-        """The fraction of the budget used after ``step`` updates (time agreed by all
-        workers: their lr must agree)."""
+        """The fraction of the budget used after ``step`` updates (by the chief's clock
+        in a multi-worker run: the workers' lr must agree)."""
         used = step / max(self.steps, 1)
         if self.seconds:
-            spent = self.trainer.agree_max(self.trainer.seconds_used())
+            spent = self.trainer.chief_value(self.trainer.seconds_used())
             used = max(used, spent / max(self.seconds - self.reserve, 1.0))
         return min(used, 1.0)
 
@@ -718,10 +726,10 @@ class Budget:
             self.trainer.budget_used.assign(used)
 
     def out_of_time(self) -> bool:
-        """The time left is what the final evaluation needs (all workers agree)."""
+        """The time left is what the final evaluation needs (by the chief's clock)."""
         if not self.seconds:
             return False
-        spent = self.trainer.agree_max(self.trainer.seconds_used())
+        spent = self.trainer.chief_value(self.trainer.seconds_used())
         return spent + self.reserve >= self.seconds
 
     def bleu_due(self, last_seconds: float) -> bool:
@@ -730,7 +738,7 @@ class Budget:
         time used; the run's final evaluation always runs."""
         if not self.seconds:
             return True
-        spent = self.trainer.agree_max(self.trainer.seconds_used())
+        spent = self.trainer.chief_value(self.trainer.seconds_used())
         evals = float(self.trainer.eval_seconds)
         return evals + last_seconds <= self.hp.eval_share * (spent + last_seconds)
 
@@ -974,10 +982,10 @@ def train_loop(
     if signalled:
         stop_reason += "; run the same command again to resume"
     print(
-        f"train: {stop_reason or 'done'}; step {trainer.step}; checkpoint {path}; "
-        f"{trainer.seconds_used() / 60:.1f} min, {share:.1%} of them on dev evaluation; "
-        f"last lr {last_lr:.3g}"
+        f"train: {trainer.seconds_used() / 60:.1f} min, {share:.1%} of them on dev "
+        f"evaluation; last lr {last_lr:.3g}"
     )
+    print(f"train: {stop_reason or 'done'}; step {trainer.step}; checkpoint {path}")
     return {
         "step": trainer.step,
         "epoch": int(trainer.epoch),

@@ -76,7 +76,7 @@ class FakeTrainer:
     def seconds_used(self):
         return self.seconds
 
-    def agree_max(self, value):
+    def chief_value(self, value):
         return value
 
 

@@ -246,11 +246,14 @@ DAMAGE = {  # name: (file suffix, what happens to it, what the message says of i
 
 
 def damaged_copy(quick_run, folder, kind):
-    """A copy of the quick run whose newest checkpoint (ckpt-3) is damaged; its hparams
-    and the damaged file's path."""
+    """A copy of the quick run whose newest checkpoint (ckpt-3) is damaged and is its
+    default model (its best checkpoint and best.json are removed); its hparams and the
+    damaged file's path."""
     hp, _ = quick_run
     logdir = os.path.join(folder, "log")
     shutil.copytree(hp.logdir, logdir)
+    shutil.rmtree(os.path.join(logdir, "best"))
+    os.remove(os.path.join(logdir, "best.json"))
     suffix, change, _ = DAMAGE[kind]
     path = os.path.join(logdir, "ckpt-3" + suffix)
     if change is None:
@@ -314,7 +317,7 @@ def test_every_script_names_a_damaged_checkpoint(quick_run, tmp_path, monkeypatc
     assert "ckpt-1, ckpt-2 ->" in capsys.readouterr().out and os.path.exists(averaged + ".index")
     summary = train.train(hp, ckpt=previous)
     assert summary["step"] == 3 and "resumed from " + previous in capsys.readouterr().out
-    assert decoding.load_run(hp.logdir, {})[3] == os.path.join(hp.logdir, "ckpt-3")
+    assert decoding.load_run(hp.logdir, {}, "last")[3] == os.path.join(hp.logdir, "ckpt-3")
 
 
 def test_damaged_only_checkpoint_says_there_is_no_earlier_one(quick_run, tmp_path):
@@ -556,7 +559,7 @@ def test_full_disk_keeps_the_previous_files_and_says_where(full_disk, case):
     kept(before, tmp, *files_kept)
     if case == "checkpoint":
         assert tf.train.latest_checkpoint(log) == f"{log}/ckpt-3"
-        assert decoding.load_run(log, {})[3] == f"{log}/ckpt-3"
+        assert decoding.load_run(log, {}, "last")[3] == f"{log}/ckpt-3"
     if case == "hparams":
         assert hparams.load(f"{log}/hparams.json").max_steps == 5
     if case == "prepro":  # a later run sees that the data set is incomplete
