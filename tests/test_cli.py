@@ -104,7 +104,7 @@ def test_field_comments_are_read_from_the_source(tmp_path):
 def test_train_help_lists_every_hyperparameter_with_type_default_and_comment(capsys):
     text = help_text(train, capsys=capsys)
     assert text.startswith("usage: python train.py [--preset NAME] [--name value ...]")
-    assert "Train the Transformer: Adam + the Noam schedule" in text  # its own description
+    assert "Train the Transformer: Adam + a learning-rate schedule" in text  # its own description
     line = option_line(text, "d_model")
     assert line == "--d_model INT width of every layer's input and output (3.1) (default: 128)"
     assert option_line(text, "norm").startswith("--norm {post,pre} post (paper) | pre")
