@@ -1,10 +1,14 @@
 """The throughput benchmark's arithmetic: windows, per-window peak fractions, FLOP counts
 and the peak-RSS reset (no timing here: timed figures live in bench/ only)."""
 
+import argparse
+import json
 import os
 
 import numpy as np
+import pytest
 
+import length_generalisation as lengths
 import train_throughput as throughput  # bench/ is on the pytest pythonpath (setup.cfg)
 
 
@@ -95,3 +99,84 @@ def test_a_row_per_position_family_against_the_sinusoid_row():
         dict(cfg=rows["ours xl float32"], tok_s=600.0),
     ]
     assert throughput.family_ratios(results) == [("shaw", 800.0, 0.8), ("xl", 600.0, 0.6)]
+
+
+# --- bench/length_generalisation.py: its commands, its resume and its table -----------
+
+
+def _fake_stages():
+    calls = []
+
+    def fake_run(command, log):  # stands for train.py / eval.py: records, writes the JSON
+        calls.append(command)
+        if command[1].endswith("eval.py"):
+            logdir = command[command.index("--logdir") + 1]
+            results = command[command.index("--results_dir") + 1]
+            position = os.path.basename(logdir)
+            os.makedirs(results, exist_ok=True)
+            step = 100 + len(calls)
+            data = {
+                "sacrebleu": 30.0 + len(position),
+                "decoding": {"checkpoint": os.path.join(logdir, "best", f"ckpt-{step}")},
+                "length_buckets": [
+                    {"bucket": "<=16", "sentences": 700, "sacrebleu": 35.5, "ci95": [34.0, 37.25]},
+                    {"bucket": "17-24", "sentences": 250, "sacrebleu": 25.0, "ci95": [23.0, 27.0]},
+                    {"bucket": ">=25", "sentences": 0, "sacrebleu": None, "ci95": None},
+                ],
+            }
+            with open(os.path.join(results, f"{position}_ckpt-{step}.json"), "w") as f:
+                json.dump(data, f)
+
+    return calls, fake_run
+
+
+def test_length_bench_train_command_keeps_short_pairs_and_trained_relative_settings():
+    import cli
+    import train
+
+    opts = argparse.Namespace(
+        preset="multi30k", data_dir="d", minutes=20.0, max_tokens=16, out="/o",
+        train_args=["--seed", "7"],
+    )  # fmt: skip
+    command = lengths.train_command("t5", opts)
+    hp, _ = cli.parse_args(command[2:], script=train.SCRIPT)  # train.py accepts every option
+    assert (hp.position, hp.max_minutes, hp.seed) == ("t5", 20.0, 7)
+    assert (hp.maxlen1, hp.maxlen2) == (17, 17)  # </S> counted: pairs of <= 16 tokens
+    assert hp.max_relative_position == 15 and hp.t5_buckets == 16 and hp.t5_max_distance == 16
+    assert hp.logdir == "/o/t5" and hp.data_dir == "d"
+    # the families' commands differ in --position alone
+    other = lengths.train_command("sinusoid", opts)
+    diff = [(a, b) for a, b in zip(command, other) if a != b]
+    assert diff == [
+        ("t5", "sinusoid"),
+        ("/o/t5", "/o/sinusoid"),
+        ("/o/eval_t5", "/o/eval_sinusoid"),
+    ]
+
+
+def test_length_bench_runs_each_family_once_and_prints_the_table(tmp_path, monkeypatch, capsys):
+    calls, fake_run = _fake_stages()
+    monkeypatch.setattr(lengths, "run", fake_run)
+    out = str(tmp_path / "lengths")
+    lengths.main(["--positions", "shaw,t5", "--out", out, "--minutes", "1"])
+    assert [os.path.basename(c[1]) for c in calls] == ["train.py", "eval.py"] * 2
+    table = capsys.readouterr().out.strip().splitlines()[-4:]
+    assert (
+        table[0] == "| position | source <=16 tokens | source 17-24 tokens | source >=25 tokens"
+        " | all | step |"
+    )
+    assert (
+        table[2] == "| shaw | 35.50 [34.00, 37.25] (700) | 25.00 [23.00, 27.00] (250) | – (0)"
+        " | 34.00 | 102 |"
+    )
+    assert table[3].startswith("| t5 |") and table[3].endswith("| 32.00 | 104 |")
+    # a second start finds both JSONs and trains nothing; a new family is the only run
+    calls.clear()
+    lengths.main(["--positions", "shaw,t5,alibi", "--out", out])
+    assert [c[c.index("--position") + 1] for c in calls if "--position" in c] == ["alibi"]
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("| alibi |")
+
+
+def test_length_bench_refuses_an_unknown_position(tmp_path):
+    with pytest.raises(SystemExit):
+        lengths.main(["--positions", "shaw,relative", "--out", str(tmp_path)])
