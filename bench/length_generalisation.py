@@ -12,7 +12,7 @@ For every position value, in the order given and never two at once:
     python train.py --preset P --data_dir D --position F --max_minutes M
         --maxlen1 N+1 --maxlen2 N+1 --max_relative_position N-1
         --t5_buckets N --t5_max_distance N --logdir OUT/F --evaldir OUT/eval_F
-    python eval.py --preset P --data_dir D --logdir OUT/F --results_dir OUT/results
+    python eval.py --preset P --logdir OUT/F --results_dir OUT/results
         --length_buckets 16,24
 
 ``maxlen1`` and ``maxlen2`` count ``</S>``, so N + 1 keeps the training pairs of at most N
@@ -63,12 +63,12 @@ def train_command(position: str, opts: argparse.Namespace) -> list[str]:
 
 
 def eval_command(position: str, opts: argparse.Namespace) -> list[str]:
-    """eval.py's command line: greedy, the run's default model, bucketed by length."""
+    """eval.py's command line: greedy, the run's default model, bucketed by length (the
+    data come from the run's own hparams.json)."""
     return [
         sys.executable,
         os.path.join(ROOT, "eval.py"),
         "--preset", opts.preset,
-        *(["--data_dir", opts.data_dir] if opts.data_dir else []),
         "--logdir", os.path.join(opts.out, position),
         "--results_dir", os.path.join(opts.out, "results"),
         "--length_buckets", opts.edges,
