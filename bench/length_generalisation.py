@@ -75,9 +75,10 @@ def eval_command(position: str, opts: argparse.Namespace) -> list[str]:
     ]  # fmt: skip
 
 
-def results_json(position: str, opts: argparse.Namespace) -> str | None:
-    """The eval JSON of a family's run (eval.py names it ``<position>_<checkpoint>.json``
-    and records the checkpoint it decoded), or None before the run is evaluated."""
+def results_json(position: str, opts: argparse.Namespace) -> dict | None:
+    """The eval JSON of a family's run, loaded (eval.py names it
+    ``<position>_<checkpoint>.json`` and records the checkpoint it decoded), or None before
+    the run is evaluated."""
     folder = os.path.join(opts.out, "results")
     logdir = os.path.join(opts.out, position)
     if not os.path.isdir(folder):
@@ -86,9 +87,10 @@ def results_json(position: str, opts: argparse.Namespace) -> str | None:
         if not (name.startswith(position + "_") and name.endswith(".json")):
             continue
         with open(os.path.join(folder, name), encoding="utf-8") as f:
-            checkpoint = json.load(f).get("decoding", {}).get("checkpoint", "")
+            data = json.load(f)
+        checkpoint = data.get("decoding", {}).get("checkpoint", "")
         if os.path.commonpath([os.path.abspath(checkpoint), logdir]) == logdir:
-            return os.path.join(folder, name)
+            return data
     return None
 
 
@@ -114,16 +116,15 @@ def table(rows: list[tuple[str, dict]]) -> str:
     lines = ["| " + " | ".join(head) + " |", "| --- |" + " ---: |" * (len(head) - 1)]
     for position, data in rows:
         cells = [_cell(b) for b in data["length_buckets"]]
-        step = step_of(data)
         lines.append(
-            "| " + " | ".join([position, *cells, f"{data['sacrebleu']:.2f}", str(step)]) + " |"
+            "| " + " | ".join([position, *cells, f"{data['sacrebleu']:.2f}", step_of(data)]) + " |"
         )
     return "\n".join(lines)
 
 
 def run(command: list[str], log: str) -> None:
-    """Runs one stage with its output in ``log``; a failure stops the benchmark with the
-    stage, its log and the command to re-run."""
+    """Runs one stage with its output in ``log``; a failure stops the benchmark, naming the
+    stage and its log (the same command again resumes)."""
     with open(log, "a", encoding="utf-8") as f:
         f.write("$ " + " ".join(command) + "\n")
         f.flush()
@@ -153,19 +154,18 @@ def main(argv: list[str] | None = None) -> None:
     os.makedirs(opts.out, exist_ok=True)
     rows = []
     for position in positions:
-        found = results_json(position, opts)
-        if found is None:
+        data = results_json(position, opts)
+        if data is None:
             log = os.path.join(opts.out, f"{position}.log")
             t0 = time.time()
             print(f"length_generalisation: {position}: training ({opts.minutes:g} min) ...")
             run(train_command(position, opts), log)
             run(eval_command(position, opts), log)
             print(f"length_generalisation: {position}: done in {(time.time() - t0) / 60:.1f} min")
-            found = results_json(position, opts)
-            if found is None:
+            data = results_json(position, opts)
+            if data is None:
                 sys.exit(f"length_generalisation: {position}: no eval JSON in {opts.out}/results")
-        with open(found, encoding="utf-8") as f:
-            rows.append((position, json.load(f)))
+        rows.append((position, data))
     print(table(rows))
 
 
