@@ -22,7 +22,12 @@ import tensorflow as tf
 ENABLED = {
     "dense2d": True,
     "xent_grad": True,
+    "f32_logits": True,
 }
+# Switches that buy accuracy, not speed: their cost is measured the same way and must stay
+# within PRECISION_COST_BAR of the tokens/s without them (the median of the pairs).
+PRECISION = ("f32_logits",)
+PRECISION_COST_BAR = 0.03
 
 
 def cast(x, dtype):
@@ -104,3 +109,27 @@ def _xent_custom_gradient(logits, labels, epsilon: float):
         return (loss, nll, correct), grad
 
     return fn(logits)
+
+
+# ---------------------------------------------------------------------------------------
+# f32_logits: products that become softmax logits, accumulated and returned in float32
+# ---------------------------------------------------------------------------------------
+def logits_product(a, b, transpose_b: bool = False):
+    """a @ b as float32 logits: a (..., d) with b (d, n) (or (n, d) if ``transpose_b``),
+    through :func:`dense`, or a batched b (..., d, n) through tf.matmul.
+
+    For the products that feed a softmax under mixed precision: the attention scores
+    Q K^T (3.2.1), the relative-position logit terms (relative.py) and the output logits
+    (3.4). The operands are the layer's 16-bit values, cast to float32, so that the
+    product is accumulated and returned in float32 - not rounded to 8 significant bits
+    (bfloat16) before the cast, and not overflowing float16's 65504 before the 1/sqrt(d_k)
+    scale. Under float32 it is the plain product. Switch off: the product in the
+    operands' dtype, then cast (the rounding of earlier versions; kept to measure the cost:
+    ``python bench/train_throughput.py --preset multi30k --ablate f32_logits
+    --precision mixed_bfloat16``).
+    """
+    if ENABLED["f32_logits"]:
+        a, b = cast(a, tf.float32), cast(b, tf.float32)
+    if b.shape.rank == 2:
+        return cast(dense(a, b, transpose_b), tf.float32)
+    return cast(tf.matmul(a, b, transpose_b=transpose_b), tf.float32)

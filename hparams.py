@@ -64,7 +64,7 @@ class Hparams:
     embedding_dropout: float = -1.0  # on the embedding + position sums (5.4); <0: dropout_rate
     residual_dropout: float = -1.0  # on each sublayer's output (5.4; TF1: 0); <0: dropout_rate
     attention_dropout: float = 0.0  # on attention weights (Kyubyong; not in the paper)
-    position: str = "sinusoid"  # sinusoid (3.5) | learned | shaw | t5 | xl | alibi | rotary
+    position: str = "sinusoid"  # sinusoid (3.5) | learned | shaw | t5 | xl | alibi[_dir] | rotary
     max_position: int = 1024  # rows of the learned position table (TF1: maxlen)
     max_relative_position: int = 16  # shaw: distances clipped at +-k (Shaw et al. 2018)
     t5_buckets: int = 32  # t5: relative-distance buckets (half per direction in the encoder)
@@ -84,7 +84,7 @@ class Hparams:
     key_mask_defect: bool = False  # TF1 defect (Kyubyong#33): no PAD key/query mask fires
     tie_softmax: bool = True  # pre-softmax projection = target embedding (3.4); TF1: own
     layer_norm_epsilon: float = 1e-6  # LayerNorm epsilon (TF1: 1e-8)
-    embedding_init: str = "normal"  # normal (d_model^-0.5; positions 0.02) | xavier (TF1)
+    embedding_init: str = "normal"  # normal (d_model^-0.5; positions 1) | xavier (TF1)
 
     # ---- training (paper section 5) -------------------------------------------------
     lr_schedule: str = "wsd"  # wsd | linear (end at the budget) | noam (5.3) | kyubyong | constant
@@ -309,7 +309,7 @@ CHOICES = {
     "corpus": ("demo", "iwslt2016", "parallel"),
     "vocab_type": ("bpe", "word"),
     "model_type": ("transformer", "weighted", "universal"),
-    "position": ("sinusoid", "learned", "shaw", "t5", "xl", "alibi", "rotary"),
+    "position": ("sinusoid", "learned", "shaw", "t5", "xl", "alibi", "alibi_dir", "rotary"),
     "norm": ("post", "pre"),
     "qkv_activation": ("none", "relu"),
     "embedding_init": ("normal", "xavier"),
@@ -456,7 +456,12 @@ def check_relative(values: dict) -> None:
     if values["position_add_absolute"] and kind in ("sinusoid", "learned"):
         raise UserError(
             f"--position_add_absolute adds the sinusoid to a relative family; position={kind} "
-            "is absolute already: drop it or pick shaw, t5, xl, alibi or rotary"
+            "is absolute already: drop it or pick shaw, t5, xl, alibi, alibi_dir or rotary"
+        )
+    if kind == "alibi_dir" and values["num_heads"] < 2:
+        raise UserError(
+            "position=alibi_dir splits the encoder's heads into left- and right-looking "
+            f"halves: it needs num_heads >= 2; got {values['num_heads']}"
         )
     if kind == "xl" and values["d_model"] % 2:
         raise UserError(f"position=xl needs an even d_model; got {values['d_model']}")

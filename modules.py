@@ -22,9 +22,7 @@ import tensorflow as tf
 import fast_ops
 import relative
 
-# Masked attention logits get this value: exp() of it is 0 in float32, and it stays finite
-# in float16 (max 65504) and bfloat16, unlike -1e9 or -inf.
-MASK_VALUE = -3.0e4
+MASK_VALUE = relative.MASK_VALUE  # masked attention logits get this value (relative.py)
 LAYER_NORM_EPSILON = 1e-6
 
 cast = fast_ops.cast
@@ -326,9 +324,10 @@ def scaled_dot_product_attention(
     value_term: None, or a function of the (dropped) weights giving (N, h, T_q, d_v), added
     to the output (Shaw et al.'s a^V term, relative.py).
     Returns (output (N, h, T_q, d_v), weights (N, h, T_q, T_k) float32).
-    The logits and softmax are float32 whatever the compute dtype.
+    The logits (Q K^T accumulated in float32: fast_ops.logits_product) and the softmax
+    are float32 whatever the compute dtype.
     """
-    scores = cast(tf.matmul(q, k, transpose_b=True), tf.float32)
+    scores = fast_ops.logits_product(q, k, transpose_b=True)
     if scale:
         scores = scores / math.sqrt(float(q.shape[-1]))
     if bias is not None:
@@ -386,13 +385,15 @@ class MultiHeadAttention(keras.layers.Layer):
         self.relative = None if position is None else relative.LayerPosition(position)
 
     def build(self, query_shape=None, memory_shape=None):
-        init = keras.initializers.GlorotUniform()
         shape = (self.d_model, self.d_model)
-        self.w_q = self.add_weight(name="w_q", shape=shape, initializer=init)
-        self.w_k = self.add_weight(name="w_k", shape=shape, initializer=init)
-        self.w_v = self.add_weight(name="w_v", shape=shape, initializer=init)
+        # one initializer per matrix: a Keras 3 initializer draws its seed when it is made,
+        # so one object shared by the four would start W^Q = W^K = W^V = W^O (3.2.2 has
+        # four independent projections)
+        self.w_q = self.add_weight(name="w_q", shape=shape, initializer="glorot_uniform")
+        self.w_k = self.add_weight(name="w_k", shape=shape, initializer="glorot_uniform")
+        self.w_v = self.add_weight(name="w_v", shape=shape, initializer="glorot_uniform")
         if self.output_projection:
-            self.w_o = self.add_weight(name="w_o", shape=shape, initializer=init)
+            self.w_o = self.add_weight(name="w_o", shape=shape, initializer="glorot_uniform")
         self.b_q = self.b_k = self.b_v = None
         if self.use_bias:
             bias = dict(shape=(self.d_model,), initializer="zeros")
@@ -549,9 +550,10 @@ class TokenEmbedding(keras.layers.Layer):
         return x * cast(tf.not_equal(ids, 0)[..., None], x.dtype)
 
     def logits(self, x):
-        """Pre-softmax linear transformation with the shared weights; float32 output."""
+        """Pre-softmax linear transformation with the shared weights; float32 output
+        (accumulated in float32: fast_ops.logits_product)."""
         w = cast(self.embeddings.value, self.compute_dtype)
-        z = cast(fast_ops.dense(cast(x, w.dtype), w, transpose_b=True), tf.float32)
+        z = fast_ops.logits_product(cast(x, w.dtype), w, transpose_b=True)
         return z if self.rows == self.vocab_size else z[..., : self.vocab_size]
 
     def get_config(self):
@@ -593,8 +595,7 @@ class OutputProjection(keras.layers.Layer):
 
     def logits(self, x):
         w = cast(self.kernel.value, self.compute_dtype)
-        z = fast_ops.dense(cast(x, w.dtype), w) + cast(self.bias.value, w.dtype)
-        return cast(z, tf.float32)
+        return fast_ops.logits_product(cast(x, w.dtype), w) + cast(self.bias.value, tf.float32)
 
     def call(self, x):
         return self.logits(x)
@@ -627,7 +628,9 @@ class PositionalEncoding(keras.layers.Layer):
     kind='sinusoid': the fixed encoding of 3.5 (no weights).
     kind='learned': a (max_position, d_model) table, as the legacy ``sinusoid=False``
     (whose table has maxlen rows); positions past the table reuse its last row. ``init``
-    of the table: 'normal' (std 0.02) or 'xavier' (Glorot uniform, as the TF1 code).
+    of the table: 'normal' (std 1, the scale of the token embeddings once multiplied by
+    sqrt(d_model), so that position and token start equally loud; the paper gives no
+    initialisation) or 'xavier' (Glorot uniform, as the TF1 code).
     """
 
     def __init__(
@@ -647,7 +650,7 @@ class PositionalEncoding(keras.layers.Layer):
             if self.init == "xavier":
                 initializer = xavier_uniform(self.max_position, self.d_model)
             else:
-                initializer = keras.initializers.RandomNormal(stddev=0.02)
+                initializer = keras.initializers.RandomNormal(stddev=1.0)
             self.table = self.add_weight(
                 name="table", shape=(self.max_position, self.d_model), initializer=initializer
             )

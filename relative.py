@@ -17,7 +17,13 @@ none, unless ``position_add_absolute``). Cross-attention stays plain content att
   paper's equation (one u, v for all layers). The second term is computed once per
   distance and moved into place with the relative shift, exact in both directions;
 * alibi (Press et al. 2022, arXiv 2108.12409, sec. 3): -m_h |i - j| added to the logits,
-  one fixed slope m_h per head (a geometric sequence);
+  one fixed slope m_h per head (a geometric sequence); in the encoder this symmetric form
+  cannot tell left from right;
+* alibi_dir: ALiBi that can, in the encoder: the head split by direction that the ALiBi
+  authors proposed for bidirectional attention (the ALiBi repository's issue 5, "Modifying
+  ALiBi for Encoder-Attention"): the first ceil(h / 2) heads see only keys j <= i, the
+  others only j >= i, each half with ALiBi's slopes for its own number of heads, and
+  -m_h |i - j| on what it sees. The decoder's causal self-attention is plain alibi;
 * rotary (Su et al. 2021, arXiv 2104.09864, sec. 3.4): queries and keys rotated by their
   absolute position, pairs (2i, 2i+1) of each head by the angle pos * 10000^(-2i/d_k), so
   q_i k_j^T depends on j - i alone.
@@ -38,8 +44,12 @@ import tensorflow as tf
 
 import fast_ops
 
-KINDS = ("shaw", "t5", "xl", "alibi", "rotary")
+KINDS = ("shaw", "t5", "xl", "alibi", "alibi_dir", "rotary")
 cast = fast_ops.cast
+# Masked attention logits get this value (modules.py masks with it; alibi_dir's bias blocks
+# a head's other side with it): exp() of it is 0 in float32, and it stays finite in float16
+# (max 65504) and bfloat16, unlike -1e9 or -inf.
+MASK_VALUE = -3.0e4
 
 
 # ---------------------------------------------------------------------------------------
@@ -81,6 +91,21 @@ def alibi_slopes(num_heads: int) -> list[float]:
     slopes = [2.0 ** (-8.0 * (i + 1) / n) for i in range(n)]
     extra = [2.0 ** (-8.0 * (i + 1) / (2 * n)) for i in range(0, 2 * n, 2)]
     return slopes + extra[: num_heads - n]
+
+
+def directional_alibi(distance, num_heads: int):
+    """alibi_dir's encoder logits bias for distances j - i (T_q, T_k) int: (h, T_q, T_k)
+    float32. Heads 0 .. ceil(h / 2) - 1 look left (j <= i), the rest right (j >= i); each
+    half has :func:`alibi_slopes` of its own size; a head's other side gets MASK_VALUE
+    (every query still sees itself, at distance 0, in every head)."""
+    left = (num_heads + 1) // 2
+    right = num_heads - left
+    slopes = alibi_slopes(left) + (alibi_slopes(right) if right else [])
+    slopes = tf.constant(slopes, tf.float32)[:, None, None]
+    looks_left = tf.range(num_heads)[:, None, None] < left
+    hidden = tf.where(looks_left, distance[None] > 0, distance[None] < 0)  # (h, T_q, T_k)
+    bias = -slopes * tf.cast(tf.abs(distance), tf.float32)[None]
+    return tf.where(hidden, MASK_VALUE, bias)
 
 
 def rotate(x, positions):
@@ -185,9 +210,9 @@ class LayerPosition(keras.layers.Layer):
         s = self.stack
         if self.kind == "shaw":
             shape = (2 * s.max_relative_position + 1, self.d_k)
-            init = keras.initializers.GlorotUniform()
-            self.a_k = self.add_weight(name="a_k", shape=shape, initializer=init)
-            self.a_v = self.add_weight(name="a_v", shape=shape, initializer=init)
+            # an initializer each (a shared one would start a^K = a^V: it fixes its seed)
+            self.a_k = self.add_weight(name="a_k", shape=shape, initializer="glorot_uniform")
+            self.a_v = self.add_weight(name="a_v", shape=shape, initializer="glorot_uniform")
         if self.kind == "xl":
             shape = (s.d_model, s.d_model)
             self.w_r = self.add_weight(name="w_r", shape=shape, initializer="glorot_uniform")
@@ -210,7 +235,9 @@ class LayerPosition(keras.layers.Layer):
         div = math.sqrt(self.d_k) if scale else 1.0
         if self.kind == "rotary":
             return q, None, None
-        if self.kind == "alibi":
+        if self.kind == "alibi_dir" and not s.causal:
+            return q, directional_alibi(distances(q_pos, k_pos), s.num_heads), None
+        if self.kind in ("alibi", "alibi_dir"):
             slopes = tf.constant(alibi_slopes(s.num_heads), tf.float32)[:, None, None]
             dist = tf.cast(tf.abs(distances(q_pos, k_pos)), tf.float32)
             return q, -slopes * dist[None], None
@@ -229,7 +256,8 @@ class LayerPosition(keras.layers.Layer):
         the 2k + 1 buckets (N, h, T_q, 2k + 1), then one matmul with a^V."""
         dt, r = q.dtype, 2 * self.stack.max_relative_position + 1
         index = shaw_index(q_pos, k_pos, self.stack.max_relative_position)  # (T_q, T_k)
-        scores = tf.matmul(q, cast(self.a_k.value, dt), transpose_b=True)  # (N, h, T_q, R)
+        # (N, h, T_q, R) float32
+        scores = fast_ops.logits_product(q, cast(self.a_k.value, dt), transpose_b=True)
         n, h, t_q = tf.shape(q)[0], tf.shape(q)[1], tf.shape(q)[2]
         flat = tf.reshape(scores, (n, h, t_q * r))
         rows = tf.range(t_q)[:, None] * r + index  # (T_q, T_k) into the flat rows
@@ -240,7 +268,7 @@ class LayerPosition(keras.layers.Layer):
             buckets = tf.einsum("nhqk,qkr->nhqr", cast(weights, dt), one_hot)
             return tf.matmul(buckets, cast(self.a_v.value, dt))
 
-        return cast(bias, tf.float32) / div, value_term
+        return bias / div, value_term
 
     def _xl(self, q, q_pos, k_pos, div):
         """Transformer-XL's terms (sec. 3.3): (q + v) against R_d W_R for every distance d
@@ -252,6 +280,7 @@ class LayerPosition(keras.layers.Layer):
         dist = (q_pos[-1] - k_pos[0]) - tf.range(width)  # (L,), largest first
         r = fast_ops.dense(cast(xl_sinusoid(dist, s.d_model), dt), cast(self.w_r.value, dt))
         r = tf.transpose(tf.reshape(r, (width, s.num_heads, self.d_k)), (1, 2, 0))  # (h, d_k, L)
-        by_distance = tf.matmul(q + cast(s.v.value, dt)[:, None], r)  # (N, h, T_q, L)
+        # (N, h, T_q, L) float32
+        by_distance = fast_ops.logits_product(q + cast(s.v.value, dt)[:, None], r)
         bias = relative_shift(by_distance, t_k)
-        return q + cast(s.u.value, dt)[:, None], cast(bias, tf.float32) / div, None
+        return q + cast(s.u.value, dt)[:, None], bias / div, None

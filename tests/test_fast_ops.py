@@ -11,6 +11,7 @@ import tensorflow as tf
 
 import fast_ops
 import modules
+import relative
 
 
 def both_ways(monkeypatch, name, fn):
@@ -37,7 +38,8 @@ def values_and_grads(fn, *inputs):
 
 
 def test_switches_cover_every_rewrite():
-    assert set(fast_ops.ENABLED) == {"dense2d", "xent_grad"}
+    assert set(fast_ops.ENABLED) == {"dense2d", "xent_grad", "f32_logits"}
+    assert set(fast_ops.PRECISION) <= set(fast_ops.ENABLED)
 
 
 # ---------------------------------------------------------------------------------------
@@ -155,3 +157,88 @@ def test_modules_cross_entropy_follows_the_switch(monkeypatch):
     )
     for a, b in zip(fast, standard):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------
+# f32_logits: scores and logits float32 all the way under mixed precision
+# ---------------------------------------------------------------------------------------
+BF16 = tf.bfloat16
+
+
+def bf16(x):
+    return tf.constant(np.asarray(x, np.float32), BF16)
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_logits_product_accumulates_in_float32(monkeypatch, batched):
+    """16-bit operands, float32 products: 256 + 0.5 stays 256.5 (bfloat16 has 8
+    significant bits and rounds it to 256); the switch off gives the rounded product."""
+    a = bf16([[1.0, 1.0], [1.0, -1.0]])
+    b = bf16([[256.0, 256.0], [0.5, 0.0]])
+    if batched:
+        a, b = a[None], b[None]
+    exact, rounded = both_ways(monkeypatch, "f32_logits", lambda: fast_ops.logits_product(a, b))
+    assert exact.dtype == rounded.dtype == tf.float32
+    np.testing.assert_array_equal(np.reshape(exact, (2, 2)), [[256.5, 256.0], [255.5, 256.0]])
+    assert np.reshape(rounded, (2, 2))[0, 0] == 256.0  # the 16-bit rounding
+
+
+def test_attention_scores_are_float32_under_bfloat16(monkeypatch):
+    """Keys whose scores differ by 0.5 out of 256 get different weights: softmax of
+    (256.5, 256) / sqrt(2), not the (0.5, 0.5) of the rounded scores."""
+    q, k = bf16([[[[1.0, 1.0]]]]), bf16([[[[256.0, 0.5], [256.0, 0.0]]]])
+    v = bf16([[[[1.0, 0.0], [0.0, 1.0]]]])
+    exact, rounded = both_ways(
+        monkeypatch, "f32_logits", lambda: modules.scaled_dot_product_attention(q, k, v)[1]
+    )
+    p = 1.0 / (1.0 + np.exp(-0.5 / np.sqrt(2.0)))
+    np.testing.assert_allclose(exact.numpy()[0, 0, 0], [p, 1.0 - p], rtol=1e-4)
+    np.testing.assert_array_equal(rounded.numpy()[0, 0, 0], [0.5, 0.5])
+
+
+@pytest.mark.parametrize("layer", ["tied", "own"])
+def test_output_logits_are_float32_under_bfloat16(monkeypatch, layer):
+    """The pre-softmax projection (3.4) of a mixed_bfloat16 model: logits 256.5 and 256."""
+    if layer == "tied":
+        out = modules.TokenEmbedding(8, 2, dtype="mixed_bfloat16")
+        out.build()
+        out.embeddings.assign(np.array([[256.0, 0.5], [256.0, 0.0]] + [[0.0, 0.0]] * 6))
+    else:
+        out = modules.OutputProjection(8, 2, dtype="mixed_bfloat16")
+        out.build()
+        out.kernel.assign(np.array([[256.0, 256.0] + [0.0] * 6, [0.5, 0.0] + [0.0] * 6]))
+    x = bf16([[1.0, 1.0]])
+    exact, rounded = both_ways(monkeypatch, "f32_logits", lambda: out.logits(x))
+    np.testing.assert_array_equal(exact.numpy()[0, :2], [256.5, 256.0])
+    assert rounded.numpy()[0, 0] == 256.0
+
+
+def test_shaw_and_xl_logit_terms_are_float32_under_bfloat16(monkeypatch):
+    """Shaw's q a^K and Transformer-XL's (q + v) (R W_R) accumulate in float32 from the
+    16-bit operands, as the float64 product of those operands."""
+    stack = relative.StackPosition("shaw", 2, 1, max_relative_position=1)
+    shaw = relative.LayerPosition(stack)
+    shaw.build()
+    shaw.a_k.assign(np.array([[256.0, 0.5], [256.0, 0.0], [256.0, -0.5]]))
+    q, pos = bf16([[[[1.0, 1.0]]]]), tf.constant([1])
+    exact, rounded = both_ways(
+        monkeypatch, "f32_logits", lambda: shaw._shaw(q, pos, tf.range(3), 1.0)[0]
+    )
+    np.testing.assert_array_equal(exact.numpy()[0, 0, 0], [256.5, 256.0, 255.5])
+    assert rounded.numpy()[0, 0, 0, 0] == 256.0
+
+    stack = relative.StackPosition("xl", 2, 1)
+    stack.build()
+    xl = relative.LayerPosition(stack)
+    xl.build()
+    xl.w_r.assign(np.eye(2))  # R_d W_R = (sin d, cos d), rounded to 16 bits
+    q_values = np.array([[300.0, 200.0], [100.0, -250.0], [-64.0, 128.0]], np.float32)
+    q = bf16(q_values[None, None])
+    exact, rounded = both_ways(
+        monkeypatch, "f32_logits", lambda: xl._xl(q, tf.range(3), tf.range(3), 1.0)[1]
+    )
+    d = np.arange(3)[:, None] - np.arange(3)[None]  # i - j
+    r = tf.cast(bf16(np.stack([np.sin(d), np.cos(d)], -1)), tf.float32).numpy()
+    want = np.einsum("ic,ijc->ij", q_values.astype(np.float64), r.astype(np.float64))
+    np.testing.assert_allclose(exact.numpy()[0, 0], want, rtol=1e-6, atol=1e-4)
+    assert np.abs(rounded.numpy()[0, 0] - want).max() > 0.1

@@ -72,6 +72,8 @@ def naive(mha, x, mask, offset=0):
     n_, t_ = x.shape[:2]
     z = np.zeros((n_, t_, D))
     slopes = relative.alibi_slopes(H)
+    left = (H + 1) // 2  # alibi_dir's encoder: heads < left look left, the others right
+    dir_slopes = relative.alibi_slopes(left) + relative.alibi_slopes(H - left)
     for n in range(n_):
         for h in range(H):
             cols = slice(h * DK, (h + 1) * DK)
@@ -96,10 +98,17 @@ def naive(mha, x, mask, offset=0):
                     if kind == "t5":
                         b = t5_bucket_ref(j - i, 8, 6, not stack.causal)
                         e += stack.table.numpy()[b, h]
-                    if kind == "alibi":
+                    seen = mask[n, i, j]
+                    if kind == "alibi" or (kind == "alibi_dir" and stack.causal):
                         e -= slopes[h] * abs(i - j)
-                    logits.append(e if mask[n, i, j] else -np.inf)
+                    if kind == "alibi_dir" and not stack.causal:
+                        e -= dir_slopes[h] * abs(i - j)
+                        seen = seen and (j <= i if h < left else j >= i)
+                    logits.append(e if seen else -np.inf)
                     values.append(vj)
+                if max(logits) == -np.inf:  # a PAD query seeing nothing (alibi_dir)
+                    z[n, i] = np.nan
+                    continue
                 w = np.exp(np.array(logits) - max(logits))
                 z[n, i, cols] = (w / w.sum()) @ np.array(values)
     return z @ mha.w_o.numpy()
@@ -124,7 +133,12 @@ def test_each_family_equals_its_papers_formula(kind, causal):
     x = np.random.default_rng(1).normal(size=(2, T, D)).astype(np.float32)
     mask = masks(causal)
     got = mha(tf.constant(x), tf.constant(x), tf.constant(mask[:, None])).numpy()
-    np.testing.assert_allclose(got, naive(mha, x, mask), atol=2e-5)
+    want = naive(mha, x, mask)
+    # alibi_dir: the right-looking head of a PAD query at the end sees no real key (its
+    # output is never used); the others equal the formula
+    seen = ~np.isnan(want[..., 0])
+    assert np.isfinite(got).all() and seen.sum() == 2 * T - 2 * (kind == "alibi_dir" and not causal)
+    np.testing.assert_allclose(got[seen], want[seen], atol=2e-5)
 
 
 def test_t5_buckets_by_hand():
@@ -148,6 +162,39 @@ def test_alibi_slopes_are_the_geometric_sequence():
     assert relative.alibi_slopes(4) == [2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8]
     # 6 heads: the 4 of h = 4, then the odd ones of h = 8
     assert relative.alibi_slopes(6) == [2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8, 2.0**-1, 2.0**-3]
+
+
+def test_directional_alibi_by_hand():
+    """4 heads: 0 and 1 look left, 2 and 3 right, each pair with ALiBi's slopes of 2 heads
+    (2^-4, 2^-8); the other side is masked; the diagonal is open in every head."""
+    dist = relative.distances(tf.range(3), tf.range(3))  # j - i
+    got = relative.directional_alibi(dist, 4).numpy()
+    m = relative.MASK_VALUE
+    d = np.array([[0, 1, 2], [1, 0, 1], [2, 1, 0]], np.float32)
+    for h, slope in enumerate([2.0**-4, 2.0**-8, 2.0**-4, 2.0**-8]):
+        want = -slope * d
+        hidden = np.triu(np.ones((3, 3), bool), 1) if h < 2 else np.tril(np.ones((3, 3), bool), -1)
+        want[hidden] = m
+        np.testing.assert_array_equal(got[h], want)
+    # 3 heads: two look left (the slopes of 2 heads), one right (the slope of 1 head)
+    three = relative.directional_alibi(dist, 3).numpy()
+    assert three[0, 2, 1] == -(2.0**-4) and three[1, 2, 1] == -(2.0**-8)
+    assert three[2, 1, 2] == -(2.0**-8) and three[2, 2, 1] == m
+
+
+@pytest.mark.parametrize("kind", ["alibi", "alibi_dir"])
+def test_directional_alibi_tells_a_source_from_its_reversal(kind):
+    """The symmetric alibi encoder gives a reversed source the mirrored states (it cannot
+    tell left from right); alibi_dir's states change."""
+    m = tiny_model(position=kind)
+    ids = np.array([[5, 6, 7, 8, 9, 10]], np.int32)  # no </S>, no PAD: nothing marks an end
+    fwd = m.encode(tf.constant(ids))[0].numpy()[0]
+    rev = m.encode(tf.constant(ids[:, ::-1].copy()))[0].numpy()[0]
+    diff = np.abs(fwd - rev[::-1]).max()
+    if kind == "alibi":
+        assert diff < 1e-4
+    else:
+        assert diff > 0.1
 
 
 def test_relative_shift_is_exact_in_both_directions():
@@ -221,6 +268,7 @@ def test_parameters_of_each_family():
         "t5": 2 * 8 * 4,  # one (buckets, h) table per stack
         "xl": 4 * 32 * 32 + 2 * 2 * 4 * 8,  # W_R per layer, u and v (h, d_k) per stack
         "alibi": 0,
+        "alibi_dir": 0,
         "rotary": 0,
     }
     for kind, n in extra.items():
@@ -331,6 +379,7 @@ def test_hparams_of_the_switch():
         ({"position_add_absolute": True}, "position=sinusoid is absolute already"),
         ({"position": "xl", "d_model": 9, "num_heads": 1}, "position=xl needs an even"),
         ({"position": "rotary", "d_model": 12, "num_heads": 4}, "must be even"),
+        ({"position": "alibi_dir", "num_heads": 1}, "alibi_dir splits the encoder's heads"),
     ],
 )
 def test_hparams_checks(overrides, words):
