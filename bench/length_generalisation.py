@@ -4,7 +4,7 @@ on the test set in buckets of source length, with bootstrap intervals.
 
     python prepro.py --preset multi30k --data_dir ../shared/data/multi30k
     python bench/length_generalisation.py --preset multi30k --data_dir ../shared/data/multi30k
-        [--minutes 20] [--positions sinusoid,learned,shaw,t5,xl,rotary,alibi]
+        [--minutes 20] [--positions sinusoid,learned,shaw,t5,xl,rotary,alibi,alibi_dir]
         [--max_tokens 16] [--edges 16,24] [--out runs/lengths] [train.py options ...]
 
 For every position value, in the order given and never two at once:
@@ -19,7 +19,7 @@ For every position value, in the order given and never two at once:
 tokens on both sides. The relative settings keep every learned relative parameter
 trained on such pairs: Shaw's clipping distance (N - 1) and T5's buckets reach no
 farther than the longest training distance. The settings are passed to every family
-(the absolute ones ignore them), so the seven commands differ in ``--position`` alone.
+(the absolute ones ignore them), so the eight commands differ in ``--position`` alone.
 Any other option (``--seed 7``, ``--d_model 128``, ...) goes to train.py unchanged.
 
 A family whose eval JSON exists is not run again, and train.py resumes a run that was
@@ -38,7 +38,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-POSITIONS = ("sinusoid", "learned", "shaw", "t5", "xl", "rotary", "alibi")
+POSITIONS = ("sinusoid", "learned", "shaw", "t5", "xl", "rotary", "alibi", "alibi_dir")
 
 
 def train_command(position: str, opts: argparse.Namespace) -> list[str]:

@@ -8,11 +8,15 @@ same size, and against the machine's measured matmul peak.
         [--configs "ours float32,ours shaw float32,ours t5 float32,ours xl float32,..."]
         [--baseline_tree PATH]        # one more row: the project's code at PATH (float32)
     python bench/train_throughput.py --preset multi30k --ablate dense2d,xent_grad [--pairs 3]
+    python bench/train_throughput.py --preset multi30k --ablate f32_logits \
+        --precision mixed_bfloat16
 
 ``--ablate`` measures each rewrite of fast_ops.py against the standard op: for every
-name, ``--pairs`` interleaved on/off pairs of the small float32 configuration (on, off, on,
-off, ...), each child with only that switch changed, and prints each pair's ratio and the
-median gain. ``--baseline_tree`` runs another checkout of the project (for example
+name, ``--pairs`` interleaved on/off pairs of the small configuration (float32, or the
+``--precision`` given) (on, off, on, off, ...), each child with only that switch changed,
+and prints each pair's ratio and the median gain. A switch of fast_ops.PRECISION buys
+accuracy, not speed: its verdict is whether its cost stays within the bar.
+``--baseline_tree`` runs another checkout of the project (for example
 ``git worktree add /tmp/old HEAD~5``) in the same run, so that a change of code is compared
 with its predecessor on the same machine at the same time.
 
@@ -369,10 +373,12 @@ def child(cfg_json: str) -> None:
 # ---------------------------------------------------------------------------------------
 # parent: peaks, configurations, table
 # ---------------------------------------------------------------------------------------
-def ablation_configurations(preset: str, names: list[str], pairs: int) -> list[dict]:
-    """For each rewrite: ``pairs`` interleaved (on, off) runs of the small float32 row."""
+def ablation_configurations(
+    preset: str, names: list[str], pairs: int, precision: str = "float32"
+) -> list[dict]:
+    """For each rewrite: ``pairs`` interleaved (on, off) runs of the small row."""
     model = SIZES["small"]
-    hp = dict(model, dropout_rate=0.1, label_smoothing=0.1, precision="float32")
+    hp = dict(model, dropout_rate=0.1, label_smoothing=0.1, precision=precision)
     common = dict(
         preset=preset, size="small", warmup=WARMUP, steps=30, side="ours", probe=False, hparams=hp
     )
@@ -392,6 +398,8 @@ def keep_rewrite(gains: list[float], bar: float = 0.05) -> bool:
 
 def print_ablation(rows: list[dict]) -> None:
     """Per rewrite: each pair's tokens/s on and off, its gain, and the median gain."""
+    import fast_ops
+
     print(f"{'rewrite':18} {'pair':>4} {'on tok/s':>9} {'off tok/s':>9} {'gain':>7}")
     for name in dict.fromkeys(r["cfg"]["rewrite"] for r in rows):
         on = [r["tok_s"] for r in rows if r["cfg"]["rewrite"] == name and not r["cfg"]["ablate"]]
@@ -399,11 +407,15 @@ def print_ablation(rows: list[dict]) -> None:
         gains = [a / b - 1 for a, b in zip(on, off)]
         for k, (a, b, g) in enumerate(zip(on, off, gains)):
             print(f"{name:18} {k + 1:4d} {a:9,.0f} {b:9,.0f} {g:+7.1%}")
-        verdict = "keep" if keep_rewrite(gains) else "remove"
-        print(
-            f"{name:18} {'med':>4} {'':9} {'':9} {np.median(gains):+7.1%}  -> {verdict} "
-            f"(kept if the median gain is >= 5% and every pair favours it)"
-        )
+        median = float(np.median(gains))
+        if name in fast_ops.PRECISION:
+            bar = fast_ops.PRECISION_COST_BAR
+            verdict = "within" if median >= -bar else "over"
+            rule = f"its cost {max(-median, 0):.1%} against the bar of {bar:.0%}"
+        else:
+            verdict = "keep" if keep_rewrite(gains) else "remove"
+            rule = "kept if the median gain is >= 5% and every pair favours it"
+        print(f"{name:18} {'med':>4} {'':9} {'':9} {median:+7.1%}  -> {verdict} ({rule})")
 
 
 def family_ratios(group: list[dict]) -> list[tuple[str, float, float]]:
@@ -521,7 +533,8 @@ def main() -> None:
     wanted = [x.strip() for x in opts["configs"].split(",") if x.strip()]
     ablate = [x.strip() for x in opts["ablate"].split(",") if x.strip()]
     if ablate:
-        configs = ablation_configurations(preset, ablate, opts["pairs"])
+        precision = hp.precision if "precision" in opts["_set"] else "float32"
+        configs = ablation_configurations(preset, ablate, opts["pairs"], precision)
     else:
         configs = configurations(
             preset, opts["sizes"].split(","), opts["quick"], opts["baseline_tree"]

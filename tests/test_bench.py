@@ -86,10 +86,22 @@ def test_ablation_configurations_interleave_on_and_off():
     assert all(c["hparams"]["precision"] == "float32" and not c["probe"] for c in cfgs)
 
 
+def test_a_precision_switch_is_judged_by_its_cost(capsys):
+    """f32_logits buys accuracy: mixed_bfloat16 pairs on request, and the verdict says
+    whether its median cost stays within 3 %, not whether it gains 5 %."""
+    cfgs = throughput.ablation_configurations("multi30k", ["f32_logits"], 3, "mixed_bfloat16")
+    assert len(cfgs) == 6 and all(c["hparams"]["precision"] == "mixed_bfloat16" for c in cfgs)
+    for on_off, verdict in (((980.0, 1000.0), "within"), ((950.0, 1000.0), "over")):
+        rows = [dict(cfg=c, tok_s=on_off[0] if not c["ablate"] else on_off[1]) for c in cfgs]
+        throughput.print_ablation(rows)
+        last = capsys.readouterr().out.strip().splitlines()[-1]
+        assert f"-> {verdict} (its cost" in last, last
+
+
 def test_a_row_per_position_family_against_the_sinusoid_row():
     cfgs = throughput.configurations("multi30k", ["small"], quick=True)
     rows = {c["name"]: c for c in cfgs}
-    for kind in ("learned", "shaw", "t5", "xl", "alibi", "rotary"):
+    for kind in ("learned", "shaw", "t5", "xl", "alibi", "alibi_dir", "rotary"):
         cfg = rows[f"ours {kind} float32"]
         assert cfg["hparams"]["position"] == kind and cfg["hparams"]["precision"] == "float32"
     assert "position" not in rows["ours float32"]["hparams"]  # the sinusoid default
