@@ -22,11 +22,12 @@ import tensorflow as tf
 ENABLED = {
     "dense2d": True,
     "xent_grad": True,
+    "f32_scores": True,
     "f32_logits": True,
 }
 # Switches that buy accuracy, not speed: their cost is measured the same way and must stay
 # within PRECISION_COST_BAR of the tokens/s without them (the median of the pairs).
-PRECISION = ("f32_logits",)
+PRECISION = ("f32_scores", "f32_logits")
 PRECISION_COST_BAR = 0.03
 
 
@@ -114,22 +115,78 @@ def _xent_custom_gradient(logits, labels, epsilon: float):
 # ---------------------------------------------------------------------------------------
 # f32_logits: products that become softmax logits, accumulated and returned in float32
 # ---------------------------------------------------------------------------------------
-def logits_product(a, b, transpose_b: bool = False):
+def logits_product(a, b, transpose_b: bool = False, switch: str = "f32_scores"):
     """a @ b as float32 logits: a (..., d) with b (d, n) (or (n, d) if ``transpose_b``),
     through :func:`dense`, or a batched b (..., d, n) through tf.matmul.
 
     For the products that feed a softmax under mixed precision: the attention scores
     Q K^T (3.2.1), the relative-position logit terms (relative.py) and the output logits
-    (3.4). The operands are the layer's 16-bit values, cast to float32, so that the
+    (3.4). The operands are the layer's 16-bit values (a 2-D b may also be the float32
+    weight itself, which the product then uses unrounded), cast to float32, so that the
     product is accumulated and returned in float32 - not rounded to 8 significant bits
     (bfloat16) before the cast, and not overflowing float16's 65504 before the 1/sqrt(d_k)
-    scale. Under float32 it is the plain product. Switch off: the product in the
-    operands' dtype, then cast (the rounding of earlier versions; kept to measure the cost:
-    ``python bench/train_throughput.py --preset multi30k --ablate f32_logits
-    --precision mixed_bfloat16``).
+    scale. Under float32 it is the plain product. The gradients run in the operands'
+    16-bit dtype, as every other matmul gradient of mixed precision does: only the
+    forward values need float32, and the largest matmul of the model (the output
+    projection) keeps its 16-bit backward (xl's broadcast product differentiates the
+    float32 product). Two switches: ``switch`` f32_scores (the default: the attention
+    scores and the relative-position terms) and f32_logits (the output projection, the
+    model's largest matmul). Off: the product in the operands' dtype, then cast (the
+    rounding of earlier versions; kept to measure the cost: ``python
+    bench/train_throughput.py --preset multi30k --ablate f32_scores,f32_logits
+    --precision mixed_bfloat16 --paired``).
     """
-    if ENABLED["f32_logits"]:
-        a, b = cast(a, tf.float32), cast(b, tf.float32)
+    if not ENABLED[switch] or a.dtype == tf.float32 and b.dtype == tf.float32:
+        b = cast(b, a.dtype)
+        if b.shape.rank == 2:
+            return cast(dense(a, b, transpose_b), tf.float32)
+        return cast(tf.matmul(a, b, transpose_b=transpose_b), tf.float32)
     if b.shape.rank == 2:
-        return cast(dense(a, b, transpose_b), tf.float32)
-    return cast(tf.matmul(a, b, transpose_b=transpose_b), tf.float32)
+        return _float32_dense(a, b, transpose_b)
+    if a.shape.rank == b.shape.rank:  # Q K^T: the same batch dimensions
+        return _float32_matmul(a, b, transpose_b)
+    # broadcast batch dimensions (xl's (q + v) R): autodiff of the float32 product
+    return tf.matmul(cast(a, tf.float32), cast(b, tf.float32), transpose_b=transpose_b)
+
+
+def _float32_dense(a, b, transpose_b: bool):
+    """dense(a, b) computed and returned in float32; the gradients computed in a's 16-bit
+    dtype (b may be a float32 weight: it is then used as it is in the forward product)."""
+
+    @tf.custom_gradient
+    def fn(a, b):
+        z = dense(cast(a, tf.float32), cast(b, tf.float32), transpose_b)
+
+        def grad(dz):
+            g = cast(dz, a.dtype)
+            flat_a = tf.reshape(a, (-1, tf.shape(a)[-1]))
+            flat_g = tf.reshape(g, (-1, tf.shape(g)[-1]))
+            da = tf.reshape(dense(flat_g, cast(b, a.dtype), not transpose_b), tf.shape(a))
+            if transpose_b:  # z = a b^T: db = g^T a, (n, d)
+                db = tf.matmul(flat_g, flat_a, transpose_a=True)
+            else:  # z = a b: db = a^T g, (d, n)
+                db = tf.matmul(flat_a, flat_g, transpose_a=True)
+            return da, cast(db, b.dtype)
+
+        return z, grad
+
+    return fn(a, b)
+
+
+def _float32_matmul(a, b, transpose_b: bool):
+    """tf.matmul(a, b) of equal batch dimensions in float32; gradients in their dtype."""
+
+    @tf.custom_gradient
+    def fn(a, b):
+        z = tf.matmul(cast(a, tf.float32), cast(b, tf.float32), transpose_b=transpose_b)
+
+        def grad(dz):
+            g = cast(dz, a.dtype)
+            da = tf.matmul(g, b, transpose_b=not transpose_b)
+            if transpose_b:  # z = a b^T: db = g^T a
+                return da, tf.matmul(g, a, transpose_a=True)
+            return da, tf.matmul(a, g, transpose_a=True)  # z = a b: db = a^T g
+
+        return z, grad
+
+    return fn(a, b)

@@ -552,8 +552,12 @@ class TokenEmbedding(keras.layers.Layer):
     def logits(self, x):
         """Pre-softmax linear transformation with the shared weights; float32 output
         (accumulated in float32: fast_ops.logits_product)."""
-        w = cast(self.embeddings.value, self.compute_dtype)
-        z = fast_ops.logits_product(cast(x, w.dtype), w, transpose_b=True)
+        z = fast_ops.logits_product(
+            cast(x, self.compute_dtype),
+            self.embeddings.value,
+            transpose_b=True,
+            switch="f32_logits",
+        )
         return z if self.rows == self.vocab_size else z[..., : self.vocab_size]
 
     def get_config(self):
@@ -594,8 +598,10 @@ class OutputProjection(keras.layers.Layer):
         self.bias = self.add_weight(name="bias", shape=(self.vocab_size,), initializer="zeros")
 
     def logits(self, x):
-        w = cast(self.kernel.value, self.compute_dtype)
-        return fast_ops.logits_product(cast(x, w.dtype), w) + cast(self.bias.value, tf.float32)
+        z = fast_ops.logits_product(
+            cast(x, self.compute_dtype), self.kernel.value, switch="f32_logits"
+        )
+        return z + cast(self.bias.value, tf.float32)
 
     def call(self, x):
         return self.logits(x)

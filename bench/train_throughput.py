@@ -9,13 +9,18 @@ same size, and against the machine's measured matmul peak.
         [--baseline_tree PATH]        # one more row: the project's code at PATH (float32)
     python bench/train_throughput.py --preset multi30k --ablate dense2d,xent_grad [--pairs 3]
     python bench/train_throughput.py --preset multi30k --ablate f32_logits \
-        --precision mixed_bfloat16
+        --precision mixed_bfloat16 [--paired]
 
 ``--ablate`` measures each rewrite of fast_ops.py against the standard op: for every
 name, ``--pairs`` interleaved on/off pairs of the small configuration (float32, or the
-``--precision`` given) (on, off, on, off, ...), each child with only that switch changed,
+``--precision`` given) (on off, off on, on off, ...: a drift of the machine's speed
+during the run does not favour one side), each child with only that switch changed,
 and prints each pair's ratio and the median gain. A switch of fast_ops.PRECISION buys
 accuracy, not speed: its verdict is whether its cost stays within the bar.
+``--paired`` runs both sides of a switch in one child instead, two trainers stepping
+in turn over the same batches (``--paired_steps`` timed steps each, in three windows: the
+pairs), which a drifting machine disturbs far less than children one after the other;
+``--ablate a+b`` turns the switches a and b on and off together.
 ``--baseline_tree`` runs another checkout of the project (for example
 ``git worktree add /tmp/old HEAD~5``) in the same run, so that a change of code is compared
 with its predecessor on the same machine at the same time.
@@ -364,9 +369,58 @@ def run_keras_hub(cfg: dict) -> dict:
     }
 
 
+def run_paired(cfg: dict) -> dict:
+    """``--paired``: two trainers of one configuration in one process, the fast_ops switch
+    ``cfg['rewrite']`` on in one and off in the other, taking turns over the same batches
+    (on off, off on, ...), so that a drift of the machine's speed hits both sides alike.
+    Per window of the timed steps (steps whose batch shape is new, i.e. traced, left
+    out): the real target tokens/s of each side."""
+    import keras
+
+    import data_load
+    import fast_ops
+    import hparams
+    import train
+
+    hp = hparams.apply(hparams.preset(cfg["preset"]), cfg["hparams"])
+    tok = data_load.load_tokenizer(hp)
+    strategy, precision = project_setup_devices()(hp)
+    data = data_load.TrainData(hp)
+    trainers = {}
+    for on in (True, False):
+        keras.utils.set_random_seed(hp.seed)
+        trainers[on] = train.Trainer(hp, tok, strategy, precision)
+    batches = batches_for(hp, data, cfg["warmup"] + cfg["steps"])
+    step_times = {True: [], False: []}
+    for i, batch in enumerate(batches):
+        for on in (True, False) if i % 2 == 0 else (False, True):
+            for name in cfg["rewrite"].split("+"):  # a+b: both switches together
+                fast_ops.ENABLED[name] = on  # read when a new batch shape is traced
+            t0 = time.perf_counter()
+            trainers[on].train_batch(*batch)  # numbers: waits for the step
+            step_times[on].append(time.perf_counter() - t0)
+    vocab = trainers[True].model.tgt_embedding.vocab_size
+    sides = {
+        on: per_step(batches, cfg["warmup"], step_times[on], hp, vocab) for on in (True, False)
+    }
+    bounds = window_bounds(cfg["steps"])
+    windows = []
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        speed = []
+        for on in (True, False):
+            times, tokens, _, first = sides[on]
+            kept = [j for j in range(a, b) if not first[j]]
+            speed.append(sum(tokens[j] for j in kept) / sum(times[j] for j in kept))
+        windows.append(speed)
+    return {"windows": windows}
+
+
 def child(cfg_json: str) -> None:
     cfg = json.loads(cfg_json)
-    out = run_keras_hub(cfg) if cfg["side"] == "keras-hub" else run_ours(cfg)
+    if cfg["side"] == "paired":
+        out = run_paired(cfg)
+    else:
+        out = run_keras_hub(cfg) if cfg["side"] == "keras-hub" else run_ours(cfg)
     print("RESULT " + json.dumps(out))
 
 
@@ -385,9 +439,42 @@ def ablation_configurations(
     out = []
     for name in names:
         for k in range(pairs):
-            out.append(dict(common, name=f"{name} on #{k + 1}", ablate=[], rewrite=name))
-            out.append(dict(common, name=f"{name} off #{k + 1}", ablate=[name], rewrite=name))
+            pair = [
+                dict(common, name=f"{name} on #{k + 1}", ablate=[], rewrite=name),
+                dict(common, name=f"{name} off #{k + 1}", ablate=[name], rewrite=name),
+            ]
+            out += pair if k % 2 == 0 else pair[::-1]  # on off, off on, ...: drift cancels
     return out
+
+
+def paired_configurations(
+    preset: str, names: list[str], steps: int, precision: str = "float32"
+) -> list[dict]:
+    """``--paired``: one child per rewrite, both sides in it (:func:`run_paired`)."""
+    hp = dict(SIZES["small"], dropout_rate=0.1, label_smoothing=0.1, precision=precision)
+    return [
+        dict(
+            preset=preset,
+            size="small",
+            warmup=WARMUP,
+            steps=steps,
+            side="paired",
+            probe=False,
+            hparams=hp,
+            name=f"{name} paired",
+            rewrite=name,
+        )
+        for name in names
+    ]
+
+
+def paired_rows(result: dict) -> list[dict]:
+    """A paired child's windows as the on/off rows that :func:`print_ablation` reads."""
+    name, rows = result["cfg"]["rewrite"], []
+    for on, off in result["windows"]:
+        rows.append(dict(cfg=dict(rewrite=name, ablate=[]), tok_s=on))
+        rows.append(dict(cfg=dict(rewrite=name, ablate=[name]), tok_s=off))
+    return rows
 
 
 def keep_rewrite(gains: list[float], bar: float = 0.05) -> bool:
@@ -408,7 +495,7 @@ def print_ablation(rows: list[dict]) -> None:
         for k, (a, b, g) in enumerate(zip(on, off, gains)):
             print(f"{name:18} {k + 1:4d} {a:9,.0f} {b:9,.0f} {g:+7.1%}")
         median = float(np.median(gains))
-        if name in fast_ops.PRECISION:
+        if all(part in fast_ops.PRECISION for part in name.split("+")):
             bar = fast_ops.PRECISION_COST_BAR
             verdict = "within" if median >= -bar else "over"
             rule = f"its cost {max(-median, 0):.1%} against the bar of {bar:.0%}"
@@ -513,6 +600,8 @@ def main() -> None:
             "baseline_tree": "",
             "ablate": "",
             "pairs": 3,
+            "paired": False,
+            "paired_steps": 90,
         }
     )
     if opts["worker"]:
@@ -534,7 +623,10 @@ def main() -> None:
     ablate = [x.strip() for x in opts["ablate"].split(",") if x.strip()]
     if ablate:
         precision = hp.precision if "precision" in opts["_set"] else "float32"
-        configs = ablation_configurations(preset, ablate, opts["pairs"], precision)
+        if opts["paired"]:
+            configs = paired_configurations(preset, ablate, opts["paired_steps"], precision)
+        else:
+            configs = ablation_configurations(preset, ablate, opts["pairs"], precision)
     else:
         configs = configurations(
             preset, opts["sizes"].split(","), opts["quick"], opts["baseline_tree"]
@@ -555,6 +647,10 @@ def main() -> None:
             continue
         res = json.loads(lines[-1][7:])
         res.update(cfg=cfg, wall=time.time() - t0)
+        if cfg["side"] == "paired":
+            rows += paired_rows(res)
+            print(f"  done: {cfg['name']} in {res['wall']:.0f}s", flush=True)
+            continue
         rows.append(res)
         print(
             f"  done: {cfg['size']} {cfg['name']} in {res['wall']:.0f}s: {res['tok_s']:,.0f} tok/s",

@@ -38,7 +38,7 @@ def values_and_grads(fn, *inputs):
 
 
 def test_switches_cover_every_rewrite():
-    assert set(fast_ops.ENABLED) == {"dense2d", "xent_grad", "f32_logits"}
+    assert set(fast_ops.ENABLED) == {"dense2d", "xent_grad", "f32_scores", "f32_logits"}
     assert set(fast_ops.PRECISION) <= set(fast_ops.ENABLED)
 
 
@@ -160,7 +160,7 @@ def test_modules_cross_entropy_follows_the_switch(monkeypatch):
 
 
 # ---------------------------------------------------------------------------------------
-# f32_logits: scores and logits float32 all the way under mixed precision
+# f32_scores, f32_logits: scores and logits float32 all the way under mixed precision
 # ---------------------------------------------------------------------------------------
 BF16 = tf.bfloat16
 
@@ -177,10 +177,49 @@ def test_logits_product_accumulates_in_float32(monkeypatch, batched):
     b = bf16([[256.0, 256.0], [0.5, 0.0]])
     if batched:
         a, b = a[None], b[None]
-    exact, rounded = both_ways(monkeypatch, "f32_logits", lambda: fast_ops.logits_product(a, b))
+    exact, rounded = both_ways(monkeypatch, "f32_scores", lambda: fast_ops.logits_product(a, b))
     assert exact.dtype == rounded.dtype == tf.float32
     np.testing.assert_array_equal(np.reshape(exact, (2, 2)), [[256.5, 256.0], [255.5, 256.0]])
     assert np.reshape(rounded, (2, 2))[0, 0] == 256.0  # the 16-bit rounding
+
+
+@pytest.mark.parametrize(
+    "a_shape, b_shape, transpose_b",
+    [
+        ((2, 3, 8), (5, 8), True),
+        ((6, 8), (8, 5), False),
+        ((2, 2, 3, 8), (2, 2, 4, 8), True),
+        ((2, 3, 8), (5, 8), "weight"),  # b the float32 weight itself (the output logits)
+    ],
+)
+def test_logits_product_gradients_are_the_16bit_products(a_shape, b_shape, transpose_b):
+    """Forward in float32, backward as every mixed-precision matmul: the gradients equal
+    those of the float32 product to bfloat16's precision, in the operands' dtype."""
+    b_dtype = tf.float32 if transpose_b == "weight" else BF16
+    transpose_b = bool(transpose_b)
+    rng = np.random.default_rng(3)
+    a = rng.normal(size=a_shape).astype(np.float32)
+    b = rng.normal(size=b_shape).astype(np.float32)
+
+    def grads(fn, dtype, b_dtype=None):
+        x, y = tf.constant(a, dtype), tf.constant(b, b_dtype or dtype)
+        with tf.GradientTape() as tape:
+            tape.watch([x, y])
+            z = fn(x, y)
+            total = tf.reduce_sum(tf.cast(z, tf.float32) ** 2)
+        return z, tape.gradient(total, [x, y])
+
+    def product(x, y):
+        if len(b_shape) == 2:
+            return fast_ops.dense(x, y, transpose_b)
+        return tf.matmul(x, y, transpose_b=transpose_b)
+
+    z, (da, db) = grads(lambda x, y: fast_ops.logits_product(x, y, transpose_b), BF16, b_dtype)
+    _, (ra, rb) = grads(product, tf.float32)
+    assert z.dtype == tf.float32 and da.dtype == BF16 and db.dtype == b_dtype
+    scale = max(np.abs(ra.numpy()).max(), np.abs(rb.numpy()).max())
+    np.testing.assert_allclose(tf.cast(da, tf.float32), ra, atol=0.02 * scale)
+    np.testing.assert_allclose(tf.cast(db, tf.float32), rb, atol=0.02 * scale)
 
 
 def test_attention_scores_are_float32_under_bfloat16(monkeypatch):
@@ -189,7 +228,7 @@ def test_attention_scores_are_float32_under_bfloat16(monkeypatch):
     q, k = bf16([[[[1.0, 1.0]]]]), bf16([[[[256.0, 0.5], [256.0, 0.0]]]])
     v = bf16([[[[1.0, 0.0], [0.0, 1.0]]]])
     exact, rounded = both_ways(
-        monkeypatch, "f32_logits", lambda: modules.scaled_dot_product_attention(q, k, v)[1]
+        monkeypatch, "f32_scores", lambda: modules.scaled_dot_product_attention(q, k, v)[1]
     )
     p = 1.0 / (1.0 + np.exp(-0.5 / np.sqrt(2.0)))
     np.testing.assert_allclose(exact.numpy()[0, 0, 0], [p, 1.0 - p], rtol=1e-4)
@@ -222,7 +261,7 @@ def test_shaw_and_xl_logit_terms_are_float32_under_bfloat16(monkeypatch):
     shaw.a_k.assign(np.array([[256.0, 0.5], [256.0, 0.0], [256.0, -0.5]]))
     q, pos = bf16([[[[1.0, 1.0]]]]), tf.constant([1])
     exact, rounded = both_ways(
-        monkeypatch, "f32_logits", lambda: shaw._shaw(q, pos, tf.range(3), 1.0)[0]
+        monkeypatch, "f32_scores", lambda: shaw._shaw(q, pos, tf.range(3), 1.0)[0]
     )
     np.testing.assert_array_equal(exact.numpy()[0, 0, 0], [256.5, 256.0, 255.5])
     assert rounded.numpy()[0, 0, 0, 0] == 256.0
@@ -235,7 +274,7 @@ def test_shaw_and_xl_logit_terms_are_float32_under_bfloat16(monkeypatch):
     q_values = np.array([[300.0, 200.0], [100.0, -250.0], [-64.0, 128.0]], np.float32)
     q = bf16(q_values[None, None])
     exact, rounded = both_ways(
-        monkeypatch, "f32_logits", lambda: xl._xl(q, tf.range(3), tf.range(3), 1.0)[1]
+        monkeypatch, "f32_scores", lambda: xl._xl(q, tf.range(3), tf.range(3), 1.0)[1]
     )
     d = np.arange(3)[:, None] - np.arange(3)[None]  # i - j
     r = tf.cast(bf16(np.stack([np.sin(d), np.cos(d)], -1)), tf.float32).numpy()

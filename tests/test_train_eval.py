@@ -287,11 +287,14 @@ def test_mixed_precision_training_loss_falls(tmp_path, demo_prepro):
         )
         results[precision] = train.train(hp)
     f32 = results["float32"]
+    # independent attention projections learn a little slower in the first steps than the
+    # earlier tied start did: 5.65 -> 4.71 in 60 steps, in all three precisions alike
+    assert f32["train_loss"] < f32["first_loss"] - 0.8
     for precision in ("mixed_bfloat16", "mixed_float16"):
         mixed = results[precision]
         assert mixed["step"] == 60, precision
-        assert mixed["train_loss"] < mixed["first_loss"] - 1.0, precision
-        assert abs(mixed["train_loss"] - f32["train_loss"]) < 0.3, precision
+        assert mixed["train_loss"] < mixed["first_loss"] - 0.8, precision
+        assert abs(mixed["train_loss"] - f32["train_loss"]) < 0.1, precision
 
 
 class L2Variant(modules.Variant):
