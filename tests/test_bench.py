@@ -98,6 +98,23 @@ def test_a_precision_switch_is_judged_by_its_cost(capsys):
         assert f"-> {verdict} (its cost" in last, last
 
 
+def test_paired_windows_become_on_off_pairs(capsys):
+    """--paired: one child per switch (a+b: both together) whose three windows are the
+    pairs print_ablation judges."""
+    (cfg,) = throughput.paired_configurations(
+        "multi30k", ["f32_scores+f32_logits"], 90, "mixed_bfloat16"
+    )
+    assert cfg["side"] == "paired" and cfg["steps"] == 90
+    assert cfg["hparams"]["precision"] == "mixed_bfloat16"
+    rows = throughput.paired_rows(
+        dict(cfg=cfg, windows=[[99.0, 100.0], [96.0, 100.0], [98.0, 100.0]])
+    )
+    assert [r["tok_s"] for r in rows] == [99.0, 100.0, 96.0, 100.0, 98.0, 100.0]
+    throughput.print_ablation(rows)
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert "-2.0%" in last and "-> within (its cost 2.0%" in last, last
+
+
 def test_a_row_per_position_family_against_the_sinusoid_row():
     cfgs = throughput.configurations("multi30k", ["small"], quick=True)
     rows = {c["name"]: c for c in cfgs}
