@@ -9,6 +9,9 @@ model, float32, 2-core CPU). Switches are read when a function is traced, so set
 before building the model and the train step.
 
 A rewrite stays only with a median gain of at least 5 % and every pair in its favour.
+The switches of :data:`PRECISION` (f32_scores, f32_logits) are not rewrites: they buy
+float32 accuracy under mixed precision and are measured for their cost instead (see
+:func:`logits_product`).
 Measured the same way and returned to the standard op: a 16-bit-draw dropout layer
 (+3.3 %), the tied output projection through an explicit transpose (+0.0 %) and Adam
 through TensorFlow's fused ResourceApplyAdam kernel (+3.0 %).
