@@ -116,7 +116,7 @@ def _xent_custom_gradient(logits, labels, epsilon: float):
 
 
 # ---------------------------------------------------------------------------------------
-# f32_logits: products that become softmax logits, accumulated and returned in float32
+# f32_scores, f32_logits: products that become softmax logits, computed in float32
 # ---------------------------------------------------------------------------------------
 def logits_product(a, b, transpose_b: bool = False, switch: str = "f32_scores"):
     """a @ b as float32 logits: a (..., d) with b (d, n) (or (n, d) if ``transpose_b``),
@@ -144,40 +144,19 @@ def logits_product(a, b, transpose_b: bool = False, switch: str = "f32_scores"):
         if b.shape.rank == 2:
             return cast(dense(a, b, transpose_b), tf.float32)
         return cast(tf.matmul(a, b, transpose_b=transpose_b), tf.float32)
-    if b.shape.rank == 2:
-        return _float32_dense(a, b, transpose_b)
-    if a.shape.rank == b.shape.rank:  # Q K^T: the same batch dimensions
+    if b.shape.rank == 2 and a.shape.rank > 2:  # one 2-D product, as dense() makes it
+        z = _float32_matmul(tf.reshape(a, (-1, tf.shape(a)[-1])), b, transpose_b)
+        return tf.reshape(z, tf.concat([tf.shape(a)[:-1], tf.shape(z)[-1:]], 0))
+    if a.shape.rank == b.shape.rank:  # Q K^T, or a 2-D product
         return _float32_matmul(a, b, transpose_b)
     # broadcast batch dimensions (xl's (q + v) R): autodiff of the float32 product
     return tf.matmul(cast(a, tf.float32), cast(b, tf.float32), transpose_b=transpose_b)
 
 
-def _float32_dense(a, b, transpose_b: bool):
-    """dense(a, b) computed and returned in float32; the gradients computed in a's 16-bit
-    dtype (b may be a float32 weight: it is then used as it is in the forward product)."""
-
-    @tf.custom_gradient
-    def fn(a, b):
-        z = dense(cast(a, tf.float32), cast(b, tf.float32), transpose_b)
-
-        def grad(dz):
-            g = cast(dz, a.dtype)
-            flat_a = tf.reshape(a, (-1, tf.shape(a)[-1]))
-            flat_g = tf.reshape(g, (-1, tf.shape(g)[-1]))
-            da = tf.reshape(dense(flat_g, cast(b, a.dtype), not transpose_b), tf.shape(a))
-            if transpose_b:  # z = a b^T: db = g^T a, (n, d)
-                db = tf.matmul(flat_g, flat_a, transpose_a=True)
-            else:  # z = a b: db = a^T g, (d, n)
-                db = tf.matmul(flat_a, flat_g, transpose_a=True)
-            return da, cast(db, b.dtype)
-
-        return z, grad
-
-    return fn(a, b)
-
-
 def _float32_matmul(a, b, transpose_b: bool):
-    """tf.matmul(a, b) of equal batch dimensions in float32; gradients in their dtype."""
+    """tf.matmul(a, b) of equal batch dimensions, computed and returned in float32; the
+    gradients computed in a's 16-bit dtype (b may be a float32 weight: the forward product
+    then uses it unrounded, and its gradient is returned in float32)."""
 
     @tf.custom_gradient
     def fn(a, b):
@@ -185,10 +164,12 @@ def _float32_matmul(a, b, transpose_b: bool):
 
         def grad(dz):
             g = cast(dz, a.dtype)
-            da = tf.matmul(g, b, transpose_b=not transpose_b)
+            da = tf.matmul(g, cast(b, a.dtype), transpose_b=not transpose_b)
             if transpose_b:  # z = a b^T: db = g^T a
-                return da, tf.matmul(g, a, transpose_a=True)
-            return da, tf.matmul(a, g, transpose_a=True)  # z = a b: db = a^T g
+                db = tf.matmul(g, a, transpose_a=True)
+            else:  # z = a b: db = a^T g
+                db = tf.matmul(a, g, transpose_a=True)
+            return da, cast(db, b.dtype)
 
         return z, grad
 
