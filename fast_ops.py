@@ -125,8 +125,9 @@ def logits_product(a, b, transpose_b: bool = False, switch: str = "f32_scores"):
     For the products that feed a softmax under mixed precision: the attention scores
     Q K^T (3.2.1), the relative-position logit terms (relative.py) and the output logits
     (3.4). The operands are the layer's 16-bit values (a 2-D b may also be the float32
-    weight itself, which the product then uses unrounded), cast to float32, so that the
-    product is accumulated and returned in float32 - not rounded to 8 significant bits
+    weight, rounded to a's dtype for the product as every mixed-precision layer rounds its
+    weights), and the product is accumulated and returned in float32 - not rounded to 8
+    significant bits
     (bfloat16) before the cast, and not overflowing float16's 65504 before the 1/sqrt(d_k)
     scale. Under float32 it is the plain product. The gradients run in the operands'
     16-bit dtype, as every other matmul gradient of mixed precision does: only the
@@ -145,22 +146,34 @@ def logits_product(a, b, transpose_b: bool = False, switch: str = "f32_scores"):
             return cast(dense(a, b, transpose_b), tf.float32)
         return cast(tf.matmul(a, b, transpose_b=transpose_b), tf.float32)
     if b.shape.rank == 2 and a.shape.rank > 2:  # one 2-D product, as dense() makes it
-        z = _float32_matmul(tf.reshape(a, (-1, tf.shape(a)[-1])), b, transpose_b)
+        z = _float32_matmul(tf.reshape(a, (-1, tf.shape(a)[-1])), b, transpose_b, switch)
         return tf.reshape(z, tf.concat([tf.shape(a)[:-1], tf.shape(z)[-1:]], 0))
     if a.shape.rank == b.shape.rank:  # Q K^T, or a 2-D product
-        return _float32_matmul(a, b, transpose_b)
+        return _float32_matmul(a, b, transpose_b, switch)
     # broadcast batch dimensions (xl's (q + v) R): autodiff of the float32 product
     return tf.matmul(cast(a, tf.float32), cast(b, tf.float32), transpose_b=transpose_b)
 
 
-def _float32_matmul(a, b, transpose_b: bool):
+def _float32_matmul(a, b, transpose_b: bool, switch: str):
     """tf.matmul(a, b) of equal batch dimensions, computed and returned in float32; the
-    gradients computed in a's 16-bit dtype (b may be a float32 weight: the forward product
-    then uses it unrounded, and its gradient is returned in float32)."""
+    gradients computed in a's 16-bit dtype (b may be a float32 weight: its gradient is then
+    returned in float32).
+
+    The forward product: for f32_scores, float32 copies of the operands (exact: a product
+    of two 16-bit numbers fits float32's 24 significant bits). For f32_logits, the 16-bit
+    operands (the weight rounded as every mixed-precision layer rounds its weights)
+    multiplied with float32 accumulation and output by :func:`_float32_out`, one XLA
+    kernel, because TensorFlow's CPU kernels have no 16-bit x 16-bit -> float32 matmul and
+    a float32 product of the output projection, the model's largest matmul, ran at about
+    half the bfloat16 speed.
+    """
 
     @tf.custom_gradient
     def fn(a, b):
-        z = tf.matmul(cast(a, tf.float32), cast(b, tf.float32), transpose_b=transpose_b)
+        if switch == "f32_logits" and a.dtype in (tf.bfloat16, tf.float16):
+            z = _float32_out(a, cast(b, a.dtype), transpose_b)
+        else:
+            z = tf.matmul(cast(a, tf.float32), cast(b, tf.float32), transpose_b=transpose_b)
 
         def grad(dz):
             g = cast(dz, a.dtype)
@@ -174,3 +187,10 @@ def _float32_matmul(a, b, transpose_b: bool):
         return z, grad
 
     return fn(a, b)
+
+
+@tf.function(jit_compile=True, autograph=False, reduce_retracing=True)
+def _float32_out(a, b, transpose_b):
+    """a (M, d) @ b (d, n) (or b (n, d) if ``transpose_b``) of 16-bit operands, accumulated
+    and returned in float32 -> (M, n): XLA compiles it once per shape (milliseconds)."""
+    return tf.linalg.matmul(a, b, transpose_b=transpose_b, output_type=tf.float32)
