@@ -33,12 +33,13 @@ import os
 
 import tensorflow as tf
 
+import checkpoints
 import decoding
 import files
 from hparams import UserError
 
 
-def checkpoints(logdir: str) -> list[str]:
+def run_checkpoints(logdir: str) -> list[str]:
     """The run's checkpoint prefixes, oldest first (as CheckpointManager lists them)."""
     state = tf.train.get_checkpoint_state(logdir)
     paths = list(state.all_model_checkpoint_paths) if state else []
@@ -48,7 +49,7 @@ def checkpoints(logdir: str) -> list[str]:
 def average(logdir: str, last: int, out: str = "", ckpt: str = "") -> str:
     """Write the average of the last ``last`` checkpoints (up to ``ckpt``, if given);
     returns its prefix."""
-    paths = checkpoints(logdir)
+    paths = run_checkpoints(logdir)
     if last < 1:
         raise UserError(f"--last must be at least 1; got {last}")
     if ckpt:
@@ -65,7 +66,7 @@ def average(logdir: str, last: int, out: str = "", ckpt: str = "") -> str:
         )
     paths = paths[-last:]
     hp, tok, model, _ = decoding.load_run(logdir, {}, paths[-1], "average_checkpoints")
-    weights = decoding.average_weights(model, paths)
+    weights = checkpoints.average_weights(model, paths)
     out = out or os.path.join(logdir, "averaged", f"avg-last{last}")
     with files.atomic_path(out) as tmp:  # its .index and .data-* files
         weights.write(tmp)

@@ -11,8 +11,8 @@ A script declares a :class:`Script` and calls :func:`start` before it imports Te
 then parses for real in its ``main`` with :func:`parse_args`. Nothing here imports TensorFlow.
 
 The help text of a hyperparameter is the comment on its line in hparams.py (comments do not
-exist at run time, so they are read from the source); the groups are the ``# ---- name``
-sections of the dataclass and the preset lines the comments above each preset.
+exist at run time, so they are read from the source); the groups are hparams.HELP_GROUPS,
+and the preset lines the comments above each preset.
 """
 
 from __future__ import annotations
@@ -58,8 +58,11 @@ class FieldDocs:
 
 
 @functools.lru_cache(maxsize=1)
-def field_docs(path: str = hparams.__file__) -> FieldDocs:
-    """Read the field comments, sections and preset comments of hparams.py's source."""
+def field_docs(path: str = hparams.__file__, groups: dict | None = None) -> FieldDocs:
+    """Read the field comments and preset comments of hparams.py's source; the sections
+    are the --help groups of ``groups`` ({first field: title}, default
+    hparams.HELP_GROUPS), each running to the next group's first field."""
+    groups = hparams.HELP_GROUPS if groups is None else groups
     with open(path, encoding="utf-8") as f:
         source = f.read()
     comment_at: dict[int, str] = {}
@@ -69,25 +72,22 @@ def field_docs(path: str = hparams.__file__) -> FieldDocs:
     tree = ast.parse(source)
     comments: dict[str, str] = {}
     sections: dict[str, list[str]] = {}
-    titles: dict[str, str] = {}
+    titles = {title.split()[0]: title for title in groups.values()}
     presets: dict[str, str] = {}
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and node.name == "Hparams":
-            section, line = "", node.lineno
+            section = ""
             for item in node.body:
                 if not isinstance(item, ast.AnnAssign):
                     continue
-                for n in range(line + 1, item.lineno):  # a heading between two fields
-                    heading = re.fullmatch(r"-+ (.+?) -+", comment_at.get(n, ""))
-                    if heading:
-                        title = heading.group(1)
-                        section = title.split()[0]
-                        titles[section] = title
                 name = item.target.id
+                section = groups[name].split()[0] if name in groups else section
                 lines = range(item.lineno, item.end_lineno + 1)
                 comments[name] = " ".join(comment_at[n] for n in lines if n in comment_at)
                 sections.setdefault(section, []).append(name)
-                line = item.end_lineno
+            unknown = sorted(set(groups) - set(comments))
+            if unknown:
+                raise ValueError(f"help groups start at fields Hparams lacks: {unknown}")
         if (
             isinstance(node, ast.AnnAssign)
             and getattr(node.target, "id", "") == "PRESETS"

@@ -1,13 +1,12 @@
 """Decoding: the greedy and beam-search loops, the Translator that batches them, loading a
-trained run, and the BLEU figures of its translations. Used by train.py (dev BLEU),
+trained run (its checkpoints are checkpoints.py's), and the BLEU figures of its
+translations. Used by train.py (dev BLEU),
 eval.py, translate.py, export.py and average_checkpoints.py.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import sys
 
 import keras
@@ -17,9 +16,9 @@ import tensorflow as tf
 from nltk.translate.bleu_score import corpus_bleu
 from tqdm import tqdm
 
+import checkpoints
 import data_load
 import devices
-import files
 import hparams
 from hparams import UserError
 from model import Transformer
@@ -30,19 +29,20 @@ from model import Transformer
 # ---------------------------------------------------------------------------------------
 def max_decode_len(model, src_len, extra, max_len: int = 0):
     """Decoding budget: source length + extra, capped by ``max_len`` (if > 0) and by the
-    learned position table."""
+    position family's longest length (a learned table's rows)."""
     limit = src_len + extra
     if max_len > 0:
         limit = tf.minimum(limit, max_len)
-    if model.position == "learned":
-        limit = tf.minimum(limit, model.max_position)
+    if model.max_length is not None:
+        limit = tf.minimum(limit, model.max_length)
     return limit
 
 
 def source_limit(model) -> int:
-    """Longest source (</S> included) decoded; longer ones are cut: the learned position
-    table's size, or 1024 tokens with sinusoids (far beyond any training sentence)."""
-    return model.max_position if model.position == "learned" else 1024
+    """Longest source (</S> included) decoded; longer ones are cut: the position family's
+    longest length (a learned table's size), else 1024 tokens (far beyond any training
+    sentence)."""
+    return 1024 if model.max_length is None else model.max_length
 
 
 def decode_budgets(model, src, extra, max_len: int = 0):
@@ -475,151 +475,9 @@ def load_run(logdir: str, overrides: dict, ckpt: str = "", who: str = "eval"):
     data_load.check_vocab_fingerprint(hp)
     devices.setup_devices(hp, who)
     model = Transformer.from_hparams(hp, tok.src_vocab_size, tok.tgt_vocab_size)
-    path, why = choose_checkpoint(logdir, ckpt)
-    restore_checkpoint(tf.train.Checkpoint(model=model), path, "was it trained with other hparams?")
+    path, why = checkpoints.choose_checkpoint(logdir, ckpt)
+    checkpoints.restore_checkpoint(
+        tf.train.Checkpoint(model=model), path, "was it trained with other hparams?"
+    )
     print(f"{who}: model {path} ({why})", file=sys.stderr)
     return hp, tok, model, path
-
-
-# ---------------------------------------------------------------------------------------
-# Checkpoints: the default model, averaging, restoring, and telling a damaged one from
-# one of another model
-# ---------------------------------------------------------------------------------------
-DEFAULT_RECORD = "best.json"  # <logdir>/best.json: the run's default model (train.py)
-
-
-def write_default(logdir: str, path: str, dev_bleu: float, what: str) -> None:
-    """Record ``path`` (a checkpoint prefix under logdir) as the run's default model."""
-    record = {"checkpoint": os.path.relpath(path, logdir), "dev_bleu": dev_bleu, "what": what}
-    files.atomic_write(os.path.join(logdir, DEFAULT_RECORD), json.dumps(record, indent=2) + "\n")
-
-
-def choose_checkpoint(logdir: str, ckpt: str = "") -> tuple[str, str]:
-    """(checkpoint prefix, why it was chosen). ``ckpt``: a path, ``last`` (the newest
-    checkpoint) or ``best``; "" = the default model: the one train.py recorded in
-    <logdir>/best.json (the average of the last checkpoints where it won on dev, else
-    the best by dev BLEU), else the best by dev BLEU, else the newest."""
-    if ckpt not in ("", "best", "last"):
-        return ckpt, "--ckpt"
-    last = tf.train.latest_checkpoint(logdir)
-    if ckpt != "last":
-        record_path = os.path.join(logdir, DEFAULT_RECORD)
-        if not ckpt and os.path.exists(record_path):
-            try:
-                with open(record_path, encoding="utf-8") as f:
-                    record = json.load(f)
-                path = os.path.join(logdir, record["checkpoint"])
-                why = f"{record['what']}, dev BLEU {record['dev_bleu']:.2f}"
-            except (OSError, ValueError, KeyError, TypeError) as e:
-                raise UserError(
-                    f"{record_path} is unreadable ({e}); pass --ckpt last or --ckpt best, "
-                    f"or delete it"
-                ) from None
-            if tf.io.gfile.exists(path + ".index"):
-                return path, f"the default model: {why}; --ckpt last for the newest"
-        best = tf.train.latest_checkpoint(os.path.join(logdir, "best"))
-        if best:
-            return best, "the best checkpoint by dev BLEU; --ckpt last for the newest"
-        if ckpt == "best":
-            raise UserError(f"{logdir} has no best checkpoint (no dev BLEU yet); use --ckpt last")
-    if not last:
-        raise UserError(f"no checkpoint in {logdir}: run train.py first or pass --ckpt")
-    return last, "the newest checkpoint"
-
-
-def average_weights(model, paths: list[str]):
-    """Set the model's weights to the mean of its weights in checkpoints ``paths``;
-    returns the tf.train.Checkpoint(model=model) that writes them (a fresh one would
-    write no save counter, which restoring expects)."""
-    checkpoint = tf.train.Checkpoint(model=model)
-    total = [np.zeros(w.shape, np.float64) for w in model.weights]
-    for path in paths:
-        restore_checkpoint(checkpoint, path, "was it written by another run?")
-        for acc, w in zip(total, model.weights):
-            acc += w.numpy()
-    for acc, w in zip(total, model.weights):
-        w.assign((acc / len(paths)).astype(w.dtype))
-    return checkpoint
-
-
-_READ_ERRORS = (ValueError, AssertionError, IndexError, tf.errors.OpError)
-
-
-def _first_line(error: Exception) -> str:
-    return (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
-
-
-def checkpoint_items(path: str) -> set[str]:
-    """The top-level names checkpoint ``path`` holds ('model', 'optimizer', ...); empty
-    if its index cannot be read (:func:`restore_checkpoint` says why)."""
-    try:
-        return {name.split("/")[0] for name, _ in tf.train.list_variables(path)}
-    except _READ_ERRORS:
-        return set()
-
-
-def checkpoint_damage(path: str) -> str | None:
-    """What is wrong with the files of checkpoint ``path`` ('<file> is missing' or
-    '<file> is damaged (<reason>)'), or None if its index and every tensor read back
-    (TensorFlow checks each tensor's checksum)."""
-    index = path + ".index"
-    if not tf.io.gfile.exists(index):
-        return f"{index} is missing"
-    try:
-        reader = tf.train.load_checkpoint(path)
-    except _READ_ERRORS as e:
-        return f"{index} is damaged ({_first_line(e)})"
-    try:
-        for name in reader.get_variable_to_shape_map():
-            reader.get_tensor(name)
-    except _READ_ERRORS as e:
-        text, shards = str(e), sorted(tf.io.gfile.glob(path + ".data-*"))
-        missing = re.search(re.escape(path) + r"\.data-\d+-of-\d+", text)
-        if missing and missing.group(0) not in shards:
-            return f"{missing.group(0)} is missing"
-        shard = re.search(r" shard (\d+)", text)
-        data = shards[int(shard.group(1))] if shard and len(shards) > 1 else shards[0]
-        return f"{data} is damaged ({_first_line(e)})"
-    return None
-
-
-def previous_checkpoint(path: str) -> str | None:
-    """The newest checkpoint before ``path`` (same folder and name, lower number: ckpt-5
-    for ckpt-6) that reads back whole, or None."""
-    folder, base = os.path.split(path)
-    stem, _, number = base.rpartition("-")
-    if not stem or not number.isdigit():
-        return None
-    older = []
-    for index in tf.io.gfile.glob(os.path.join(folder, f"{stem}-*.index")):
-        n = os.path.basename(index)[len(stem) + 1 : -len(".index")]
-        if n.isdigit() and int(n) < int(number):
-            older.append((int(n), index[: -len(".index")]))
-    return next((p for _, p in sorted(older, reverse=True) if not checkpoint_damage(p)), None)
-
-
-def restore_checkpoint(checkpoint, path: str, hint: str, partial: bool = True) -> None:
-    """Restore checkpoint ``path`` into ``checkpoint`` (a tf.train.Checkpoint; with
-    ``partial``, what it does not ask for is ignored). One UserError line if it is
-    missing, damaged (naming the file, and the previous checkpoint to pass with --ckpt)
-    or written for another model (``hint`` says what to check)."""
-    if not tf.io.gfile.exists(path + ".index"):
-        raise UserError(f"checkpoint {path} not found (expected {path}.index)")
-    try:
-        status = checkpoint.restore(path)
-        (status.expect_partial() if partial else status).assert_existing_objects_matched()
-        return
-    except _READ_ERRORS as e:
-        error = e
-    damage = checkpoint_damage(path)
-    if damage is None:
-        raise UserError(
-            f"checkpoint {path} does not fit this model ({_first_line(error)}); {hint}"
-        ) from None
-    previous = previous_checkpoint(path)
-    fallback = (
-        f"pass --ckpt {previous} to use the previous checkpoint"
-        if previous
-        else f"no earlier checkpoint in {os.path.dirname(path) or '.'} reads back: train again"
-    )
-    raise UserError(f"checkpoint {path} is damaged: {damage}; {fallback}") from None

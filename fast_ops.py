@@ -123,7 +123,7 @@ def logits_product(a, b, transpose_b: bool = False, switch: str = "f32_scores"):
     through :func:`dense`, or a batched b (..., d, n) through tf.matmul.
 
     For the products that feed a softmax under mixed precision: the attention scores
-    Q K^T (3.2.1), the relative-position logit terms (relative.py) and the output logits
+    Q K^T (3.2.1), the relative-position logit terms (positions.py) and the output logits
     (3.4). The operands are the layer's 16-bit values (a 2-D b may also be the float32
     weight, rounded to a's dtype for the product as every mixed-precision layer rounds its
     weights), and the product is accumulated and returned in float32 - not rounded to 8

@@ -125,37 +125,97 @@ class Hparams:
     legacy_protocol: bool = False  # eval.py scores the TF1 eval.py subset the TF1 way
 
 
-# Fields that must agree between preprocessing and training, and between a checkpoint
-# and the model built to load it (the dropout rates do not: they change training only).
+# The --help groups (cli.py), in order: each group's first field and its title; a group
+# runs to the next one's first field. The "# ---- ... ----" lines in Hparams only mirror
+# them for the reader.
+HELP_GROUPS = {
+    "corpus": "data",
+    "vocab_type": "vocabulary",
+    "tokens_per_batch": "batching",
+    "model_type": "model (paper section 3)",
+    "lr_schedule": "training (paper section 5)",
+    "results_dir": "decoding",
+}
+
+# Fields that must agree between preprocessing and training (the vocabulary).
 DATA_KEYS = ("corpus", "src_lang", "tgt_lang", "vocab_type", "vocab_size", "min_cnt")
-MODEL_KEYS = (
-    "model_type",
-    "vocab_type",
-    "vocab_size",
-    "min_cnt",
-    "d_model",
-    "d_ff",
-    "num_blocks",
-    "num_heads",
-    "position",
-    "max_position",
-    "max_relative_position",
-    "t5_buckets",
-    "t5_max_distance",
-    "position_add_absolute",
-    "norm",
-    "share_embeddings",
-    "qkv_activation",
-    "qkv_bias",
-    "output_projection",
-    "query_masking",
-    "key_mask_defect",
-    "tie_softmax",
-    "layer_norm_epsilon",
-    "embedding_init",
-    "ut_max_steps",
-    "act",
-    "act_epsilon",
+
+_TRAINING_ONLY = {"training_only": True}  # a ModelConfig field that leaves the function alone
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Every setting a :class:`model.Transformer` is built from, in one place: the model
+    reads only these, its ``get_config`` is this dataclass as a dict, and
+    :data:`MODEL_KEYS` (what a checkpoint and the model built to load it must agree on)
+    is every field that changes the model's function. A field marked training-only (the
+    dropout rates, the ponder-cost weight) changes training alone, so a resumed run or a
+    decode may change it. The defaults are the paper's base model (3, 6.1); the
+    ``Hparams`` field of the same name sets each one (:meth:`from_hparams`).
+
+    A new model setting is one field here (and its ``Hparams`` field, which gives its
+    ``--help`` text): its default must reproduce the current model so that every earlier
+    checkpoint still loads and decodes the same.
+    """
+
+    src_vocab_size: int
+    tgt_vocab_size: int
+    model_type: str = "transformer"
+    d_model: int = 512
+    d_ff: int = 2048
+    num_blocks: int = 6
+    num_heads: int = 8
+    position: str = "sinusoid"
+    max_position: int = 1024
+    max_relative_position: int = 16
+    t5_buckets: int = 32
+    t5_max_distance: int = 128
+    position_add_absolute: bool = False
+    norm: str = "post"
+    share_embeddings: bool = True
+    qkv_activation: str = "none"
+    qkv_bias: bool = False
+    output_projection: bool = True
+    query_masking: bool = False
+    key_mask_defect: bool = False
+    tie_softmax: bool = True
+    layer_norm_epsilon: float = 1e-6
+    embedding_init: str = "normal"
+    ut_max_steps: int = 6
+    act: bool = True
+    act_epsilon: float = 0.01
+    dropout_rate: float = dataclasses.field(default=0.1, metadata=_TRAINING_ONLY)
+    attention_dropout: float = dataclasses.field(default=0.0, metadata=_TRAINING_ONLY)
+    # None: dropout_rate
+    embedding_dropout: float | None = dataclasses.field(default=None, metadata=_TRAINING_ONLY)
+    residual_dropout: float | None = dataclasses.field(default=None, metadata=_TRAINING_ONLY)
+    act_loss_weight: float = dataclasses.field(default=0.01, metadata=_TRAINING_ONLY)
+
+    @classmethod
+    def from_hparams(cls, hp: Hparams, src_vocab_size: int, tgt_vocab_size: int):
+        """The config of ``hp``'s model for vocabularies of the given sizes."""
+        values = {
+            f.name: getattr(hp, f.name)
+            for f in dataclasses.fields(cls)
+            if f.name not in ("src_vocab_size", "tgt_vocab_size")
+        }
+        values["embedding_dropout"] = dropout(hp, "embedding")
+        values["residual_dropout"] = dropout(hp, "residual")
+        return cls(src_vocab_size, tgt_vocab_size, **values)
+
+    def rate(self, where: str) -> float:
+        """The ``embedding`` or ``residual`` dropout rate (its own, else dropout_rate)."""
+        own = getattr(self, f"{where}_dropout")
+        return self.dropout_rate if own is None else own
+
+
+# Fields that must agree between a checkpoint and the model built to load it: the
+# vocabulary and every ModelConfig field that changes the model's function (the vocabulary
+# sizes follow from the vocabulary).
+MODEL_KEYS = ("vocab_type", "vocab_size", "min_cnt") + tuple(
+    f.name
+    for f in dataclasses.fields(ModelConfig)
+    if not f.metadata.get("training_only") and f.name not in ("src_vocab_size", "tgt_vocab_size")
 )
 
 # Fields eval.py, translate.py and export.py may change without touching the model.
@@ -309,6 +369,8 @@ CHOICES = {
     "corpus": ("demo", "iwslt2016", "parallel"),
     "vocab_type": ("bpe", "word"),
     "model_type": ("transformer", "weighted", "universal"),
+    # the names of positions.REGISTRY, for a --help before TensorFlow loads; importing
+    # positions.py replaces this with a live view of its registry
     "position": ("sinusoid", "learned", "shaw", "t5", "xl", "alibi", "alibi_dir", "rotary"),
     "norm": ("post", "pre"),
     "qkv_activation": ("none", "relu"),
@@ -434,16 +496,17 @@ def apply(hp: Hparams, overrides: dict[str, Any]) -> Hparams:
             "model_type=weighted projects each head by its rows of W^O: it needs "
             "output_projection=true"
         )
-    check_relative(values)
+    check_t5(values)
+    for check in CHECKS:
+        check(values)
     if values["vocab_type"] == "word":
         values["share_embeddings"] = False  # two vocabularies cannot share one matrix
     return Hparams(**values)
 
 
-def check_relative(values: dict) -> None:
-    """The relative position settings: T5's buckets split into exact and log-spaced ones
-    (the causal decoder has t5_buckets / 2 exact ones, which t5_max_distance must pass);
-    xl's sinusoid pairs need an even d_model, rotary's an even d_model / num_heads."""
+def check_t5(values: dict) -> None:
+    """T5's buckets split into exact and log-spaced ones (the causal decoder has
+    t5_buckets / 2 exact ones, which t5_max_distance must pass)."""
     buckets, far = values["t5_buckets"], values["t5_max_distance"]
     if buckets < 4 or buckets % 2:
         raise UserError(f"--t5_buckets must be an even number >= 4; got {buckets}")
@@ -452,24 +515,11 @@ def check_relative(values: dict) -> None:
             f"--t5_max_distance ({far}) must exceed t5_buckets / 2 ({buckets // 2}), the "
             "distances with a bucket of their own; raise it or lower --t5_buckets"
         )
-    kind = values["position"]
-    if values["position_add_absolute"] and kind in ("sinusoid", "learned"):
-        raise UserError(
-            f"--position_add_absolute adds the sinusoid to a relative family; position={kind} "
-            "is absolute already: drop it or pick shaw, t5, xl, alibi, alibi_dir or rotary"
-        )
-    if kind == "alibi_dir" and values["num_heads"] < 2:
-        raise UserError(
-            "position=alibi_dir splits the encoder's heads into left- and right-looking "
-            f"halves: it needs num_heads >= 2; got {values['num_heads']}"
-        )
-    if kind == "xl" and values["d_model"] % 2:
-        raise UserError(f"position=xl needs an even d_model; got {values['d_model']}")
-    if kind == "rotary" and values["d_model"] // values["num_heads"] % 2:
-        raise UserError(
-            f"position=rotary rotates pairs of dimensions: d_model / num_heads "
-            f"({values['d_model']} / {values['num_heads']}) must be even"
-        )
+
+
+# Checks of a whole set of values that modules above this one add (positions.py adds
+# each position family's): each raises UserError.
+CHECKS: list = []
 
 
 def dropout(hp: Hparams, where: str) -> float:

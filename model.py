@@ -8,18 +8,22 @@ them are in decoding.py). ``model_type`` picks a :class:`modules.Variant` from
 
 from __future__ import annotations
 
+import dataclasses
+
 import keras
 import tensorflow as tf
 
 import hparams
 import modules
-import relative
+import positions
 import universal
 import weighted
 
 # model_type -> its hook (modules.Variant); a new variant adds an entry here and its name to
 # hparams.CHOICES['model_type']
 VARIANTS = {v.name: v for v in (modules.Variant(), weighted.Variant(), universal.Variant())}
+# the keyword arguments of Transformer that are model settings
+CONFIG_FIELDS = frozenset(f.name for f in dataclasses.fields(hparams.ModelConfig))
 
 
 @keras.saving.register_keras_serializable(package="transformer")
@@ -30,146 +34,102 @@ class Transformer(keras.Model):
     ``share_embeddings`` (joint BPE vocabulary); otherwise a source embedding and a target
     embedding tied to the output projection. Dropout on the embedding sums (5.4).
 
-    The arguments after ``model_type`` are the switches where the TF1 code differs from
-    the paper; their defaults are the paper's model (README "The TF1 model"):
-    ``embedding_dropout`` / ``residual_dropout`` (None: ``dropout_rate``), the attention
-    projections (``qkv_activation``, ``qkv_bias``, ``output_projection``), the padding
-    masks (``query_masking``: PAD queries get zero attention weights; ``key_mask_defect``:
-    no padding mask at all, as the TF1 code whose masks never fired), ``tie_softmax``
-    (False: :class:`modules.OutputProjection`), ``layer_norm_epsilon`` and
-    ``embedding_init`` (token embeddings and learned position tables).
+    Every setting comes from one :class:`hparams.ModelConfig` (``self.config``), whose
+    fields are also this model's ``get_config`` and the checkpoint keys. The switches
+    where the TF1 code differs from the paper default to the paper's model (README "The
+    TF1 model"): ``embedding_dropout`` / ``residual_dropout`` (None: ``dropout_rate``),
+    the attention projections (``qkv_activation``, ``qkv_bias``, ``output_projection``),
+    the padding masks (``query_masking``: PAD queries get zero attention weights;
+    ``key_mask_defect``: no padding mask at all, as the TF1 code whose masks never
+    fired), ``tie_softmax`` (False: :class:`modules.OutputProjection`),
+    ``layer_norm_epsilon`` and ``embedding_init`` (token embeddings and learned position
+    tables).
 
-    ``position``: sinusoid (3.5) or learned, added to the embeddings; or a relative family
-    of relative.py (shaw, t5, xl, alibi, rotary, settings ``max_relative_position``,
-    ``t5_buckets``, ``t5_max_distance``) in every self-attention sublayer, one
-    relative.StackPosition per stack (``src_relative``, ``tgt_relative``), with no
-    absolute position added unless ``position_add_absolute`` (then the sinusoid).
+    ``position``: a family of positions.py (``self.encoding``): sinusoid (3.5) or learned,
+    added to the embeddings; or a relative family (shaw, t5, xl, alibi, alibi_dir, rotary,
+    settings ``max_relative_position``, ``t5_buckets``, ``t5_max_distance``) in every
+    self-attention sublayer, one positions.StackPosition per stack (``src_relative``,
+    ``tgt_relative``), with no absolute position added unless ``position_add_absolute``
+    (then the sinusoid).
     """
 
     def __init__(
         self,
-        src_vocab_size: int,
-        tgt_vocab_size: int,
-        d_model: int = 512,
-        d_ff: int = 2048,
-        num_blocks: int = 6,
-        num_heads: int = 8,
-        dropout_rate: float = 0.1,
-        position: str = "sinusoid",
-        max_position: int = 1024,
-        norm: str = "post",
-        share_embeddings: bool = True,
-        attention_dropout: float = 0.0,
-        model_type: str = "transformer",
-        ut_max_steps: int = 6,
-        act: bool = True,
-        act_epsilon: float = 0.01,
-        act_loss_weight: float = 0.01,
-        embedding_dropout: float | None = None,
-        residual_dropout: float | None = None,
-        qkv_activation: str = "none",
-        qkv_bias: bool = False,
-        output_projection: bool = True,
-        query_masking: bool = False,
-        key_mask_defect: bool = False,
-        tie_softmax: bool = True,
-        layer_norm_epsilon: float = modules.LAYER_NORM_EPSILON,
-        embedding_init: str = "normal",
-        max_relative_position: int = 16,
-        t5_buckets: int = 32,
-        t5_max_distance: int = 128,
-        position_add_absolute: bool = False,
+        src_vocab_size: int | None = None,
+        tgt_vocab_size: int | None = None,
+        *,
+        config: hparams.ModelConfig | None = None,
         **kwargs,
     ):
+        """Either ``config`` or the vocabulary sizes and any :class:`hparams.ModelConfig`
+        fields as keywords (how Keras rebuilds the model from ``get_config``); the other
+        keywords go to keras.Model."""
+        fields = {k: kwargs.pop(k) for k in list(kwargs) if k in CONFIG_FIELDS}
+        if config is None:
+            config = hparams.ModelConfig(src_vocab_size, tgt_vocab_size, **fields)
+        elif fields or src_vocab_size is not None or tgt_vocab_size is not None:
+            raise TypeError("give either config or its fields, not both")
         super().__init__(**kwargs)
-        if share_embeddings and src_vocab_size != tgt_vocab_size:
+        c = self.config = config
+        if c.share_embeddings and c.src_vocab_size != c.tgt_vocab_size:
             raise ValueError("share_embeddings needs one joint vocabulary")
-        if model_type not in VARIANTS:
-            raise ValueError(f"model_type must be one of {', '.join(VARIANTS)}, got {model_type!r}")
-        self.args = dict(
-            src_vocab_size=src_vocab_size,
-            tgt_vocab_size=tgt_vocab_size,
-            d_model=d_model,
-            d_ff=d_ff,
-            num_blocks=num_blocks,
-            num_heads=num_heads,
-            dropout_rate=dropout_rate,
-            position=position,
-            max_position=max_position,
-            norm=norm,
-            share_embeddings=share_embeddings,
-            attention_dropout=attention_dropout,
-            model_type=model_type,
-            ut_max_steps=ut_max_steps,
-            act=act,
-            act_epsilon=act_epsilon,
-            act_loss_weight=act_loss_weight,
-            embedding_dropout=embedding_dropout,
-            residual_dropout=residual_dropout,
-            qkv_activation=qkv_activation,
-            qkv_bias=qkv_bias,
-            output_projection=output_projection,
-            query_masking=query_masking,
-            key_mask_defect=key_mask_defect,
-            tie_softmax=tie_softmax,
-            layer_norm_epsilon=layer_norm_epsilon,
-            embedding_init=embedding_init,
-            max_relative_position=max_relative_position,
-            t5_buckets=t5_buckets,
-            t5_max_distance=t5_max_distance,
-            position_add_absolute=position_add_absolute,
-        )
-        self.model_type = model_type
-        self.variant = VARIANTS[model_type]
-        self.d_model, self.norm, self.position = d_model, norm, position
-        self.max_position = max_position
-        self.query_masking, self.key_mask_defect = query_masking, key_mask_defect
-        self.tie_softmax = tie_softmax
-        emb = dict(d_model=d_model, init=embedding_init)
-        self.tgt_embedding = modules.TokenEmbedding(tgt_vocab_size, **emb, name="tgt_embedding")
+        if c.model_type not in VARIANTS:
+            raise ValueError(
+                f"model_type must be one of {', '.join(VARIANTS)}, got {c.model_type!r}"
+            )
+        self.model_type = c.model_type
+        self.variant = VARIANTS[c.model_type]
+        self.d_model, self.norm, self.position = c.d_model, c.norm, c.position
+        self.max_position = c.max_position
+        self.query_masking, self.key_mask_defect = c.query_masking, c.key_mask_defect
+        self.tie_softmax = c.tie_softmax
+        d_model, num_heads, position = c.d_model, c.num_heads, c.position
+        emb = dict(d_model=d_model, init=c.embedding_init)
+        self.tgt_embedding = modules.TokenEmbedding(c.tgt_vocab_size, **emb, name="tgt_embedding")
         self.src_embedding = (
             self.tgt_embedding
-            if share_embeddings
-            else modules.TokenEmbedding(src_vocab_size, **emb, name="src_embedding")
+            if c.share_embeddings
+            else modules.TokenEmbedding(c.src_vocab_size, **emb, name="src_embedding")
         )
-        is_relative = position in relative.KINDS
+        self.encoding = family = positions.get(position)  # the position family
+        self.max_length = family.max_length(c)  # the longest sequence it places, or None
         # the absolute encoding added to the embeddings (none with a relative family alone)
-        self.absolute = not is_relative or position_add_absolute
-        kind = "sinusoid" if is_relative else position
-        pos = dict(kind=kind, max_position=max_position, init=embedding_init)
+        embedding = family.embedding_of(c)
+        self.absolute = embedding is not None
+        pos = dict(kind=embedding or "sinusoid", max_position=c.max_position, init=c.embedding_init)
         self.src_position = modules.PositionalEncoding(d_model, **pos, name="src_position")
         self.tgt_position = modules.PositionalEncoding(d_model, **pos, name="tgt_position")
         self.src_relative = self.tgt_relative = None
-        if is_relative:
+        if family.relative:
             rel = dict(
-                max_relative_position=max_relative_position,
-                t5_buckets=t5_buckets,
-                t5_max_distance=t5_max_distance,
+                max_relative_position=c.max_relative_position,
+                t5_buckets=c.t5_buckets,
+                t5_max_distance=c.t5_max_distance,
             )
-            self.src_relative = relative.StackPosition(
+            self.src_relative = positions.StackPosition(
                 position, d_model, num_heads, causal=False, **rel, name="src_relative"
             )
-            self.tgt_relative = relative.StackPosition(
+            self.tgt_relative = positions.StackPosition(
                 position, d_model, num_heads, causal=True, **rel, name="tgt_relative"
             )
-        rate = dropout_rate if embedding_dropout is None else embedding_dropout
+        rate = c.rate("embedding")
         self.src_dropout = keras.layers.Dropout(rate)
         self.tgt_dropout = keras.layers.Dropout(rate)
         layer_args = dict(
             d_model=d_model,
             num_heads=num_heads,
-            d_ff=d_ff,
-            dropout_rate=dropout_rate if residual_dropout is None else residual_dropout,
-            norm=norm,
-            attention_dropout=attention_dropout,
-            qkv_activation=qkv_activation,
-            qkv_bias=qkv_bias,
-            output_projection=output_projection,
-            layer_norm_epsilon=layer_norm_epsilon,
-            **self.variant.layer_args(self.args),
+            d_ff=c.d_ff,
+            dropout_rate=c.rate("residual"),
+            norm=c.norm,
+            attention_dropout=c.attention_dropout,
+            qkv_activation=c.qkv_activation,
+            qkv_bias=c.qkv_bias,
+            output_projection=c.output_projection,
+            layer_norm_epsilon=c.layer_norm_epsilon,
+            **self.variant.layer_args(c),
         )
         enc_args, dec_args = dict(layer_args), dict(layer_args)
-        if is_relative:
+        if family.relative:
             enc_args["relative_position"] = self.src_relative
             dec_args["relative_position"] = self.tgt_relative
         if self.variant.positions_in_layers:  # the layers add the absolute positions
@@ -177,7 +137,7 @@ class Transformer(keras.Model):
             dec_args["position"] = self.tgt_position if self.absolute else None
         # Each layer is a direct attribute (not a list) so that tf.train.Checkpoint,
         # which does not follow Keras-tracked lists, saves its weights.
-        self.num_blocks = self.variant.num_layers(num_blocks)
+        self.num_blocks = self.variant.num_layers(c.num_blocks)
         for i in range(self.num_blocks):
             setattr(
                 self, f"encoder_{i}", self.variant.encoder_layer(**enc_args, name=f"encoder_{i}")
@@ -185,11 +145,11 @@ class Transformer(keras.Model):
             setattr(
                 self, f"decoder_{i}", self.variant.decoder_layer(**dec_args, name=f"decoder_{i}")
             )
-        if norm == "pre":
-            self.encoder_norm = modules.layer_norm("encoder_norm", layer_norm_epsilon)
-            self.decoder_norm = modules.layer_norm("decoder_norm", layer_norm_epsilon)
-        if not tie_softmax:
-            self.output_layer = modules.OutputProjection(tgt_vocab_size, d_model, name="output")
+        if c.norm == "pre":
+            self.encoder_norm = modules.layer_norm("encoder_norm", c.layer_norm_epsilon)
+            self.decoder_norm = modules.layer_norm("decoder_norm", c.layer_norm_epsilon)
+        if not c.tie_softmax:
+            self.output_layer = modules.OutputProjection(c.tgt_vocab_size, d_model, name="output")
 
     @property
     def encoder_layers(self) -> list:
@@ -201,40 +161,8 @@ class Transformer(keras.Model):
 
     @classmethod
     def from_hparams(cls, hp, src_vocab_size: int, tgt_vocab_size: int) -> "Transformer":
-        model = cls(
-            src_vocab_size,
-            tgt_vocab_size,
-            d_model=hp.d_model,
-            d_ff=hp.d_ff,
-            num_blocks=hp.num_blocks,
-            num_heads=hp.num_heads,
-            dropout_rate=hp.dropout_rate,
-            position=hp.position,
-            max_position=hp.max_position,
-            norm=hp.norm,
-            share_embeddings=hp.share_embeddings,
-            attention_dropout=hp.attention_dropout,
-            model_type=hp.model_type,
-            ut_max_steps=hp.ut_max_steps,
-            act=hp.act,
-            act_epsilon=hp.act_epsilon,
-            act_loss_weight=hp.act_loss_weight,
-            embedding_dropout=hparams.dropout(hp, "embedding"),
-            residual_dropout=hparams.dropout(hp, "residual"),
-            qkv_activation=hp.qkv_activation,
-            qkv_bias=hp.qkv_bias,
-            output_projection=hp.output_projection,
-            query_masking=hp.query_masking,
-            key_mask_defect=hp.key_mask_defect,
-            tie_softmax=hp.tie_softmax,
-            layer_norm_epsilon=hp.layer_norm_epsilon,
-            embedding_init=hp.embedding_init,
-            max_relative_position=hp.max_relative_position,
-            t5_buckets=hp.t5_buckets,
-            t5_max_distance=hp.t5_max_distance,
-            position_add_absolute=hp.position_add_absolute,
-            name="transformer",
-        )
+        config = hparams.ModelConfig.from_hparams(hp, src_vocab_size, tgt_vocab_size)
+        model = cls(config=config, name="transformer")
         model.build_all()
         return model
 
@@ -369,7 +297,7 @@ class Transformer(keras.Model):
         return self.logits(x[:, 0]), new
 
     def get_config(self):
-        return {**super().get_config(), **self.args}
+        return {**super().get_config(), **dataclasses.asdict(self.config)}
 
     def specs_lines(self) -> list[str]:
         """'name shape' for every variable, the variant's own lines (a weighted model's

@@ -20,9 +20,9 @@ import keras
 import tensorflow as tf
 
 import fast_ops
-import relative
+import positions
 
-MASK_VALUE = relative.MASK_VALUE  # masked attention logits get this value (relative.py)
+MASK_VALUE = positions.MASK_VALUE  # masked attention logits get this value (positions.py)
 LAYER_NORM_EPSILON = 1e-6
 
 cast = fast_ops.cast
@@ -100,7 +100,7 @@ class _Block(keras.layers.Layer):
         qkv_bias: bool = False,
         output_projection: bool = True,
         layer_norm_epsilon: float = LAYER_NORM_EPSILON,
-        relative_position: relative.StackPosition | None = None,
+        relative_position: positions.StackPosition | None = None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -322,7 +322,7 @@ def scaled_dot_product_attention(
     query_mask: bool broadcastable to (N, h, T_q, 1), False rows of the weights are zeroed
     after the softmax, before the dropout (the TF1 code's query masking; None in the paper);
     value_term: None, or a function of the (dropped) weights giving (N, h, T_q, d_v), added
-    to the output (Shaw et al.'s a^V term, relative.py).
+    to the output (Shaw et al.'s a^V term, positions.py).
     Returns (output (N, h, T_q, d_v), weights (N, h, T_q, T_k) float32).
     The logits (Q K^T accumulated in float32: fast_ops.logits_product) and the softmax
     are float32 whatever the compute dtype.
@@ -359,7 +359,7 @@ class MultiHeadAttention(keras.layers.Layer):
     For incremental decoding, :meth:`keys_values` and :meth:`attend` split the two halves.
 
     ``position`` (self-attention only): the stack's relative position scheme
-    (relative.StackPosition); the sublayer then holds a relative.LayerPosition, and
+    (positions.StackPosition); the sublayer then holds a positions.LayerPosition, and
     ``offset`` is the position of the first query (and, in ``call``, of the first key).
     """
 
@@ -372,7 +372,7 @@ class MultiHeadAttention(keras.layers.Layer):
         activation: str = "none",
         use_bias: bool = False,
         output_projection: bool = True,
-        position: relative.StackPosition | None = None,
+        position: positions.StackPosition | None = None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -382,7 +382,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.activation, self.use_bias = activation, use_bias
         self.output_projection = output_projection
         self.dropout = keras.layers.Dropout(dropout_rate) if dropout_rate > 0 else None
-        self.relative = None if position is None else relative.LayerPosition(position)
+        self.relative = None if position is None else positions.LayerPosition(position)
 
     def build(self, query_shape=None, memory_shape=None):
         shape = (self.d_model, self.d_model)
@@ -613,30 +613,14 @@ class OutputProjection(keras.layers.Layer):
 # ---------------------------------------------------------------------------------------
 # 3.5 Positional encoding
 # ---------------------------------------------------------------------------------------
-def sinusoid_encoding(positions, d_model: int, dtype=tf.float32):
-    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(same). See 3.5.
-
-    positions: (T,) int -> (T, d_model). Works for any position, not a fixed table; the
-    original TF1 code precomputed maxlen rows and failed on longer test sentences.
-    """
-    pos = tf.cast(positions, tf.float32)[:, None]  # (T, 1)
-    i = tf.range(d_model) // 2  # 0 0 1 1 2 2 ...
-    angle_rates = tf.pow(10000.0, -tf.cast(2 * i, tf.float32) / d_model)
-    angles = pos * angle_rates[None, :]  # (T, d_model)
-    even = tf.equal(tf.range(d_model) % 2, 0)
-    return tf.cast(tf.where(even[None, :], tf.sin(angles), tf.cos(angles)), dtype)
-
-
 @keras.saving.register_keras_serializable(package="transformer")
 class PositionalEncoding(keras.layers.Layer):
-    """Adds position information to (N, T, d_model) embeddings, starting at ``offset``.
-
-    kind='sinusoid': the fixed encoding of 3.5 (no weights).
-    kind='learned': a (max_position, d_model) table, as the legacy ``sinusoid=False``
-    (whose table has maxlen rows); positions past the table reuse its last row. ``init``
-    of the table: 'normal' (std 1, the scale of the token embeddings once multiplied by
-    sqrt(d_model), so that position and token start equally loud; the paper gives no
-    initialisation) or 'xavier' (Glorot uniform, as the TF1 code).
+    """Adds position information to (N, T, d_model) embeddings, starting at ``offset``:
+    the encoding of the absolute family ``kind`` (positions.py: 'sinusoid', the fixed
+    encoding of 3.5 with no weights, or 'learned', a (max_position, d_model) table).
+    ``init`` of a learned table: 'normal' (std 1, the scale of the token embeddings once
+    multiplied by sqrt(d_model), so that position and token start equally loud; the paper
+    gives no initialisation) or 'xavier' (Glorot uniform, as the TF1 code).
     """
 
     def __init__(
@@ -650,24 +634,18 @@ class PositionalEncoding(keras.layers.Layer):
         super().__init__(**kwargs)
         self.d_model, self.kind, self.max_position = d_model, kind, max_position
         self.init = init
+        self.family = positions.get(kind)
+
+    def table_initializer(self):
+        if self.init == "xavier":
+            return xavier_uniform(self.max_position, self.d_model)
+        return keras.initializers.RandomNormal(stddev=1.0)
 
     def build(self, input_shape=None):
-        if self.kind == "learned":
-            if self.init == "xavier":
-                initializer = xavier_uniform(self.max_position, self.d_model)
-            else:
-                initializer = keras.initializers.RandomNormal(stddev=1.0)
-            self.table = self.add_weight(
-                name="table", shape=(self.max_position, self.d_model), initializer=initializer
-            )
+        self.family.build_table(self)
 
     def call(self, x, offset=0):
-        positions = tf.range(tf.shape(x)[1]) + offset
-        if self.kind == "learned":
-            table = cast(self.table.value, x.dtype)
-            pe = tf.gather(table, tf.minimum(positions, self.max_position - 1))
-        else:
-            pe = sinusoid_encoding(positions, self.d_model, x.dtype)
+        pe = self.family.encode(self, tf.range(tf.shape(x)[1]) + offset, x.dtype)
         return x + pe[None]
 
     def get_config(self):
@@ -788,7 +766,8 @@ class Variant:
     * :meth:`extra_loss`: terms added to the training loss;
     * :meth:`optimizer_groups`: variables trained by an optimizer of their own;
     * :meth:`summaries`: TensorBoard summaries written with the training scalars;
-    * :meth:`specs_lines`: lines added to the run's ``specs`` file.
+    * :meth:`specs_lines`: lines added to the run's ``specs`` file;
+    * :meth:`per_token`: a value per token that the attention figures draw as bars.
     """
 
     name = "transformer"
@@ -800,8 +779,9 @@ class Variant:
         """How many encoder (and decoder) layers the model builds."""
         return num_blocks
 
-    def layer_args(self, args: dict) -> dict:
-        """Arguments of the variant's layers taken from the model's config ``args``."""
+    def layer_args(self, config) -> dict:
+        """Arguments of the variant's layers taken from the model's ``config``
+        (hparams.ModelConfig)."""
         return {}
 
     def encoder_layer(self, **args) -> keras.layers.Layer:
@@ -825,3 +805,9 @@ class Variant:
 
     def specs_lines(self, model) -> list[str]:
         return []
+
+    def per_token(self, model, stack: str):
+        """A value per token of ``stack``'s ("encoder" | "decoder") last forward pass,
+        (N, T), that the attention figures draw as bars (the Universal Transformer's ACT
+        steps), or None."""
+        return None

@@ -17,7 +17,6 @@ import tensorflow as tf
 
 import data_load
 import decoding
-import universal
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the Agg backend)
@@ -68,11 +67,13 @@ def attention(model, tok, sentence: str, max_len_extra: int, greedy=None) -> Att
     tgt_in = [data_load.BOS_ID] + out[:-1]  # one decoder position per output token
     memory, mask, enc_w = model.encode(src, return_attention=True)
     ponder = {}
-    if _acts(model.encoder_layers[0]):
-        ponder["source"] = universal.last_ponder(model.encoder_layers[0]).numpy()[0]
+    steps = model.variant.per_token(model, "encoder")
+    if steps is not None:
+        ponder["source"] = steps.numpy()[0]
     _, dec_w = model.decode(tf.constant([tgt_in], tf.int32), memory, mask, return_attention=True)
-    if _acts(model.decoder_layers[0]):
-        ponder["translation"] = universal.last_ponder(model.decoder_layers[0]).numpy()[0]
+    steps = model.variant.per_token(model, "decoder")
+    if steps is not None:
+        ponder["translation"] = steps.numpy()[0]
     maps = {
         "encoder_self": [w.numpy()[0] for w in enc_w],
         "decoder_self": [w[0].numpy()[0] for w in dec_w],
@@ -86,11 +87,6 @@ def attention(model, tok, sentence: str, max_len_extra: int, greedy=None) -> Att
         maps=maps,
         ponder=ponder,
     )
-
-
-def _acts(layer) -> bool:
-    """Whether the layer is a Universal Transformer stack with ACT."""
-    return isinstance(layer, (universal.UniversalEncoder, universal.UniversalDecoder)) and layer.act
 
 
 def ponder_figure(att: Attention):

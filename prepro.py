@@ -42,9 +42,9 @@ import xml.etree.ElementTree as ET
 import sentencepiece as spm
 
 import data_load
-import demo_corpus
 import download
 import files
+from demo import corpus as demo_corpus
 from hparams import UserError
 
 SPLITS = ("train", "dev", "test")

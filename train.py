@@ -43,6 +43,7 @@ if __name__ == "__main__":
     cli.start(SCRIPT)  # --help and option errors answer before TensorFlow loads
 
 import contextlib
+import dataclasses
 import fcntl
 import glob
 import os
@@ -52,13 +53,14 @@ import socket
 import sys
 import threading
 import time
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import keras
 import numpy as np
 import tensorflow as tf
 from tqdm import tqdm
 
+import checkpoints
 import data_load
 import decoding
 import devices
@@ -583,10 +585,10 @@ class Trainer:
         path = ckpt or self.latest_checkpoint
         if not path:
             return False
-        present = decoding.checkpoint_items(path)
+        present = checkpoints.checkpoint_items(path)
         optional = self.OPTIONAL_ITEMS
         items = {k: v for k, v in self.items.items() if k in present or k not in optional}
-        decoding.restore_checkpoint(
+        checkpoints.restore_checkpoint(
             tf.train.Checkpoint(**items),
             path,
             "was it written with another --precision? resume with the same settings or use a "
@@ -835,165 +837,220 @@ def train(hp: hparams.Hparams, ckpt: str = "") -> dict:
             return train_loop(hp, trainer, data, dev, translator, writer, interrupt, saved)
 
 
+class Stop(NamedTuple):
+    """Why a run ends before its last epoch. ``kind``: "budget" (max_steps or
+    max_minutes: the final weights get a dev BLEU), "signal" (SIGINT/SIGTERM here or in
+    another worker: the same command resumes) or "early" (early stopping); ``why``: the
+    line train.py prints, which later steps of the run may extend."""
+
+    kind: str
+    why: str
+
+    def extended(self, more: str) -> "Stop":
+        return self._replace(why=self.why + more)
+
+
+@dataclasses.dataclass
+class Run:
+    """What :func:`train_loop` and its steps share: the run's parts and its progress."""
+
+    hp: hparams.Hparams
+    trainer: Trainer
+    dev: Dev
+    translator: decoding.Translator
+    writer: Any
+    interrupt: Interrupt
+    budget: Budget
+    health: Health
+    saved: tuple | None  # the position of logdir's newest checkpoint, if any
+    history: list = dataclasses.field(default_factory=list)  # evaluate()'s results
+    bleu_seconds: float = 0.0  # the last dev evaluation with BLEU
+    first_loss: float = float("nan")  # the running loss at this run's first log
+    last_loss: float = float("nan")  # and at its last
+
+    def budget_stop(self) -> Stop | None:
+        hp = self.hp
+        if hp.max_steps and self.trainer.step >= hp.max_steps:
+            return Stop("budget", f"max_steps={hp.max_steps} reached")
+        if self.budget.out_of_time():
+            return Stop("budget", f"max_minutes={hp.max_minutes:g} reached")
+        return None
+
+    def signal_stop(self, stats: StepStats | None = None) -> Stop | None:
+        """A signal agreed by all workers (in the step's all-reduce, or in one of its
+        own), else this process's."""
+        if stats is not None and self.trainer.multi_worker:
+            asked = stats.stop > 0
+        else:
+            asked = self.trainer.agree(self.interrupt.signum is not None)
+        name = self.interrupt.name or "a signal to another worker"
+        return Stop("signal", f"stopped by {name}") if asked else None
+
+
 def train_loop(
     hp, trainer: Trainer, data, dev: Dev, translator, writer, interrupt: Interrupt, saved=None
 ) -> dict:
-    """The epochs of :func:`train`, from the restored position to the end. ``saved`` is
-    the position (:attr:`Trainer.position`) of logdir's newest checkpoint, if any."""
-    stop_reason, history, bleu_seconds = None, [], 0.0
-    first_loss = last_loss = float("nan")  # running loss at this run's first and last log
-    health = Health(hp, trainer, writer)
+    """The epochs of :func:`train`, from the restored position to the end: each epoch's
+    batches (:func:`train_epoch`), its partial accumulation, its dev evaluation and
+    checkpoint (:func:`end_of_epoch`), then the end of the run (:func:`finish_run`).
+    ``saved`` is the position (:attr:`Trainer.position`) of logdir's newest checkpoint."""
     updates = -(-len(data.batches(0)) // hp.accum_steps)  # per epoch: the same every epoch
     budget = Budget(hp, trainer, updates)
-
-    def asked_to_stop(stats=None) -> str | None:
-        """Why to stop for a signal: agreed by all workers (in the step's all-reduce, or
-        in one of its own), else this process's."""
-        if stats is not None and trainer.multi_worker:
-            asked = stats.stop > 0
-        else:
-            asked = trainer.agree(interrupt.signum is not None)
-        if not asked:
-            return None
-        return f"stopped by {interrupt.name or 'a signal to another worker'}"
-
+    health = Health(hp, trainer, writer)
+    run = Run(hp, trainer, dev, translator, writer, interrupt, budget, health, saved)
     if int(trainer.epoch) >= hp.num_epochs:
         print(
             f"train: {hp.logdir} has already finished {hp.num_epochs} epochs; raise "
             f"--num_epochs to train on"
         )
-    while int(trainer.epoch) < hp.num_epochs and stop_reason is None:
-        epoch, skip = int(trainer.epoch), int(trainer.batch_in_epoch)
-        plan = data.batches(epoch)
-        if epoch == 0 and skip == 0:
-            pad_s, pad_t = data_load.padding_fraction(plan, data.corpus, hp.pad_multiple)
-            print(
-                f"train: {len(plan):,} batches per epoch; padding {pad_s:.1%} of source "
-                f"and {pad_t:.1%} of target positions"
-            )
-        bar = tqdm(
-            data.dataset(epoch, skip, plan),
-            total=len(plan),
-            initial=skip,
-            desc=f"epoch {epoch + 1}/{hp.num_epochs}",
-            unit="batch",
-            dynamic_ncols=True,
-        )
-        window = Window()
-        for src, dec_in, labels in bar:
-            budget.before_update()
-            with out_of_memory(hp, "a training batch", src.shape, dec_in.shape):
-                stats, updated = trainer.train_batch(
-                    src, dec_in, labels, interrupt.signum is not None
-                )
-            window.add(stats)
-            trainer.batch_in_epoch.assign_add(1)
-            health.after(stats, updated)
-            if updated:
-                step = trainer.step
-                if step % 10 == 0 or step == 1:
-                    means, lr = window.means(), float(trainer.schedule(step - 1))
-                    last_loss = means["loss"]
-                    first_loss = first_loss if first_loss == first_loss else last_loss
-                    bar.set_postfix(
-                        loss=f"{last_loss:.3f}",
-                        lr=f"{lr:.2e}",
-                        tok_s=f"{means['tokens_per_sec']:,.0f}",
-                    )
-                    if step % LOG_EVERY == 0 or step == 1:
-                        with summaries_at(writer, step, hp):
-                            summaries.train_scalars(means, stats.grad_norm, lr)
-                            summaries.budget(budget.fraction(step), trainer.seconds_used())
-                            summaries.skipped_updates(
-                                int(trainer.skipped_steps), health.loss_scale()
-                            )
-                            trainer.model.variant.summaries(trainer.model, step, trainer.schedules)
-                        window = Window()
-                if hp.ckpt_every_steps and step % hp.ckpt_every_steps == 0:
-                    trainer.save()
-                    saved = trainer.position
-                if hp.max_steps and step >= hp.max_steps:
-                    stop_reason = f"max_steps={hp.max_steps} reached"
-                elif budget.out_of_time():
-                    stop_reason = f"max_minutes={hp.max_minutes:g} reached"
-            stop_reason = stop_reason or asked_to_stop(stats)
-            if stop_reason:
-                break
-        bar.close()
-        if stop_reason:
+    stop = None
+    while int(trainer.epoch) < hp.num_epochs and stop is None:
+        epoch = int(trainer.epoch)
+        stop = train_epoch(run, data, epoch)
+        if stop:
             break
         update = trainer.flush()  # the epoch's last, partial accumulation
         health.after(update, not (update.skipped or update.scale_skip))
-        stop_reason = asked_to_stop()
-        if stop_reason:
+        stop = run.signal_stop()
+        if stop:
             break
+        bleu = budget.bleu_due(run.bleu_seconds) or epoch + 1 == hp.num_epochs
         try:
-            bleu = budget.bleu_due(bleu_seconds) or int(trainer.epoch) + 1 == hp.num_epochs
             result = end_of_epoch(hp, trainer, dev, translator, writer, interrupt, bleu)
         except DevAbandoned:
-            stop_reason = (
-                f"stopped by {interrupt.name}; the dev evaluation of epoch {epoch + 1} was "
-                f"abandoned (it runs again on resume)"
-            )
+            why = f"stopped by {interrupt.name}; the dev evaluation of epoch {epoch + 1} was"
+            stop = Stop("signal", why + " abandoned (it runs again on resume)")
             break
-        history.append(result)
+        run.history.append(result)
         if bleu:
-            bleu_seconds = result["seconds"]
-            budget.reserve = bleu_seconds * (2 if hp.average > 1 else 1)
-        saved = trainer.position
-        stop_reason = asked_to_stop()
-        if stop_reason:
+            run.bleu_seconds = result["seconds"]
+            budget.reserve = run.bleu_seconds * (2 if hp.average > 1 else 1)
+        run.saved = trainer.position
+        stop = run.signal_stop()
+        if stop is None and hp.early_stopping and int(trainer.bad_epochs) >= hp.early_stopping:
+            stop = Stop("early", f"no better dev BLEU for {hp.early_stopping} epochs")
+        stop = stop or run.budget_stop()
+    return finish_run(run, stop)
+
+
+def train_epoch(run: Run, data, epoch: int) -> Stop | None:
+    """The batches of ``epoch`` from where the run stands in it, each one update (or one
+    accumulation); a Stop when the budget runs out or a signal comes, else None."""
+    hp, trainer = run.hp, run.trainer
+    skip = int(trainer.batch_in_epoch)
+    plan = data.batches(epoch)
+    if epoch == 0 and skip == 0:
+        pad_s, pad_t = data_load.padding_fraction(plan, data.corpus, hp.pad_multiple)
+        print(
+            f"train: {len(plan):,} batches per epoch; padding {pad_s:.1%} of source "
+            f"and {pad_t:.1%} of target positions"
+        )
+    bar = tqdm(
+        data.dataset(epoch, skip, plan),
+        total=len(plan),
+        initial=skip,
+        desc=f"epoch {epoch + 1}/{hp.num_epochs}",
+        unit="batch",
+        dynamic_ncols=True,
+    )
+    window, stop = Window(), None
+    for src, dec_in, labels in bar:
+        run.budget.before_update()
+        with out_of_memory(hp, "a training batch", src.shape, dec_in.shape):
+            stats, updated = trainer.train_batch(
+                src, dec_in, labels, run.interrupt.signum is not None
+            )
+        window.add(stats)
+        trainer.batch_in_epoch.assign_add(1)
+        run.health.after(stats, updated)
+        if updated:
+            step = trainer.step
+            if step % 10 == 0 or step == 1:
+                window = log_progress(run, bar, window, stats, step)
+            if hp.ckpt_every_steps and step % hp.ckpt_every_steps == 0:
+                trainer.save()
+                run.saved = trainer.position
+            stop = run.budget_stop()
+        stop = stop or run.signal_stop(stats)
+        if stop:
             break
-        if hp.early_stopping and int(trainer.bad_epochs) >= hp.early_stopping:
-            stop_reason = f"no better dev BLEU for {hp.early_stopping} epochs"
-        elif hp.max_steps and trainer.step >= hp.max_steps:
-            stop_reason = f"max_steps={hp.max_steps} reached"
-        elif budget.out_of_time():
-            stop_reason = f"max_minutes={hp.max_minutes:g} reached"
+    bar.close()
+    return stop
+
+
+def log_progress(run: Run, bar, window: Window, stats: StepStats, step: int) -> Window:
+    """The progress bar's loss, learning rate and tokens/s (every 10 updates), and every
+    LOG_EVERY updates the TensorBoard scalars; returns the window to fill next."""
+    trainer = run.trainer
+    means, lr = window.means(), float(trainer.schedule(step - 1))
+    run.last_loss = means["loss"]
+    if run.first_loss != run.first_loss:  # NaN: the first log of this run
+        run.first_loss = run.last_loss
+    bar.set_postfix(
+        loss=f"{run.last_loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{means['tokens_per_sec']:,.0f}"
+    )
+    if step % LOG_EVERY and step != 1:
+        return window
+    with summaries_at(run.writer, step, run.hp):
+        summaries.train_scalars(means, stats.grad_norm, lr)
+        summaries.budget(run.budget.fraction(step), trainer.seconds_used())
+        summaries.skipped_updates(int(trainer.skipped_steps), run.health.loss_scale())
+        trainer.model.variant.summaries(trainer.model, step, trainer.schedules)
+    return Window()
+
+
+def finish_run(run: Run, stop: Stop | None) -> dict:
+    """The end of a run: a dropped partial accumulation is said; a run ended by its
+    budget gets a dev BLEU of its final weights; the last position is saved; the last
+    checkpoints are averaged (``--average``) and the default model recorded; then the
+    summary line and dict of :func:`train`."""
+    hp, trainer, interrupt = run.hp, run.trainer, run.interrupt
     dropped = trainer.drop_partial()  # only a signal stops the run between updates
     if dropped:
-        stop_reason += (
+        stop = stop.extended(
             f"; a partial gradient accumulation of {dropped} batch(es) was dropped (they are "
             f"trained again on resume)"
         )
-    budget_end = stop_reason is not None and stop_reason.startswith(("max_steps", "max_minutes"))
-    last = history[-1] if history else {}
+    last = run.history[-1] if run.history else {}
     scored = last.get("step") == trainer.step and last.get("dev_bleu") is not None
-    if budget_end and not scored:  # the final weights get a dev BLEU (the best may be them)
+    if stop and stop.kind == "budget" and not scored:  # the final weights may be the best
         try:
-            history.append(evaluate(hp, trainer, dev, translator, writer, interrupt))
-            trainer.save(best=keep_best(trainer, history[-1]["dev_bleu"]))
-            saved = trainer.position
+            run.history.append(
+                evaluate(hp, trainer, run.dev, run.translator, run.writer, interrupt)
+            )
+            trainer.save(best=keep_best(trainer, run.history[-1]["dev_bleu"]))
+            run.saved = trainer.position
         except DevAbandoned:
-            stop_reason = f"stopped by {interrupt.name} during the final dev evaluation"
-    if trainer.position != saved:
+            stop = Stop("signal", f"stopped by {interrupt.name} during the final dev evaluation")
+    if trainer.position != run.saved:
         trainer.save()
+    signalled = stop is not None and stop.kind == "signal"  # here or in another worker
     averaged = None
-    if hp.average > 1 and history and not (stop_reason or "").startswith("stopped by"):
-        averaged = average_last(hp, trainer, dev, translator)
-    if trainer.chief and history:
+    if hp.average > 1 and run.history and not signalled:
+        averaged = average_last(hp, trainer, run.dev, run.translator)
+    if trainer.chief and run.history:
         record_default(hp, trainer, averaged)
     share = float(trainer.eval_seconds) / max(trainer.seconds_used(), 1e-9)
     last_lr = float(trainer.schedule(max(trainer.step - 1, 0)))  # of the last update
     # the path this run saved (a non-chief worker may look before the chief's
     # `checkpoint` file names it), else the one it resumed from
     path = trainer.last_saved or trainer.latest_checkpoint
-    signalled = (stop_reason or "").startswith("stopped by")  # here or in another worker
     if signalled:
-        stop_reason += "; run the same command again to resume"
+        stop = stop.extended("; run the same command again to resume")
     print(
         f"train: {trainer.seconds_used() / 60:.1f} min, {share:.1%} of them on dev "
         f"evaluation; last lr {last_lr:.3g}"
     )
-    print(f"train: {stop_reason or 'done'}; step {trainer.step}; checkpoint {path}")
+    print(f"train: {stop.why if stop else 'done'}; step {trainer.step}; checkpoint {path}")
     return {
         "step": trainer.step,
         "epoch": int(trainer.epoch),
-        "history": history,
+        "history": run.history,
         "checkpoint": path,
-        "stop_reason": stop_reason,
-        "train_loss": last_loss,
-        "first_loss": first_loss,
+        "stop_reason": stop.why if stop else None,
+        "stop_kind": stop.kind if stop else None,
+        "train_loss": run.last_loss,
+        "first_loss": run.first_loss,
         "signal": interrupt.signum or (signal.SIGTERM if signalled else None),
         "eval_share": share,
         "last_lr": last_lr,
@@ -1097,7 +1154,7 @@ def average_last(hp, trainer: Trainer, dev: Dev, translator) -> dict | None:
         return None
     model, t0 = trainer.model, time.time()
     own = [w.numpy() for w in model.weights]
-    weights = decoding.average_weights(model, paths)
+    weights = checkpoints.average_weights(model, paths)
     scores = decoding.scores(translator.translate(dev.src), dev.ref)
     bleu, best = scores["sacrebleu"], float(trainer.best_bleu)
     wins = bleu > best
@@ -1128,7 +1185,7 @@ def record_default(hp, trainer: Trainer, averaged: dict | None) -> None:
         path, bleu = tf.train.latest_checkpoint(trainer.best.directory), float(trainer.best_bleu)
         what = "best checkpoint by dev BLEU"
     if path:
-        decoding.write_default(hp.logdir, path, bleu, what)
+        checkpoints.write_default(hp.logdir, path, bleu, what)
 
 
 def main() -> None:

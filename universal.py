@@ -33,6 +33,7 @@ import keras
 import tensorflow as tf
 
 import modules
+import positions
 
 cast = modules.cast
 
@@ -80,7 +81,7 @@ def act_step(p, halting, remainders, n_updates, last: bool, threshold: float):
 
 def depth_encoding(step: int, d_model: int, dtype):
     """The sinusoidal embedding of depth step ``step`` (1-based): (1, 1, d_model)."""
-    return modules.sinusoid_encoding(tf.constant([step]), d_model, dtype)[None]
+    return positions.sinusoid_encoding(tf.constant([step]), d_model, dtype)[None]
 
 
 class _Recurrent(keras.layers.Layer):
@@ -330,11 +331,11 @@ class Variant(modules.Variant):
     def num_layers(self, num_blocks: int) -> int:
         return 1
 
-    def layer_args(self, args: dict) -> dict:
+    def layer_args(self, config) -> dict:
         return {
-            "max_steps": args["ut_max_steps"],
-            "act": args["act"],
-            "act_epsilon": args["act_epsilon"],
+            "max_steps": config.ut_max_steps,
+            "act": config.act,
+            "act_epsilon": config.act_epsilon,
         }
 
     def encoder_layer(self, **args):
@@ -348,27 +349,33 @@ class Variant(modules.Variant):
 
     def extra_loss(self, model):
         """act_loss_weight x (the encoder's + the decoder's mean ponder cost N + R)."""
-        if not model.args["act"]:
+        if not model.config.act:
             return tf.constant(0.0, tf.float32)
         costs = [_record()[id(stack)][0] for stack in self.stacks(model).values()]
-        return model.args["act_loss_weight"] * tf.add_n(costs)
+        return model.config.act_loss_weight * tf.add_n(costs)
 
     def summaries(self, model, step: int, schedules: dict) -> None:
         """ponder/<stack>_mean and _max: the steps used per real token in the last
         training batch; train/act_loss: its ACT term of the loss."""
-        if not model.args["act"]:
+        if not model.config.act:
             return
         cost = 0.0
         for name, stack in self.stacks(model).items():
             tf.summary.scalar(f"ponder/{name}_mean", float(stack.ponder_mean))
             tf.summary.scalar(f"ponder/{name}_max", float(stack.ponder_max))
             cost += float(stack.ponder_cost)
-        tf.summary.scalar("train/act_loss", model.args["act_loss_weight"] * cost)
+        tf.summary.scalar("train/act_loss", model.config.act_loss_weight * cost)
+
+    def per_token(self, model, stack: str):
+        """The ACT steps each token used in the last forward pass (N, T); None without
+        ACT."""
+        layer = self.stacks(model)[stack]
+        return last_ponder(layer) if layer.act else None
 
     def specs_lines(self, model) -> list[str]:
-        a = model.args
+        c = model.config
         return [
-            f"universal: one shared block per stack, up to {a['ut_max_steps']} steps, "
-            f"ACT {'on (epsilon ' + str(a['act_epsilon']) + ')' if a['act'] else 'off'}; "
+            f"universal: one shared block per stack, up to {c.ut_max_steps} steps, "
+            f"ACT {'on (epsilon ' + str(c.act_epsilon) + ')' if c.act else 'off'}; "
             "the parameter count does not depend on the number of steps"
         ]

@@ -44,7 +44,7 @@ def keras_hub_decoder(model, extra: int):
     import tensorflow as tf
 
     import data_load
-    import modules
+    import positions
 
     BOS_ID, EOS_ID = data_load.BOS_ID, data_load.EOS_ID
     d = model.d_model
@@ -117,7 +117,7 @@ def keras_hub_decoder(model, extra: int):
             tok = prompt[:, index - 1 : index]
             x = (
                 model.tgt_embedding(tok)
-                + modules.sinusoid_encoding(tf.reshape(index - 1, (1,)), d)[None]
+                + positions.sinusoid_encoding(tf.reshape(index - 1, (1,)), d)[None]
             )
             updated = []
             for i, kh in enumerate(layers):

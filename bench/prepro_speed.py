@@ -36,7 +36,7 @@ def make_corpus(folder: str, pairs: int, multi30k: str) -> None:
                     g.write(part)
     else:
         sys.path.insert(0, ROOT)
-        import demo_corpus
+        from demo import corpus as demo_corpus
 
         demo_corpus.write_demo_corpus(folder, seed=1, n_train=pairs)
 

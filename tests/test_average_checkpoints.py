@@ -17,7 +17,7 @@ KEY = "model/encoder_0/self_attn/w_q/.ATTRIBUTES/VARIABLE_VALUE"
 @pytest.mark.slow
 def test_average_of_last_checkpoints(run, tmp_path):
     hp, _, _ = run
-    paths = average_checkpoints.checkpoints(hp.logdir)
+    paths = average_checkpoints.run_checkpoints(hp.logdir)
     assert len(paths) == 3
     out = average_checkpoints.average(hp.logdir, 2, str(tmp_path / "avg"))
     # by hand: restore each of the two checkpoints into a fresh model, average in numpy
@@ -41,7 +41,7 @@ def test_average_of_last_checkpoints(run, tmp_path):
 
 def test_average_needs_enough_checkpoints(quick_run):
     hp, _ = quick_run
-    assert len(average_checkpoints.checkpoints(hp.logdir)) == 3
+    assert len(average_checkpoints.run_checkpoints(hp.logdir)) == 3
     with pytest.raises(hparams.UserError, match="fewer than --last 9"):
         average_checkpoints.average(hp.logdir, 9)
     with pytest.raises(hparams.UserError, match="--last must be at least 1"):

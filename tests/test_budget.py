@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import checkpoints
 import data_load
 import decoding
 import devices
@@ -260,30 +261,30 @@ def write_checkpoints(logdir):
 def test_default_checkpoint_best_json_then_best_then_last(tmp_path):
     logdir = str(tmp_path / "log")
     with pytest.raises(UserError, match="no checkpoint in .*: run train.py first"):
-        decoding.choose_checkpoint(logdir)
+        checkpoints.choose_checkpoint(logdir)
     ckpt = write_checkpoints(logdir)
     best, last = os.path.join(logdir, "best", "ckpt-1"), os.path.join(logdir, "ckpt-2")
-    path, why = decoding.choose_checkpoint(logdir)
+    path, why = checkpoints.choose_checkpoint(logdir)
     assert path == best and why.startswith("the best checkpoint by dev BLEU")
-    assert decoding.choose_checkpoint(logdir, "last") == (last, "the newest checkpoint")
-    assert decoding.choose_checkpoint(logdir, "best")[0] == best
-    assert decoding.choose_checkpoint(logdir, "/x/ckpt-7") == ("/x/ckpt-7", "--ckpt")
+    assert checkpoints.choose_checkpoint(logdir, "last") == (last, "the newest checkpoint")
+    assert checkpoints.choose_checkpoint(logdir, "best")[0] == best
+    assert checkpoints.choose_checkpoint(logdir, "/x/ckpt-7") == ("/x/ckpt-7", "--ckpt")
     # an average recorded by train.py comes first
     avg = os.path.join(logdir, "averaged", "avg-last2-2")
     ckpt.write(avg)
-    decoding.write_default(logdir, avg, 31.5, "average of ckpt-1, ckpt-2")
-    path, why = decoding.choose_checkpoint(logdir)
+    checkpoints.write_default(logdir, avg, 31.5, "average of ckpt-1, ckpt-2")
+    path, why = checkpoints.choose_checkpoint(logdir)
     assert path == avg and "average of ckpt-1, ckpt-2, dev BLEU 31.50" in why
-    assert decoding.choose_checkpoint(logdir, "last")[0] == last
-    assert decoding.choose_checkpoint(logdir, "best")[0] == best
+    assert checkpoints.choose_checkpoint(logdir, "last")[0] == last
+    assert checkpoints.choose_checkpoint(logdir, "best")[0] == best
     # a record whose checkpoint is gone falls back to the best; an unreadable one is an error
     for name in os.listdir(os.path.dirname(avg)):
         os.remove(os.path.join(os.path.dirname(avg), name))
-    assert decoding.choose_checkpoint(logdir)[0] == best
+    assert checkpoints.choose_checkpoint(logdir)[0] == best
     with open(os.path.join(logdir, "best.json"), "w") as f:
         f.write("{not json")
     with pytest.raises(UserError, match="best.json is unreadable .*--ckpt last"):
-        decoding.choose_checkpoint(logdir)
+        checkpoints.choose_checkpoint(logdir)
 
 
 def test_eval_uses_the_default_model_and_ckpt_last(run, capsys):

@@ -93,11 +93,18 @@ def test_field_comments_are_read_from_the_source(tmp_path):
         '    "q": {},\n'
         "}\n"
     )
-    docs = cli.field_docs.__wrapped__(str(src))
+    groups = {"a": "data (section 5.1)", "c": "model"}
+    docs = cli.field_docs.__wrapped__(str(src), groups)
     assert docs.comments == {"a": "the a", "b": "the b, on the second line", "c": ""}
     assert docs.sections == {"data": ["a", "b"], "model": ["c"]}
     assert docs.titles == {"data": "data (section 5.1)", "model": "model"}
     assert docs.presets == {"p": "first preset on two lines", "q": ""}
+    # the groups are declared, not read from the comment headings: a renamed or dropped
+    # heading hides nothing, and a group that starts at no field is an error
+    src.write_text(src.read_text().replace("# ---- model ----", "# ---- other ----"))
+    assert cli.field_docs.__wrapped__(str(src), groups).sections == docs.sections
+    with pytest.raises(ValueError, match=r"lack.*\['d'\]"):
+        cli.field_docs.__wrapped__(str(src), {**groups, "d": "decoding"})
 
 
 # ---------------------------------------------------------------------------------- help

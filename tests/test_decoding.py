@@ -30,8 +30,7 @@ class BigramToy:
     reorders something real, the rows of its hypotheses.
     """
 
-    position = "sinusoid"
-    max_position = 1024
+    max_length = None  # the position family's longest length: none
 
     def __init__(self, table):
         probs = np.full((V, V), 1e-9)

@@ -1,4 +1,4 @@
-"""Tests for demo_corpus: determinism, IWSLT layout, lexicon files, and grammar spot checks."""
+"""Tests for demo/corpus.py: determinism, IWSLT layout, lexicon files, and grammar spot checks."""
 
 import hashlib
 import os
@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-import demo_corpus as dc
+from demo import corpus as dc
 
 TRAIN = ("train.tags.de-en.de", "train.tags.de-en.en")
 DEV = ("IWSLT16.TED.tst2013.de-en.de.xml", "IWSLT16.TED.tst2013.de-en.en.xml")
@@ -250,7 +250,7 @@ def test_heldout_disjoint_from_train(corpus):
 
 
 # ----------------------------------------------------------------- lexicon
-LEXICON_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lexicon")
+LEXICON_DIR = dc._LEXICON_DIR
 
 
 def test_lexicon_files_parse():

@@ -11,7 +11,7 @@ import tensorflow as tf
 
 import fast_ops
 import modules
-import relative
+import positions
 
 
 def both_ways(monkeypatch, name, fn):
@@ -255,26 +255,26 @@ def test_output_logits_are_float32_under_bfloat16(monkeypatch, layer):
 def test_shaw_and_xl_logit_terms_are_float32_under_bfloat16(monkeypatch):
     """Shaw's q a^K and Transformer-XL's (q + v) (R W_R) accumulate in float32 from the
     16-bit operands, as the float64 product of those operands."""
-    stack = relative.StackPosition("shaw", 2, 1, max_relative_position=1)
-    shaw = relative.LayerPosition(stack)
+    stack = positions.StackPosition("shaw", 2, 1, max_relative_position=1)
+    shaw = positions.LayerPosition(stack)
     shaw.build()
     shaw.a_k.assign(np.array([[256.0, 0.5], [256.0, 0.0], [256.0, -0.5]]))
     q, pos = bf16([[[[1.0, 1.0]]]]), tf.constant([1])
     exact, rounded = both_ways(
-        monkeypatch, "f32_scores", lambda: shaw._shaw(q, pos, tf.range(3), 1.0)[0]
+        monkeypatch, "f32_scores", lambda: shaw.family.terms(shaw, q, pos, tf.range(3), 1.0)[1]
     )
     np.testing.assert_array_equal(exact.numpy()[0, 0, 0], [256.5, 256.0, 255.5])
     assert rounded.numpy()[0, 0, 0, 0] == 256.0
 
-    stack = relative.StackPosition("xl", 2, 1)
+    stack = positions.StackPosition("xl", 2, 1)
     stack.build()
-    xl = relative.LayerPosition(stack)
+    xl = positions.LayerPosition(stack)
     xl.build()
     xl.w_r.assign(np.eye(2))  # R_d W_R = (sin d, cos d), rounded to 16 bits
     q_values = np.array([[300.0, 200.0], [100.0, -250.0], [-64.0, 128.0]], np.float32)
     q = bf16(q_values[None, None])
     exact, rounded = both_ways(
-        monkeypatch, "f32_scores", lambda: xl._xl(q, tf.range(3), tf.range(3), 1.0)[1]
+        monkeypatch, "f32_scores", lambda: xl.family.terms(xl, q, tf.range(3), tf.range(3), 1.0)[1]
     )
     d = np.arange(3)[:, None] - np.arange(3)[None]  # i - j
     r = tf.cast(bf16(np.stack([np.sin(d), np.cos(d)], -1)), tf.float32).numpy()

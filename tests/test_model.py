@@ -5,6 +5,7 @@ the model of earlier versions and load their checkpoints), and a small run that 
 learn a toy mapping.
 """
 
+import dataclasses
 import json
 import os
 
@@ -239,6 +240,109 @@ def test_keras_save_and_load(tmp_path, shared):
     assert loaded.get_config()["tgt_vocab_size"] == V2
     assert (loaded.src_embedding is loaded.tgt_embedding) == shared
     np.testing.assert_array_equal(loaded((src, tgt)).numpy(), ref)
+
+
+# ---------------------------------------------------------------------------------------
+# 9b. one source of truth for the settings: hparams.ModelConfig
+# ---------------------------------------------------------------------------------------
+# every field that changes the model's function -> (another value, the settings it needs)
+CHANGES = {
+    "model_type": ("weighted", {}),
+    "d_model": (16, {}),
+    "d_ff": (32, {}),
+    "num_blocks": (2, {}),
+    "num_heads": (4, {}),
+    "position": ("learned", {}),
+    "max_position": (64, {"position": "learned"}),
+    "max_relative_position": (2, {"position": "shaw"}),
+    "t5_buckets": (8, {"position": "t5"}),
+    "t5_max_distance": (6, {"position": "t5", "t5_buckets": 8}),
+    "position_add_absolute": (True, {"position": "alibi"}),
+    "norm": ("pre", {}),
+    "share_embeddings": (False, {}),
+    "qkv_activation": ("relu", {}),
+    "qkv_bias": (True, {}),
+    "output_projection": (False, {}),
+    "query_masking": (True, {}),
+    "key_mask_defect": (True, {}),
+    "tie_softmax": (False, {}),
+    "layer_norm_epsilon": (0.5, {}),
+    "embedding_init": ("xavier", {}),
+    "ut_max_steps": (2, {"model_type": "universal"}),
+    "act": (False, {"model_type": "universal"}),
+    "act_epsilon": (0.6, {"model_type": "universal"}),
+}
+TRAINING_ONLY = {
+    "dropout_rate": (0.5, {}),
+    "attention_dropout": (0.5, {}),
+    "embedding_dropout": (0.5, {}),
+    "residual_dropout": (0.5, {}),
+    "act_loss_weight": (1.0, {"model_type": "universal"}),
+}
+
+
+def test_model_keys_are_the_config_fields():
+    """MODEL_KEYS is the vocabulary plus every ModelConfig field not marked training-only;
+    each one is an Hparams field that from_hparams copies, and the tests below know a
+    change of each (a new field needs an entry in CHANGES or TRAINING_ONLY)."""
+    fields = {f.name for f in dataclasses.fields(hparams.ModelConfig)}
+    vocab = {"src_vocab_size", "tgt_vocab_size"}
+    assert set(hparams.MODEL_KEYS) == {"vocab_type", "vocab_size", "min_cnt"} | (
+        fields - vocab - set(TRAINING_ONLY)
+    )
+    assert set(CHANGES) | set(TRAINING_ONLY) == fields - vocab
+    hp = hparams.apply(
+        hparams.Hparams(), {"d_model": 24, "residual_dropout": 0.0, "share_embeddings": False}
+    )
+    c = hparams.ModelConfig.from_hparams(hp, 11, 13)
+    assert (c.src_vocab_size, c.tgt_vocab_size, c.d_model) == (11, 13, 24)
+    assert (c.rate("residual"), c.rate("embedding")) == (0.0, hp.dropout_rate)
+    for name in fields - vocab - {"embedding_dropout", "residual_dropout"}:
+        assert getattr(c, name) == getattr(hp, name), name
+    m = Transformer(config=c)
+    assert Transformer.from_config(m.get_config()).config == c
+    with pytest.raises(TypeError, match="not both"):
+        Transformer(11, 13, config=c)
+
+
+PROBE_SRC = np.tile(np.arange(4, 16, dtype=np.int32), (2, 1))
+PROBE_SRC[1, 8:] = PAD_ID  # a padded row: the masking switches show
+
+
+def _config_probe(**kw):
+    """A tiny built model (seed 0) and its initial weights."""
+    keras.utils.set_random_seed(0)
+    args = dict(d_model=8, d_ff=16, num_blocks=1, num_heads=2, max_position=32)
+    m = Transformer(19, 19, **{**args, **kw})
+    m.build_all()
+    return m, [w.numpy() for w in m.weights]
+
+
+@pytest.mark.parametrize("name", sorted(CHANGES) + sorted(TRAINING_ONLY))
+def test_a_config_field_changes_the_function_iff_it_is_a_model_key(name):
+    """A MODEL_KEYS field's change gives other weight shapes or, with the same weights
+    (every one redrawn from one seeded generator, so that t5's zero table counts), other
+    inference outputs; a training-only field's change gives neither (so leaving it out of
+    MODEL_KEYS lets no resumed run build another model). embedding_init changes where
+    the weights start, not the function: its change gives other initial weights."""
+    value, needs = {**CHANGES, **TRAINING_ONLY}[name]
+    base, init = _config_probe(**needs)
+    other, init2 = _config_probe(**needs, **{name: value})
+    assert getattr(other.config, name) == value != getattr(base.config, name)
+    if name == "embedding_init":
+        assert any(not np.array_equal(a, b) for a, b in zip(init, init2))
+        return
+    same = [w.shape for w in base.weights] == [w.shape for w in other.weights]
+    if same:
+        rng = np.random.default_rng(0)
+        for a, b in zip(base.weights, other.weights):
+            drawn = rng.normal(0.0, 0.5, size=a.shape).astype(a.dtype)
+            a.assign(drawn)
+            b.assign(drawn)
+        tgt = PROBE_SRC[:, ::-1].copy()
+        out = base((PROBE_SRC, tgt), training=False).numpy()
+        same = np.allclose(out, other((PROBE_SRC, tgt), training=False).numpy(), atol=1e-6)
+    assert same == (name in TRAINING_ONLY)
 
 
 # ---------------------------------------------------------------------------------------

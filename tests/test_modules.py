@@ -15,6 +15,7 @@ import pytest
 import tensorflow as tf
 
 import modules
+import positions
 
 
 # ---------------------------------------------------------------------------------------
@@ -102,14 +103,14 @@ def test_attention_scale_divides_by_sqrt_dk():
 # ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("d_model", [16, 512])
 def test_sinusoid_encoding_formula(d_model):
-    positions = np.array([0, 1, 37, 500, 2000])
-    pe = modules.sinusoid_encoding(tf.constant(positions), d_model).numpy()
-    assert pe.shape == (len(positions), d_model) and pe.dtype == np.float32
+    pos = np.array([0, 1, 37, 500, 2000])
+    pe = positions.sinusoid_encoding(tf.constant(pos), d_model).numpy()
+    assert pe.shape == (len(pos), d_model) and pe.dtype == np.float32
     dims = np.arange(d_model)
-    angle = positions[:, None].astype(np.float64) / 10000.0 ** (2 * (dims // 2) / d_model)
+    angle = pos[:, None].astype(np.float64) / 10000.0 ** (2 * (dims // 2) / d_model)
     ref = np.where(dims % 2 == 0, np.sin(angle), np.cos(angle))
     # float32 angles: absolute error grows like pos * eps
-    tol = 1e-6 + 1e-7 * positions[:, None]
+    tol = 1e-6 + 1e-7 * pos[:, None]
     assert np.all(np.abs(pe - ref) <= tol), np.max(np.abs(pe - ref))
     # explicit spot checks
     np.testing.assert_allclose(pe[0, 0::2], 0.0, atol=1e-7)  # sin(0)
@@ -149,7 +150,7 @@ def test_positional_encoding_layer_offset():
     layer = modules.PositionalEncoding(16, "sinusoid")
     x = tf.zeros((2, 3, 16))
     out = layer(x, offset=1998).numpy()
-    ref = modules.sinusoid_encoding(tf.range(1998, 2001), 16).numpy()
+    ref = positions.sinusoid_encoding(tf.range(1998, 2001), 16).numpy()
     np.testing.assert_allclose(out[0], ref, atol=1e-6)
     np.testing.assert_allclose(out[1], ref, atol=1e-6)
     # learned table: positions past the table reuse its last row

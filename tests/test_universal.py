@@ -209,7 +209,7 @@ def test_checkpoint_and_keras_round_trip(tmp_path):
     np.testing.assert_allclose(again((src, tgt)).numpy(), ref, atol=1e-6)
     m.save(str(tmp_path / "m.keras"))
     loaded = keras.saving.load_model(str(tmp_path / "m.keras"))
-    assert loaded.args["ut_max_steps"] == 4 and loaded.args["act_epsilon"] == 0.05
+    assert loaded.config.ut_max_steps == 4 and loaded.config.act_epsilon == 0.05
     np.testing.assert_allclose(loaded((src, tgt)).numpy(), ref, atol=1e-6)
 
 

@@ -51,7 +51,7 @@ contractions) stay in this module.
 
 Usage::
 
-    python demo_corpus.py --data_dir data/demo --seed 0
+    python -m demo.corpus --data_dir data/demo --seed 0
 
 Public API: :func:`generate_pairs`, :func:`write_demo_corpus`, :func:`main`;
 the loaded tables :data:`NOUNS`, :data:`ADJS`, :data:`PLACES`, :data:`VERBS`;

@@ -1,8 +1,13 @@
-"""relative.py: each relative position family against a reference written from its
+"""positions.py: each relative position family against a reference written from its
 paper's formula with Python loops, translation invariance, the decoding cache in every
 variant, export, and the hparams of the switch."""
 
+import ast
+import glob
 import math
+import os
+import subprocess
+import sys
 
 import keras
 import numpy as np
@@ -13,22 +18,30 @@ import decoding
 import export
 import hparams
 import modules
-import relative
+import positions
 import train
 import translate
-from helpers import check_cached_equals_full, check_greedy_and_beam, rand_ids, tiny, tiny_model
+from helpers import (
+    ROOT,
+    check_cached_equals_full,
+    check_greedy_and_beam,
+    rand_ids,
+    tiny,
+    tiny_model,
+)
 from hparams import UserError
 
 D, H, T = 16, 2, 8  # d_model, heads, positions: distances up to 7 pass k and the buckets
 DK = D // H
 SMALL = dict(max_relative_position=2, t5_buckets=8, t5_max_distance=6)
+RELATIVE = [name for name, family in positions.REGISTRY.items() if family.relative]
 
 
 def attention(kind, causal=False, seed=0):
     """A self-attention sublayer with ``kind`` positions; every weight random (the zero
     initial t5 table and xl u, v would hide their terms)."""
     keras.utils.set_random_seed(seed)
-    stack = relative.StackPosition(kind, D, H, causal, **SMALL)
+    stack = positions.StackPosition(kind, D, H, causal, **SMALL)
     stack.build()
     mha = modules.MultiHeadAttention(D, H, position=stack)
     mha.build((None, None, D), (None, None, D))
@@ -67,13 +80,13 @@ def rotate_ref(vec, pos):
 def naive(mha, x, mask, offset=0):
     """The sublayer's output (N, T, d_model) from the papers' formulas, pair by pair.
     mask (N, T, T) bool: True where query i may attend to key j."""
-    kind, stack, rel = mha.relative.kind, mha.relative.stack, mha.relative
+    kind, stack, rel = mha.relative.stack.kind, mha.relative.stack, mha.relative
     q, k, v = (x @ w.numpy() for w in (mha.w_q, mha.w_k, mha.w_v))  # (N, T, D)
     n_, t_ = x.shape[:2]
     z = np.zeros((n_, t_, D))
-    slopes = relative.alibi_slopes(H)
+    slopes = positions.alibi_slopes(H)
     left = (H + 1) // 2  # alibi_dir's encoder: heads < left look left, the others right
-    dir_slopes = relative.alibi_slopes(left) + relative.alibi_slopes(H - left)
+    dir_slopes = positions.alibi_slopes(left) + positions.alibi_slopes(H - left)
     for n in range(n_):
         for h in range(H):
             cols = slice(h * DK, (h + 1) * DK)
@@ -127,7 +140,7 @@ def masks(causal):
 # each family against its paper
 # ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("kind", relative.KINDS)
+@pytest.mark.parametrize("kind", RELATIVE)
 def test_each_family_equals_its_papers_formula(kind, causal):
     mha = attention(kind, causal)
     x = np.random.default_rng(1).normal(size=(2, T, D)).astype(np.float32)
@@ -147,29 +160,29 @@ def test_t5_buckets_by_hand():
     the query 16 further; the decoder has 32 buckets for the past: 0..15 exact, then
     16 -> 16, 32 -> 21, 64 -> 26, 127+ -> 31; keys after the query fall in bucket 0."""
     d = tf.constant([0, -1, -7, -8, -16, -32, -64, -127, -128, -1000, 1, 7, 16, 1000])
-    enc = relative.t5_bucket(d, 32, 128, bidirectional=True).numpy().tolist()
+    enc = positions.t5_bucket(d, 32, 128, bidirectional=True).numpy().tolist()
     assert enc == [0, 1, 7, 8, 10, 12, 14, 15, 15, 15, 17, 23, 26, 31]
-    dec = relative.t5_bucket(d, 32, 128, bidirectional=False).numpy().tolist()
+    dec = positions.t5_bucket(d, 32, 128, bidirectional=False).numpy().tolist()
     assert dec[:10] == [0, 1, 7, 8, 16, 21, 26, 31, 31, 31] and dec[10:] == [0] * 4
     for x in range(-200, 200):
         for bi in (True, False):
             ref = t5_bucket_ref(x, 32, 128, bi)
-            assert relative.t5_bucket(tf.constant(x), 32, 128, bi).numpy() == ref
+            assert positions.t5_bucket(tf.constant(x), 32, 128, bi).numpy() == ref
 
 
 def test_alibi_slopes_are_the_geometric_sequence():
-    assert relative.alibi_slopes(8) == [2.0**-k for k in range(1, 9)]
-    assert relative.alibi_slopes(4) == [2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8]
+    assert positions.alibi_slopes(8) == [2.0**-k for k in range(1, 9)]
+    assert positions.alibi_slopes(4) == [2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8]
     # 6 heads: the 4 of h = 4, then the odd ones of h = 8
-    assert relative.alibi_slopes(6) == [2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8, 2.0**-1, 2.0**-3]
+    assert positions.alibi_slopes(6) == [2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8, 2.0**-1, 2.0**-3]
 
 
 def test_directional_alibi_by_hand():
     """4 heads: 0 and 1 look left, 2 and 3 right, each pair with ALiBi's slopes of 2 heads
     (2^-4, 2^-8); the other side is masked; the diagonal is open in every head."""
-    dist = relative.distances(tf.range(3), tf.range(3))  # j - i
-    got = relative.directional_alibi(dist, 4).numpy()
-    m = relative.MASK_VALUE
+    dist = positions.distances(tf.range(3), tf.range(3))  # j - i
+    got = positions.directional_alibi(dist, 4).numpy()
+    m = positions.MASK_VALUE
     d = np.array([[0, 1, 2], [1, 0, 1], [2, 1, 0]], np.float32)
     for h, slope in enumerate([2.0**-4, 2.0**-8, 2.0**-4, 2.0**-8]):
         want = -slope * d
@@ -177,7 +190,7 @@ def test_directional_alibi_by_hand():
         want[hidden] = m
         np.testing.assert_array_equal(got[h], want)
     # 3 heads: two look left (the slopes of 2 heads), one right (the slope of 1 head)
-    three = relative.directional_alibi(dist, 3).numpy()
+    three = positions.directional_alibi(dist, 3).numpy()
     assert three[0, 2, 1] == -(2.0**-4) and three[1, 2, 1] == -(2.0**-8)
     assert three[2, 1, 2] == -(2.0**-8) and three[2, 2, 1] == m
 
@@ -203,7 +216,7 @@ def test_relative_shift_is_exact_in_both_directions():
     t_q, t_k = 3, 5
     dist = (t_q - 1) - np.arange(t_q + t_k - 1)  # largest first: 2 .. -4
     x = np.tile(dist, (1, 1, t_q, 1)).astype(np.float32) * 10 + np.arange(t_q)[:, None]
-    got = relative.relative_shift(tf.constant(x), t_k).numpy()[0, 0]
+    got = positions.relative_shift(tf.constant(x), t_k).numpy()[0, 0]
     want = (np.arange(t_q)[:, None] - np.arange(t_k)[None]) * 10 + np.arange(t_q)[:, None]
     np.testing.assert_array_equal(got, want)
 
@@ -213,20 +226,20 @@ def test_rotary_scores_depend_on_the_distance_alone():
     q, k = rng.normal(size=(1, 1, 1, DK)), rng.normal(size=(1, 1, 1, DK))
 
     def score(i, j):
-        a = relative.rotate(tf.constant(q, tf.float32), tf.constant([i]))
-        b = relative.rotate(tf.constant(k, tf.float32), tf.constant([j]))
+        a = positions.rotate(tf.constant(q, tf.float32), tf.constant([i]))
+        b = positions.rotate(tf.constant(k, tf.float32), tf.constant([j]))
         return float(tf.reduce_sum(a * b))
 
     assert score(3, 1) == pytest.approx(score(10, 8), abs=1e-5)
     assert abs(score(3, 1) - score(3, 2)) > 1e-3
-    got = relative.rotate(tf.constant(q, tf.float32), tf.constant([5]))[0, 0, 0]
+    got = positions.rotate(tf.constant(q, tf.float32), tf.constant([5]))[0, 0, 0]
     np.testing.assert_allclose(got, rotate_ref(q[0, 0, 0], 5), atol=1e-6)
 
 
 # ---------------------------------------------------------------------------------------
 # translation invariance
 # ---------------------------------------------------------------------------------------
-@pytest.mark.parametrize("kind", relative.KINDS)
+@pytest.mark.parametrize("kind", RELATIVE)
 def test_shifting_every_position_leaves_relative_attention_unchanged(kind):
     mha = attention(kind)
     x = tf.random.stateless_normal((2, T, D), seed=(3, 4))
@@ -256,7 +269,7 @@ def test_no_absolute_position_unless_asked():
     np.testing.assert_array_equal(got.numpy(), emb.numpy())
     both = tiny_model(position="shaw", position_add_absolute=True)
     got = both._embed(ids, both.src_embedding, both.src_position, both.src_dropout, False)
-    want = both.src_embedding(ids) + modules.sinusoid_encoding(tf.range(4), 32)[None]
+    want = both.src_embedding(ids) + positions.sinusoid_encoding(tf.range(4), 32)[None]
     np.testing.assert_allclose(got.numpy(), want.numpy(), atol=1e-6)
 
 
@@ -294,7 +307,7 @@ TGT = np.array([[2, 5, 6, 7, 8, 9, 10, 11, 12], [2, 9, 4, 0, 0, 0, 0, 0, 0]], np
 
 
 @pytest.mark.parametrize("model_type", ["transformer", "weighted", "universal"])
-@pytest.mark.parametrize("kind", relative.KINDS)
+@pytest.mark.parametrize("kind", RELATIVE)
 def test_cache_equals_full_pass(kind, model_type):
     """Teacher forcing, position by position on the cache, past the clipping distance."""
     m = relative_model(kind, model_type=model_type)
@@ -303,13 +316,13 @@ def test_cache_equals_full_pass(kind, model_type):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("model_type", ["transformer", "weighted"])
-@pytest.mark.parametrize("kind", relative.KINDS)
+@pytest.mark.parametrize("kind", RELATIVE)
 def test_greedy_and_beam_on_the_cache(kind, model_type):
     m = relative_model(kind, seed=3, model_type=model_type)
     check_greedy_and_beam(m, rand_ids(np.random.default_rng(5), (3, 6), 23), extra=6)
 
 
-@pytest.mark.parametrize("kind", relative.KINDS)
+@pytest.mark.parametrize("kind", RELATIVE)
 def test_mixed_precision_follows_float32(kind):
     """Under mixed_bfloat16 (matmuls in bfloat16, the relative biases and the softmax in
     float32) each family gives the float32 logits to bfloat16's precision, and decodes."""
@@ -351,6 +364,91 @@ def test_export_with_relative_positions(demo_prepro, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------
+# the registry: a new family is one class in one file
+# ---------------------------------------------------------------------------------------
+class Sides(positions.Encoding):
+    """A toy relative family, defined here alone: one learned logit bias per head for
+    keys on the left of the query, on it and on its right (a table per stack)."""
+
+    name, relative = "sides", True
+
+    def build_stack(self, stack):
+        stack.sides = stack.add_weight(name="sides", shape=(3, stack.num_heads))
+
+    def terms(self, layer, q, q_pos, k_pos, div):
+        side = tf.sign(positions.distances(q_pos, k_pos)) + 1  # (T_q, T_k) in 0, 1, 2
+        return q, tf.transpose(tf.gather(layer.stack.sides.value, side), (2, 0, 1)), None
+
+
+@pytest.fixture
+def sides():
+    positions.register(Sides)
+    yield Sides
+    del positions.REGISTRY[Sides.name]
+
+
+def test_a_family_in_a_test_file_trains_a_step_and_decodes(sides, demo_prepro, tmp_path):
+    """Registered, the toy family is a valid --position: the trainer builds the model
+    with it, one update moves its weights, and greedy decoding runs with the cache."""
+    assert "sides" in hparams.CHOICES["position"]
+    hp = hparams.apply(demo_prepro, {"position": "sides", "logdir": str(tmp_path / "log")})
+    tok = train.data_load.load_tokenizer(hp)
+    trainer = train.Trainer(hp, tok, tf.distribute.get_strategy(), "float32")
+    model = trainer.model
+    assert not model.absolute and model.src_relative.family.name == "sides"
+    table = model.src_relative.sides
+    before = table.numpy().copy()
+    rng = np.random.default_rng(0)
+    src = rand_ids(rng, (4, 7), tok.src_vocab_size)
+    tgt = rand_ids(rng, (4, 6), tok.tgt_vocab_size)
+    stats = trainer.train_step(src, tgt[:, :-1], tgt[:, 1:])
+    assert np.isfinite(stats.loss_sum) and stats.tokens == 20
+    assert np.abs(table.numpy() - before).max() > 0
+    check_cached_equals_full(model, src, tgt)
+
+
+def test_the_registry_gives_the_choices_and_the_checks(sides):
+    """hparams' position choices are the registry's names (also before positions.py is
+    imported: its built-in tuple names the same families); each family's check runs in
+    hparams.apply."""
+    assert list(hparams.CHOICES["position"]) == list(positions.REGISTRY)
+    with pytest.raises(UserError, match="--position must be one of"):
+        hparams.apply(hparams.Hparams(), {"position": "sidez"})
+    code = "import hparams; print(','.join(hparams.CHOICES['position']))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert out.stdout.strip().split(",") == [n for n in positions.REGISTRY if n != "sides"]
+    assert hparams.apply(hparams.Hparams(), {"position": "sides"}).position == "sides"
+    with pytest.raises(UserError, match="position=learned is absolute already"):
+        hparams.apply(hparams.Hparams(), {"position": "learned", "position_add_absolute": True})
+
+
+def test_no_module_outside_the_registry_compares_a_position_name():
+    """Outside positions.py, no project module compares a position setting (a name with
+    'position' or 'kind' in it) with a family's name: they ask the family instead."""
+    names = set(positions.REGISTRY)
+    found = []
+    for path in sorted(glob.glob(os.path.join(ROOT, "*.py"))):
+        if os.path.basename(path) == "positions.py":
+            continue
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Compare):
+                continue
+            sides = [node.left, *node.comparators]
+            texts = [ast.unparse(x) for x in sides]
+            constants = {
+                c.value
+                for x in sides
+                for c in ast.walk(x)
+                if isinstance(c, ast.Constant) and isinstance(c.value, str)
+            }
+            if constants & names and any("position" in t or "kind" in t for t in texts):
+                found.append(f"{os.path.basename(path)}:{node.lineno} {ast.unparse(node)}")
+    assert found == []
+
+
+# ---------------------------------------------------------------------------------------
 # hparams
 # ---------------------------------------------------------------------------------------
 def test_hparams_of_the_switch():
@@ -364,7 +462,7 @@ def test_hparams_of_the_switch():
     assert not hp.position_add_absolute
     keys = ("max_relative_position", "t5_buckets", "t5_max_distance", "position_add_absolute")
     assert set(keys) <= set(hparams.MODEL_KEYS)
-    assert set(relative.KINDS) <= set(hparams.CHOICES["position"])
+    assert set(RELATIVE) <= set(hparams.CHOICES["position"])
     assert hparams.apply(hp, {"position": "xl", "t5_buckets": "16"}).t5_buckets == 16
     assert hparams.apply(hp, {"sinusoid": "false"}).position == "learned"
 
