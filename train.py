@@ -229,12 +229,47 @@ class Interrupt:
             self.abandonable = False
 
 
+class LossScale:
+    """Dynamic loss scaling (mixed_float16 only), over Keras' LossScaleOptimizer: the loss
+    is multiplied by a scale before its gradients are taken, so that small float16
+    gradients do not underflow; an update whose gradients overflow is skipped and halves
+    the scale. With ``on`` False (float32, mixed_bfloat16) every method is the identity,
+    so the update reads the same in every precision."""
+
+    def __init__(self, optimizer, on: bool):
+        self.optimizer, self.on = optimizer, on
+
+    def scale(self, loss):
+        """The loss whose gradients are taken."""
+        return self.optimizer.scale_loss(loss) if self.on else loss
+
+    def factor(self):
+        """The current scale, float32 (1.0 when off)."""
+        return tf.cast(self.optimizer.scale_loss(1.0), tf.float32) if self.on else 1.0
+
+    def halve(self) -> None:
+        """An update was skipped: halve the scale (what the optimizer does on overflow)."""
+        if self.on:
+            self.optimizer.step_counter.assign(0)
+            self.optimizer.dynamic_scale.assign(self.optimizer.dynamic_scale * 0.5)
+
+    def overflow(self, skipped, bad, scale):
+        """1.0 where a skip was the scale's normal overflow (the loss itself finite and
+        the scale still above 1), else 0.0."""
+        if not self.on:
+            return tf.constant(0.0)
+        return skipped * tf.cast(tf.logical_and(bad[1] == 0.0, scale > 1.0), tf.float32)
+
+    def value(self) -> float | None:
+        """The scale now, for the logs (None when off)."""
+        return float(self.optimizer.dynamic_scale.numpy()) if self.on else None
+
+
 class Trainer:
     """Model, optimizers, checkpoints and the compiled train step of one run."""
 
     def __init__(self, hp: hparams.Hparams, tok, strategy, precision: str):
-        self.hp, self.tok, self.strategy = hp, tok, strategy
-        self.loss_scaling = precision == "mixed_float16"
+        self.hp, self.tok, self.strategy, self.precision = hp, tok, strategy, precision
         self.replicas = strategy.num_replicas_in_sync
         self.multi_worker = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
         with strategy.scope():
@@ -253,8 +288,9 @@ class Trainer:
             hp.lr_schedule, hp.d_model, hp.warmup_steps, hp.lr, hp.cooldown
         )
         self.optimizer = keras.optimizers.Adam(self.schedule, **adam)
-        if self.loss_scaling:
+        if self.precision == "mixed_float16":
             self.optimizer = keras.optimizers.LossScaleOptimizer(self.optimizer)
+        self.loss_scale = LossScale(self.optimizer, self.precision == "mixed_float16")
         groups = model.variant.optimizer_groups(model, hp)
         self.schedules = {name: schedule for name, (_, schedule) in groups.items()}
         self.group_of = {id(v): name for name, (vs, _) in groups.items() for v in vs}
@@ -379,18 +415,27 @@ class Trainer:
         return total._replace(**{k: v / n for k, v in mean.items()})
 
     def _replica_step(self, src, dec_in, labels, stop) -> StepStats:
-        """One replica's share: its loss over the global number of target tokens, so that
-        the replicas' summed gradients are the single-device gradient."""
-        ctx = tf.distribute.get_replica_context()
+        """One update from this replica's rows, the path of every training batch:
+
+        1. the label-smoothed loss (5.4) per target token of the whole batch (every
+           replica's tokens, so that the replicas' summed gradients are the one-device
+           gradient), plus the variant's extra term, once in all;
+        2. its gradients (of the scaled loss under mixed_float16: :class:`LossScale`);
+        3. :meth:`apply_gradients`: skipped if not finite, else clipped and applied.
+        Returns the batch's StepStats, with the update's and ``stop`` (this worker was
+        asked to stop)."""
         with tf.GradientTape() as tape:
             sums = self.loss_sums(src, dec_in, labels, training=True)
-            global_tokens = ctx.all_reduce("sum", sums.tokens) if ctx else sums.tokens
-            loss = sums.loss_sum / tf.maximum(global_tokens, 1.0)
-            loss += self.model.variant.extra_loss(self.model) / self.replicas  # once in all
-            scaled = self.optimizer.scale_loss(loss) if self.loss_scaling else loss
+            loss = sums.loss_sum / tf.maximum(self._sum_replicas(sums.tokens), 1.0)
+            loss += self.model.variant.extra_loss(self.model) / self.replicas
+            scaled = self.loss_scale.scale(loss)
         grads = tape.gradient(scaled, self.model.trainable_variables)
         norm, skipped, scale_skip = self.apply_gradients(grads, loss)
         return sums._replace(grad_norm=norm, skipped=skipped, scale_skip=scale_skip, stop=stop)
+
+    def _sum_replicas(self, x):
+        """x summed over the replicas (x itself on one device)."""
+        return tf.distribute.get_replica_context().all_reduce("sum", x) if self.replicas > 1 else x
 
     def loss_sums(self, src, dec_in, labels, training) -> StepStats:
         """Label-smoothed loss (5.4), cross-entropy and correct tokens summed over the
@@ -409,40 +454,30 @@ class Trainer:
         return StepStats(*[tf.reduce_sum(x * weight) for x in (losses, nll, weight, correct)])
 
     def apply_gradients(self, grads, loss):
-        """Clip (optional) and apply the gradients (loss-scaled under mixed_float16; the
-        optimizer unscales them) with Adam and every optimizer group of the variant - or
-        skip the update everywhere when the loss or a gradient holds a NaN or an Inf.
-
-        The skip is decided on the all-reduced flags of every replica (a NaN or Inf in
-        any replica's gradients makes the summed gradient non-finite), so every replica
-        skips the same steps; a skipped step changes no weight, no optimizer slot and no
-        step count. Under mixed_float16 a skip also halves the loss scale (what the
-        loss-scale optimizer does on an overflow); it is normal, and not counted
-        (``scale_skip``), when the loss itself is finite and the scale still above 1.
-        Returns (global gradient norm (this replica's share), skipped, scale_skip) as
-        float32 scalars.
-        """
-        scale = tf.cast(self.optimizer.scale_loss(1.0), tf.float32) if self.loss_scaling else 1.0
+        """The gradients' global norm; if it or the loss is a NaN or an Inf on any
+        replica, no update anywhere (no weight, optimizer slot or step count changes, and
+        the loss scale halves); else clipped to ``clip_norm`` (if set) and applied by Adam
+        and the variant's optimizer groups. Returns (global gradient norm (this replica's
+        share), skipped, scale_skip) as float32 scalars: scale_skip marks a skip that was
+        the loss scale's normal overflow (not counted as a bad step)."""
+        scale = self.loss_scale.factor()
         norm = tf.linalg.global_norm(grads) / scale
         loss = tf.cast(loss, tf.float32)
+        # all-reduced, so every replica skips the same updates
         bad = tf.cast(tf.logical_not(tf.math.is_finite(tf.stack([norm, loss]))), tf.float32)
-        ctx = tf.distribute.get_replica_context()
-        if self.replicas > 1:
-            bad = ctx.all_reduce("sum", bad)
+        bad = self._sum_replicas(bad)
         finite = tf.equal(bad[0] + bad[1], 0.0)
         if self.hp.clip_norm > 0:
             grads, _ = tf.clip_by_global_norm(grads, self.hp.clip_norm * scale, norm * scale)
-        self._apply_if(finite, list(grads), scale)
+        self._update_or_skip(finite, list(grads), scale)
         skipped = 1.0 - tf.cast(finite, tf.float32)
-        if not self.loss_scaling:
-            return norm, skipped, tf.constant(0.0)
-        overflow = skipped * tf.cast(tf.logical_and(bad[1] == 0.0, scale > 1.0), tf.float32)
+        overflow = self.loss_scale.overflow(skipped, bad, scale)
         return norm, skipped - overflow, overflow
 
-    def _apply_if(self, finite, grads, scale) -> None:
+    def _update_or_skip(self, finite, grads, scale) -> None:
         """The update of every optimizer if ``finite`` (the same on every replica), else
-        nothing (and, under loss scaling, half the scale). The condition is evaluated in
-        cross-replica context where the strategy updates variables through merge_call
+        the loss scale's halving. With several replicas the condition is evaluated in
+        cross-replica context, where the strategy updates variables through merge_call
         (a branch may not hold a merge_call in replica context)."""
         variables = self.model.trainable_variables
 
@@ -453,18 +488,17 @@ class Trainer:
                 group = [(g, v) for g, v in pairs if self.group_of.get(id(v)) == name]
                 optimizer.apply_gradients([(g / scale, v) for g, v in group])  # unscaled here
 
-        def skip():
-            if self.loss_scaling:
-                self.optimizer.step_counter.assign(0)
-                self.optimizer.dynamic_scale.assign(self.optimizer.dynamic_scale * 0.5)
-
         if tf.__internal__.distribute.strategy_supports_no_merge_call():
-            tf.cond(finite, lambda: update(grads), skip)
+            tf.cond(finite, lambda: update(grads), self.loss_scale.halve)
             return
 
         def cross_replica(strategy, finite, grads):
             finite = strategy.experimental_local_results(finite)[0]  # equal on every replica
-            tf.cond(finite, lambda: strategy.extended.call_for_each_replica(update, (grads,)), skip)
+            tf.cond(
+                finite,
+                lambda: strategy.extended.call_for_each_replica(update, (grads,)),
+                self.loss_scale.halve,
+            )
 
         tf.distribute.get_replica_context().merge_call(cross_replica, args=(finite, grads))
 
@@ -498,7 +532,7 @@ class Trainer:
             # the variant's term, weighted by the batch's tokens: once per update in all
             extra = self.model.variant.extra_loss(self.model) * sums.tokens
             per_budget += extra / float(self.hp.tokens_per_batch)
-            scaled = self.optimizer.scale_loss(per_budget) if self.loss_scaling else per_budget
+            scaled = self.loss_scale.scale(per_budget)
         grads = tape.gradient(scaled, self.model.trainable_variables)
         for acc, grad in zip(self.accum, grads):
             acc.assign_add(tf.convert_to_tensor(grad))
@@ -770,7 +804,7 @@ class Health:
             file=sys.stderr,
         )
         with summaries_at(self.writer, step, hp):
-            summaries.skipped_updates(int(trainer.skipped_steps), self.loss_scale())
+            summaries.skipped_updates(int(trainer.skipped_steps), trainer.loss_scale.value())
         if hp.max_bad_steps and self.in_a_row >= hp.max_bad_steps:
             raise UserError(
                 f"{self.in_a_row} updates in a row after step {step} had a NaN or Inf loss or "
@@ -780,11 +814,6 @@ class Health:
                 f"batches {batch - self.in_a_row + 1}-{batch}); the last good checkpoint "
                 f"{trainer.latest_checkpoint} is kept"
             )
-
-    def loss_scale(self) -> float | None:
-        if not self.trainer.loss_scaling:
-            return None
-        return float(self.trainer.optimizer.dynamic_scale.numpy())
 
 
 @contextlib.contextmanager
@@ -994,7 +1023,7 @@ def log_progress(run: Run, bar, window: Window, stats: StepStats, step: int) -> 
     with summaries_at(run.writer, step, run.hp):
         summaries.train_scalars(means, stats.grad_norm, lr)
         summaries.budget(run.budget.fraction(step), trainer.seconds_used())
-        summaries.skipped_updates(int(trainer.skipped_steps), run.health.loss_scale())
+        summaries.skipped_updates(int(trainer.skipped_steps), trainer.loss_scale.value())
         trainer.model.variant.summaries(trainer.model, step, trainer.schedules)
     return Window()
 

@@ -5,6 +5,17 @@ three steps, trained for three epochs (plain helpers are in helpers.py)."""
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow is imported
+# TensorFlow's C++ start-up lines, which TF_CPP_MIN_LOG_LEVEL cannot hide (cli.NOISE), go
+# to /dev/null while it loads: under pytest-xdist the controlling process imports this
+# file before any output capture (a Python error of the import is still raised)
+_stderr, _null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+os.dup2(_null, 2)
+try:
+    import tensorflow  # noqa: F401
+finally:
+    os.dup2(_stderr, 2)
+    os.close(_stderr)
+    os.close(_null)
 
 import keras
 import pytest

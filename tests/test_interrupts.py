@@ -7,6 +7,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -181,6 +182,8 @@ def test_interrupted_run_resumes_to_the_same_weights(demo_prepro, tmp_path, caps
     straight = train.train(tiny(str(tmp_path / "straight"), max_steps=26, **base))
     hp = tiny(str(tmp_path / "resumed"), max_steps=12, **base)
     assert train.train(hp)["step"] == 12
+    old = hparams.apply(hp, {"logdir": str(tmp_path / "old")})
+    shutil.copytree(hp.logdir, old.logdir)  # the same 12 steps, for the resume below
     resumed = train.train(hparams.apply(hp, {"max_steps": 26}))
     assert resumed["step"] == straight["step"] == 26 and resumed["epoch"] == 1
     a, b = (tf.train.load_checkpoint(s["checkpoint"]) for s in (straight, resumed))
@@ -190,8 +193,6 @@ def test_interrupted_run_resumes_to_the_same_weights(demo_prepro, tmp_path, caps
         np.testing.assert_allclose(a.get_tensor(name), b.get_tensor(name), atol=1e-6, err_msg=name)
     assert rng_counters(straight["checkpoint"]) == rng_counters(resumed["checkpoint"]) == [26]
     # the same resume from a checkpoint without the dropout state
-    old = tiny(str(tmp_path / "old"), max_steps=12, **base)
-    train.train(old)
     strategy = tf.distribute.get_strategy()
     trainer = train.Trainer(old, data_load.load_tokenizer(old), strategy, "float32")
     trainer.restore()
@@ -389,7 +390,10 @@ def test_sigkill_at_random_moments_loses_no_checkpoint(demo_prepro, tmp_path):
         assert status == 130 and "stopped by SIGINT" in out, err[-2000:]
         check_resume(out)
         expected = latest_step(hp.logdir)
-        # the last life runs to the end
+        # the last life runs to the end, a few steps past the newest checkpoint (max_steps
+        # is a budget: a resumed run may change it)
+        end = latest_step(hp.logdir) + 4
+        lives.hp = hparams.apply(hp, {"max_steps": end})
         lives.start()
         status, out, err = lives.wait()
         assert status == 0, err[-3000:]
@@ -398,9 +402,9 @@ def test_sigkill_at_random_moments_loses_no_checkpoint(demo_prepro, tmp_path):
         if lives.alive():
             os.kill(lives.pid, signal.SIGKILL)
         lives.close()
-    assert "max_steps=200 reached; step 200;" in out
-    assert latest_step(hp.logdir) == 200
-    assert decoding.load_run(hp.logdir, {}, "last")[3].endswith("ckpt-200")
+    assert f"max_steps={end} reached; step {end};" in out
+    assert latest_step(hp.logdir) == end
+    assert decoding.load_run(hp.logdir, {}, "last")[3].endswith(f"ckpt-{end}")
     assert resumes + fresh + early == lives.count and fresh <= 2 and lost == 0
     print(
         f"\nkill loop: {kills} SIGKILLs ({early} before the restore, {idle} before a first "
