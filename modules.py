@@ -20,10 +20,11 @@ import keras
 import tensorflow as tf
 
 import fast_ops
+import hparams
 import positions
 
 MASK_VALUE = positions.MASK_VALUE  # masked attention logits get this value (positions.py)
-LAYER_NORM_EPSILON = 1e-6
+LAYER_NORM_EPSILON = hparams.ModelConfig.layer_norm_epsilon  # the paper's model's
 
 cast = fast_ops.cast
 
