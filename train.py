@@ -269,16 +269,16 @@ class Trainer:
     """Model, optimizers, checkpoints and the compiled train step of one run."""
 
     def __init__(self, hp: hparams.Hparams, tok, strategy, precision: str):
-        self.hp, self.tok, self.strategy, self.precision = hp, tok, strategy, precision
+        self.hp, self.tok, self.strategy = hp, tok, strategy
         self.replicas = strategy.num_replicas_in_sync
         self.multi_worker = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
         with strategy.scope():
             self.model = Transformer.from_hparams(hp, tok.src_vocab_size, tok.tgt_vocab_size)
-            self._build_optimizers()
+            self._build_optimizers(loss_scaling=precision == "mixed_float16")
         self._build_checkpoints()
         self._build_steps()
 
-    def _build_optimizers(self) -> None:
+    def _build_optimizers(self, loss_scaling: bool) -> None:
         """Adam with the run's schedule (5.3) for the model's variables, and one more Adam
         per optimizer group of the model variant (the Weighted Transformer's kappa and
         alpha) with that group's schedule."""
@@ -288,9 +288,9 @@ class Trainer:
             hp.lr_schedule, hp.d_model, hp.warmup_steps, hp.lr, hp.cooldown
         )
         self.optimizer = keras.optimizers.Adam(self.schedule, **adam)
-        if self.precision == "mixed_float16":
+        if loss_scaling:
             self.optimizer = keras.optimizers.LossScaleOptimizer(self.optimizer)
-        self.loss_scale = LossScale(self.optimizer, self.precision == "mixed_float16")
+        self.loss_scale = LossScale(self.optimizer, loss_scaling)
         groups = model.variant.optimizer_groups(model, hp)
         self.schedules = {name: schedule for name, (_, schedule) in groups.items()}
         self.group_of = {id(v): name for name, (vs, _) in groups.items() for v in vs}
@@ -1205,7 +1205,7 @@ def average_last(hp, trainer: Trainer, dev: Dev, translator) -> dict | None:
 
 def record_default(hp, trainer: Trainer, averaged: dict | None) -> None:
     """``<logdir>/best.json``: the model eval.py, translate.py and export.py load by
-    default (decoding.default_checkpoint): the average where it won on dev, else the
+    default (checkpoints.choose_checkpoint): the average where it won on dev, else the
     best checkpoint by dev BLEU."""
     if averaged and averaged["wins"]:
         path, bleu = averaged["path"], averaged["dev_bleu"]
