@@ -210,32 +210,48 @@ class Transformer(keras.Model):
         queries = modules.query_padding_mask(ids) if self.query_masking else None
         return modules.padding_mask(ids), queries
 
-    def encode(self, src, training=False, return_attention=False):
-        """src (N, T1) ids -> memory (N, T1, d_model), mask (N, 1, 1, T1) [, weights]."""
+    @staticmethod
+    def _run_layer(layer, extras, *args, **kwargs):
+        """One stack layer called with ``return_attention=True``: (output, weights). A
+        layer may return a third element, a dict of tensors it reports for this pass (the
+        Universal Transformer's ponder cost); it goes into ``extras`` (when given) under
+        the layer's name, for Variant.extra_loss and Variant.per_token."""
+        x, w, *reported = layer(*args, return_attention=True, **kwargs)
+        if reported and extras is not None:
+            extras[layer.name] = reported[0]
+        return x, w
+
+    def encode(self, src, training=False, return_attention=False, extras=None):
+        """src (N, T1) ids -> memory (N, T1, d_model), mask (N, 1, 1, T1) [, weights].
+        ``extras``: a dict that receives what the layers report (see _run_layer)."""
         mask, query_mask = self.masks(src)
         x = self._embed(src, self.src_embedding, self.src_position, self.src_dropout, training)
         weights = []
         for layer in self.encoder_layers:
-            x, w = layer(x, mask, training=training, return_attention=True, query_mask=query_mask)
+            x, w = self._run_layer(layer, extras, x, mask, training=training, query_mask=query_mask)
             weights.append(w)
         if self.norm == "pre":
             x = self.encoder_norm(x)
         return (x, mask, weights) if return_attention else (x, mask)
 
-    def decode(self, tgt_in, memory, memory_mask, training=False, return_attention=False):
-        """tgt_in (N, T2) ids -> decoder output (N, T2, d_model) before the projection."""
+    def decode(
+        self, tgt_in, memory, memory_mask, training=False, return_attention=False, extras=None
+    ):
+        """tgt_in (N, T2) ids -> decoder output (N, T2, d_model) before the projection
+        [, weights]; ``extras`` as in :meth:`encode`."""
         x = self._embed(tgt_in, self.tgt_embedding, self.tgt_position, self.tgt_dropout, training)
         self_mask = modules.causal_mask(tf.shape(tgt_in)[1])
         query_mask = self.masks(tgt_in)[1]
         weights = []
         for layer in self.decoder_layers:
-            x, w = layer(
+            x, w = self._run_layer(
+                layer,
+                extras,
                 x,
                 memory,
                 self_mask,
                 memory_mask,
                 training=training,
-                return_attention=True,
                 query_mask=query_mask,
             )
             weights.append(w)

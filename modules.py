@@ -791,9 +791,12 @@ class Variant:
     def decoder_layer(self, **args) -> keras.layers.Layer:
         return DecoderLayer(**args)
 
-    def extra_loss(self, model):
+    def extra_loss(self, model, extras: dict):
         """A scalar float32 added once to the mean training loss of each update (with
-        several replicas or accumulated batches, the trainer splits it among them)."""
+        several replicas or accumulated batches, the trainer splits it among them).
+        ``extras``: what the model's layers reported in this forward pass, {layer name:
+        {name: tensor}} (Transformer.encode / decode), so that each replica's loss reads
+        its own pass."""
         return tf.constant(0.0, tf.float32)
 
     def optimizer_groups(self, model, hp) -> dict:
@@ -807,8 +810,8 @@ class Variant:
     def specs_lines(self, model) -> list[str]:
         return []
 
-    def per_token(self, model, stack: str):
-        """A value per token of ``stack``'s ("encoder" | "decoder") last forward pass,
-        (N, T), that the attention figures draw as bars (the Universal Transformer's ACT
-        steps), or None."""
+    def per_token(self, model, stack: str, extras: dict):
+        """A value per token of ``stack`` ("encoder" | "decoder") in the forward pass
+        whose layer reports are ``extras`` (as in :meth:`extra_loss`), (N, T), that the
+        attention figures draw as bars (the Universal Transformer's ACT steps), or None."""
         return None

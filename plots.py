@@ -65,15 +65,15 @@ def attention(model, tok, sentence: str, max_len_extra: int, greedy=None) -> Att
     out = greedy(src, tf.constant(max_len_extra, tf.int32)).numpy()[0]
     out = [int(t) for t in out if t != data_load.PAD_ID]
     tgt_in = [data_load.BOS_ID] + out[:-1]  # one decoder position per output token
-    memory, mask, enc_w = model.encode(src, return_attention=True)
+    extras = {}
+    memory, mask, enc_w = model.encode(src, return_attention=True, extras=extras)
+    tgt = tf.constant([tgt_in], tf.int32)
+    _, dec_w = model.decode(tgt, memory, mask, return_attention=True, extras=extras)
     ponder = {}
-    steps = model.variant.per_token(model, "encoder")
-    if steps is not None:
-        ponder["source"] = steps.numpy()[0]
-    _, dec_w = model.decode(tf.constant([tgt_in], tf.int32), memory, mask, return_attention=True)
-    steps = model.variant.per_token(model, "decoder")
-    if steps is not None:
-        ponder["translation"] = steps.numpy()[0]
+    for stack, side in (("encoder", "source"), ("decoder", "translation")):
+        steps = model.variant.per_token(model, stack, extras)
+        if steps is not None:
+            ponder[side] = steps.numpy()[0]
     maps = {
         "encoder_self": [w.numpy()[0] for w in enc_w],
         "decoder_self": [w[0].numpy()[0] for w in dec_w],

@@ -425,9 +425,10 @@ class Trainer:
         Returns the batch's StepStats, with the update's and ``stop`` (this worker was
         asked to stop)."""
         with tf.GradientTape() as tape:
-            sums = self.loss_sums(src, dec_in, labels, training=True)
+            extras = {}  # what the layers report for this pass (the ponder cost)
+            sums = self.loss_sums(src, dec_in, labels, training=True, extras=extras)
             loss = sums.loss_sum / tf.maximum(self._sum_replicas(sums.tokens), 1.0)
-            loss += self.model.variant.extra_loss(self.model) / self.replicas
+            loss += self.model.variant.extra_loss(self.model, extras) / self.replicas
             scaled = self.loss_scale.scale(loss)
         grads = tape.gradient(scaled, self.model.trainable_variables)
         norm, skipped, scale_skip = self.apply_gradients(grads, loss)
@@ -437,11 +438,11 @@ class Trainer:
         """x summed over the replicas (x itself on one device)."""
         return tf.distribute.get_replica_context().all_reduce("sum", x) if self.replicas > 1 else x
 
-    def loss_sums(self, src, dec_in, labels, training) -> StepStats:
+    def loss_sums(self, src, dec_in, labels, training, extras=None) -> StepStats:
         """Label-smoothed loss (5.4), cross-entropy and correct tokens summed over the
-        non-PAD targets, and their count."""
-        memory, mask = self.model.encode(src, training=training)
-        hidden = self.model.decode(dec_in, memory, mask, training=training)  # (N, T2, d)
+        non-PAD targets, and their count; ``extras`` receives what the layers report."""
+        memory, mask = self.model.encode(src, training=training, extras=extras)
+        hidden = self.model.decode(dec_in, memory, mask, training=training, extras=extras)
         real = tf.not_equal(labels, data_load.PAD_ID)
         if self.hp.jit_compile:  # XLA needs static shapes: every position, PAD weighted 0
             hidden = tf.reshape(hidden, (-1, self.model.d_model))
@@ -525,12 +526,13 @@ class Trainer:
     def _accumulate(self, src, dec_in, labels) -> StepStats:
         """Add this batch's gradients of the summed loss to the accumulators."""
         with tf.GradientTape() as tape:
-            sums = self.loss_sums(src, dec_in, labels, training=True)
+            extras = {}
+            sums = self.loss_sums(src, dec_in, labels, training=True, extras=extras)
             # divided by the token budget so that float16 gradients keep the magnitude
             # of a per-token mean (the update divides by the real token count)
             per_budget = sums.loss_sum / float(self.hp.tokens_per_batch)
             # the variant's term, weighted by the batch's tokens: once per update in all
-            extra = self.model.variant.extra_loss(self.model) * sums.tokens
+            extra = self.model.variant.extra_loss(self.model, extras) * sums.tokens
             per_budget += extra / float(self.hp.tokens_per_batch)
             scaled = self.loss_scale.scale(per_budget)
         grads = tape.gradient(scaled, self.model.trainable_variables)

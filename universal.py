@@ -27,8 +27,6 @@ included), exactly as in the full pass.
 
 from __future__ import annotations
 
-import threading
-
 import keras
 import tensorflow as tf
 
@@ -36,24 +34,6 @@ import modules
 import positions
 
 cast = modules.cast
-
-# The ponder cost and steps of the latest forward pass of each stack, per thread: under a
-# MirroredStrategy the replicas trace in threads of their own, so each replica's loss
-# reads its own stack's cost (Variant.extra_loss).
-_PONDER = threading.local()
-
-
-def _record() -> dict:
-    """{id(stack): (ponder cost (), steps used (N, T))} of this thread."""
-    if not hasattr(_PONDER, "by_stack"):
-        _PONDER.by_stack = {}
-    return _PONDER.by_stack
-
-
-def last_ponder(stack):
-    """The steps used per position (N, T) in the latest forward pass of ``stack`` (a
-    UniversalEncoder or UniversalDecoder with ACT) in this thread."""
-    return _record()[id(stack)][1]
 
 
 def act_step(p, halting, remainders, n_updates, last: bool, threshold: float):
@@ -173,22 +153,28 @@ class _Recurrent(keras.layers.Layer):
         return cast(output, x.dtype), n_updates, remainders
 
     def recur(self, x, real, apply, training=False):
-        """:meth:`ponder_loop` over a whole sequence, recording the ponder cost over the
-        real tokens (real: (N, T) float32, 1 for a real token). Returns the output."""
+        """:meth:`ponder_loop` over a whole sequence (real: (N, T) float32, 1 for a real
+        token). Returns (output, report): with ACT the report is this pass's
+        {"ponder_cost": N + R averaged over the real tokens (), "ponder_steps": N (N, T)}
+        (in training its statistics are also kept for TensorBoard); without ACT, None."""
         out, n_updates, remainders = self.ponder_loop(x, apply)
-        if self.act:
-            self.record(n_updates, remainders, real, training)
-        return out
-
-    def record(self, n_updates, remainders, real, training):
-        """Keep this pass's ponder cost (per thread) and, in training, its statistics."""
+        if not self.act:
+            return out, None
         tokens = tf.maximum(tf.reduce_sum(real), 1.0)
         cost = tf.reduce_sum((n_updates + remainders) * real) / tokens
-        _record()[id(self)] = (cost, n_updates)
         if training:
             self.ponder_mean.assign(tf.reduce_sum(n_updates * real) / tokens)
             self.ponder_max.assign(tf.reduce_max(n_updates * real))
             self.ponder_cost.assign(cost)
+        return out, {"ponder_cost": cost, "ponder_steps": n_updates}
+
+    @staticmethod
+    def outputs(out, weights, report, return_attention):
+        """What call returns: out [, weights [, report]] (the report, with ACT, for
+        Transformer._run_layer)."""
+        if not return_attention:
+            return out
+        return (out, weights) if report is None else (out, weights, report)
 
     def get_config(self):
         return {
@@ -226,8 +212,8 @@ class UniversalEncoder(_Recurrent):
             return out
 
         real = tf.cast(mask[:, 0, 0, :], tf.float32)
-        out = self.recur(x, real, apply, training)
-        return (out, found["w"]) if return_attention else out
+        out, report = self.recur(x, real, apply, training)
+        return self.outputs(out, found["w"], report, return_attention)
 
 
 @keras.saving.register_keras_serializable(package="transformer")
@@ -275,8 +261,8 @@ class UniversalDecoder(_Recurrent):
         # PAD positions are the all-zero rows: TokenEmbedding zeroes them and the model
         # adds no position before the stack
         real = tf.cast(tf.reduce_any(tf.not_equal(x, 0), axis=-1), tf.float32)
-        out = self.recur(x, real, apply, training)
-        return (out, found["w"]) if return_attention else out
+        out, report = self.recur(x, real, apply, training)
+        return self.outputs(out, found["w"], report, return_attention)
 
     def init_cache(self, memory, max_len: int) -> dict:
         """Per depth step the self-attention keys/values (N, h, max_len, d_k), the
@@ -347,11 +333,12 @@ class Variant(modules.Variant):
     def stacks(self, model) -> dict:
         return {"encoder": model.encoder_layers[0], "decoder": model.decoder_layers[0]}
 
-    def extra_loss(self, model):
-        """act_loss_weight x (the encoder's + the decoder's mean ponder cost N + R)."""
+    def extra_loss(self, model, extras: dict):
+        """act_loss_weight x (the encoder's + the decoder's mean ponder cost N + R in the
+        pass that reported ``extras``)."""
         if not model.config.act:
             return tf.constant(0.0, tf.float32)
-        costs = [_record()[id(stack)][0] for stack in self.stacks(model).values()]
+        costs = [extras[stack.name]["ponder_cost"] for stack in self.stacks(model).values()]
         return model.config.act_loss_weight * tf.add_n(costs)
 
     def summaries(self, model, step: int, schedules: dict) -> None:
@@ -366,11 +353,11 @@ class Variant(modules.Variant):
             cost += float(stack.ponder_cost)
         tf.summary.scalar("train/act_loss", model.config.act_loss_weight * cost)
 
-    def per_token(self, model, stack: str):
-        """The ACT steps each token used in the last forward pass (N, T); None without
-        ACT."""
+    def per_token(self, model, stack: str, extras: dict):
+        """The ACT steps each token of ``stack`` used in the pass that reported
+        ``extras`` (N, T); None without ACT."""
         layer = self.stacks(model)[stack]
-        return last_ponder(layer) if layer.act else None
+        return extras[layer.name]["ponder_steps"] if layer.act else None
 
     def specs_lines(self, model) -> list[str]:
         c = model.config

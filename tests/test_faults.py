@@ -45,10 +45,10 @@ class Poisoned:
     def __getattr__(self, name):
         return getattr(self.variant, name)
 
-    def extra_loss(self, model):
+    def extra_loss(self, model, extras):
         weight = tf.where(self.flag > 0, self.value, 0.0)
         embeddings = tf.cast(model.tgt_embedding.embeddings, tf.float32)
-        return self.variant.extra_loss(model) + weight * tf.reduce_sum(embeddings)
+        return self.variant.extra_loss(model, extras) + weight * tf.reduce_sum(embeddings)
 
 
 def state(trainer):
@@ -163,7 +163,7 @@ def test_max_bad_steps_stops_and_keeps_the_last_good_checkpoint(demo_prepro, tmp
     )
     calls = tf.Variable(0, trainable=False)
 
-    def extra_loss(self, model):
+    def extra_loss(self, model, extras):
         calls.assign_add(1)
         weight = tf.where(calls > 4, NAN, 0.0)
         return weight * tf.reduce_sum(model.tgt_embedding.embeddings)

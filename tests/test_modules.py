@@ -400,7 +400,7 @@ def test_variant_defaults_are_the_papers_transformer():
     assert type(encoder) is modules.EncoderLayer and type(decoder) is modules.DecoderLayer
     assert isinstance(encoder.ffn, modules.FeedForward)
     assert isinstance(decoder.cross_attn, modules.MultiHeadAttention)
-    extra = variant.extra_loss(None)
+    extra = variant.extra_loss(None, {})
     assert extra.dtype == tf.float32 and float(extra) == 0.0
     assert variant.optimizer_groups(None, None) == {}
     assert variant.specs_lines(None) == []

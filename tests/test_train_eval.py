@@ -300,7 +300,7 @@ def test_mixed_precision_training_loss_falls(tmp_path, demo_prepro):
 class L2Variant(modules.Variant):
     """A variant whose extra loss depends on the weights: 0.5 * |E|^2 of the embedding."""
 
-    def extra_loss(self, model):
+    def extra_loss(self, model, extras):
         return 0.5 * tf.reduce_sum(tf.square(model.tgt_embedding.embeddings))
 
 
@@ -387,6 +387,8 @@ cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 import data_load, hparams, modules, train
 hp = hparams.apply(hparams.Hparams(), json.loads(sys.argv[1]))
+if sys.argv[2] == "universal":  # the ponder cost: each replica's loss reads its own pass
+    hp = hparams.apply(hp, {"model_type": "universal", "ut_max_steps": 3, "act": True})
 tok = data_load.load_tokenizer(hp)
 data = data_load.TrainData(hp)
 batch = data_load.build_batch(data.corpus, data.batches(0)[0])
@@ -397,20 +399,21 @@ for a, b in zip(single.model.weights, mirrored.model.weights):
     b.assign(a)
 if sys.argv[2] == "extra":  # an extra loss term that depends on the weights
     class L2(modules.Variant):
-        def extra_loss(self, model):
+        def extra_loss(self, model, extras):
             return 0.5 * tf.reduce_sum(tf.square(model.tgt_embedding.embeddings))
     single.model.variant = mirrored.model.variant = L2()
-else:  # once poison is set, a NaN in the gradients of replica 1 alone
+elif sys.argv[2] == "plain":  # once poison is set, a NaN in the gradients of replica 1 alone
     poison = tf.Variable(0.0)
     class NaNInReplica1(modules.Variant):
-        def extra_loss(self, model):
+        def extra_loss(self, model, extras):
             ctx = tf.distribute.get_replica_context()
             one = tf.logical_and(tf.equal(ctx.replica_id_in_sync_group, 1), poison > 0)
             return tf.where(one, np.nan, 0.0) * tf.reduce_sum(model.tgt_embedding.embeddings)
     mirrored.model.variant = NaNInReplica1()
+halting0 = [w.numpy() for w in single.model.weights if "halting" in w.path]
 s1, s2 = single.train_step(*batch), mirrored.train_step(*batch)
 diff = max(float(np.abs(a.numpy() - b.numpy()).max())
-           for a, b in zip(single.model.weights, mirrored.model.weights))
+           for a, b in zip(single.model.trainable_weights, mirrored.model.trainable_weights))
 nan = {}
 if sys.argv[2] == "plain":
     copies = lambda: [c.numpy() for w in mirrored.model.weights for c in w.value.values]
@@ -419,18 +422,27 @@ if sys.argv[2] == "plain":
     s3 = mirrored.train_step(*batch)
     nan = {"skipped": s3.skipped, "step": mirrored.step, "copies": len(before),
            "unchanged": all((a == b).all() for a, b in zip(before, copies()))}
+if sys.argv[2] == "universal":  # the halting units are trained through the ponder cost
+    pairs = [(w, v) for w, v in zip(mirrored.model.weights, single.model.weights)
+             if "halting" in w.path]
+    nan = {"halting_moved": max(float(np.abs(w.numpy() - w0).max())
+                                for w, w0 in zip([v for _, v in pairs], halting0)),
+           "halting_diff": max(float(np.abs(c.numpy() - v.numpy()).max())
+                               for w, v in pairs for c in w.value.values)}
 print(json.dumps({"single": list(s1[:4]), "mirrored": list(s2[:4]), "diff": diff,
                   "replicas": mirrored.replicas, "nan": nan}))
 """
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("variant", ["plain", "extra"])
+@pytest.mark.parametrize("variant", ["plain", "extra", "universal"])
 def test_mirrored_step_equals_single_device_step(demo_prepro, variant):
     """With 2 logical CPU devices, a MirroredStrategy step on a fixed batch (rows dealt out
     to the replicas) gives the loss and the updated weights of a single-device step, also
     with a variant's extra loss term (counted once, not once per replica). A NaN in one
-    replica's gradients makes both skip the update."""
+    replica's gradients makes both skip the update. The Universal Transformer's ponder
+    cost is each replica's own pass's (Variant.extra_loss reads the layers' reports), and
+    its gradient trains the halting units."""
     hp = demo_prepro
     values = {
         k: getattr(hp, k)
@@ -449,7 +461,15 @@ def test_mirrored_step_equals_single_device_step(demo_prepro, variant):
     assert out["replicas"] == 2
     assert out["mirrored"][2] == out["single"][2]  # target tokens of the batch
     assert out["mirrored"][0] == pytest.approx(out["single"][0], rel=1e-5)
-    assert out["diff"] < 1e-5
+    if variant == "universal":
+        # the halting units moved, the same on both replicas; a replica's ponder cost is a
+        # mean over its own tokens, so the other weights' gradients differ a little from the
+        # one-device ones: at most a sign flip of Adam's first step (about lr each)
+        step = out["nan"]["halting_moved"]
+        assert step > 1e-6 and out["nan"]["halting_diff"] < 1e-9
+        assert out["diff"] < 2.5 * step
+    else:
+        assert out["diff"] < 1e-5  # the trainable weights
     if variant == "plain":  # both replicas skipped the update, on every copy of a weight
         n = 2 * len(train.Transformer.from_hparams(hparams.apply(hp, values), 200, 200).weights)
         assert out["nan"] == {"skipped": 1.0, "step": 1, "copies": n, "unchanged": True}

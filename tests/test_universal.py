@@ -88,7 +88,8 @@ def test_halted_positions_keep_their_state():
 
     x = tf.zeros((1, 3, d))
     real = tf.constant([[1.0, 1.0, 1.0]])
-    out = layer.recur(x, real, apply).numpy()[0]
+    out, report = layer.recur(x, real, apply)
+    out = out.numpy()[0]
     depth = [universal.depth_encoding(t, d, tf.float32).numpy()[0, 0] for t in range(1, 5)]
     states = [np.zeros((3, d))]
     for t in range(4):  # the expected states: position 0 runs 2 steps, 1 runs 1, 2 runs 4
@@ -99,9 +100,9 @@ def test_halted_positions_keep_their_state():
     weights = np.array([[0.5, 1.0, 0.1], [0.5, 0.0, 0.1], [0.0, 0.0, 0.1], [0.0, 0.0, 0.7]])
     expected = sum(weights[t][:, None] * (states[t] + depth[t] + 1.0) for t in range(4))
     np.testing.assert_allclose(out, expected, atol=1e-5)
-    np.testing.assert_array_equal(universal.last_ponder(layer).numpy(), [[2, 1, 4]])
-    cost = universal._record()[id(layer)][0]
-    assert float(cost) == pytest.approx(((2 + 0.5) + (1 + 1.0) + (4 + 0.7)) / 3, rel=1e-6)
+    np.testing.assert_array_equal(report["ponder_steps"].numpy(), [[2, 1, 4]])
+    cost = ((2 + 0.5) + (1 + 1.0) + (4 + 0.7)) / 3
+    assert float(report["ponder_cost"]) == pytest.approx(cost, rel=1e-6)
 
 
 # ---------------------------------------------------------------------------------------
@@ -158,9 +159,10 @@ def test_cache_equals_full_pass_with_the_same_halting(act, norm):
     tgt = rand_ids(rng, (3, 6), 23)
     check_cached_equals_full(m, tf.constant(src), tgt)
     if act:
+        extras = {}
         memory, mask = m.encode(tf.constant(src))
-        m.decode(tf.constant(tgt), memory, mask)
-        full = universal.last_ponder(m.decoder_layers[0]).numpy()
+        m.decode(tf.constant(tgt), memory, mask, extras=extras)
+        full = extras["decoder_0"]["ponder_steps"].numpy()
         assert full.min() >= 1 and full.max() <= 4 and len(np.unique(full)) > 1
         cache = m.init_cache(memory, mask, tgt.shape[1])
         for t in range(tgt.shape[1]):
@@ -235,17 +237,25 @@ def test_extra_loss_is_the_weighted_ponder_cost_and_has_a_gradient():
     m = ut_model(seed=2, act_loss_weight=0.5)
     src = tf.constant(rand_ids(np.random.default_rng(6), (2, 5), 23))
     tgt = tf.constant(rand_ids(np.random.default_rng(7), (2, 4), 23))
+    extras = {}
     with tf.GradientTape() as tape:
-        m((src, tgt), training=False)
-        loss = m.variant.extra_loss(m)
-    enc = universal.last_ponder(m.encoder_layers[0]).numpy()
-    dec = universal.last_ponder(m.decoder_layers[0]).numpy()
+        memory, mask = m.encode(src, extras=extras)
+        m.decode(tgt, memory, mask, extras=extras)
+        loss = m.variant.extra_loss(m, extras)
+    assert sorted(extras) == ["decoder_0", "encoder_0"]
+    enc = m.variant.per_token(m, "encoder", extras).numpy()
+    dec = m.variant.per_token(m, "decoder", extras).numpy()
+    np.testing.assert_array_equal(enc, extras["encoder_0"]["ponder_steps"].numpy())
     assert float(loss) > 0.5 * (enc.mean() + dec.mean())  # N + R > N (R > 0)
     assert float(loss) <= 0.5 * (enc.mean() + dec.mean() + 2.0)
     halting = [m.encoder_layers[0].halting.kernel, m.decoder_layers[0].halting.kernel]
     grads = tape.gradient(loss, halting)
     assert all(g is not None and float(tf.reduce_max(tf.abs(g))) > 0 for g in grads)
-    assert float(ut_model(act=False).variant.extra_loss(ut_model(act=False))) == 0.0
+    plain = ut_model(act=False)
+    extras = {}
+    plain.encode(src, extras=extras)
+    assert extras == {} and plain.variant.per_token(plain, "encoder", extras) is None
+    assert float(plain.variant.extra_loss(plain, extras)) == 0.0
 
 
 # ---------------------------------------------------------------------------------------
