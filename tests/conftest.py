@@ -64,6 +64,7 @@ def run(demo_prepro, tmp_path_factory):
         str(tmp_path_factory.mktemp("run")),
         data_dir=demo_prepro.data_dir,
         prepro_dir=demo_prepro.prepro_dir,
+        attention_layers="last",  # test_tensorboard_events reads the figures
     )
     summary = train.train(hp)
     result = evaluate(hp.logdir, {"results_dir": hp.results_dir})

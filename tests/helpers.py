@@ -42,6 +42,9 @@ def tiny(tmp, **kw):
         max_len_extra=10,
         precision="float32",  # auto would train in bfloat16 on a CPU that has it
         average=0,
+        # the attention figures (matplotlib, about a second per dev evaluation) are
+        # drawn only by the runs of the tests that read them
+        attention_layers="none",
     )
     values.update(kw)
     return hparams.apply(hparams.Hparams(), values)
