@@ -386,57 +386,63 @@ import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 import data_load, hparams, modules, train
-hp = hparams.apply(hparams.Hparams(), json.loads(sys.argv[1]))
-if sys.argv[2] == "universal":  # the ponder cost: each replica's loss reads its own pass
-    hp = hparams.apply(hp, {"model_type": "universal", "ut_max_steps": 3, "act": True})
-tok = data_load.load_tokenizer(hp)
-data = data_load.TrainData(hp)
-batch = data_load.build_batch(data.corpus, data.batches(0)[0])
-single = train.Trainer(hp, tok, tf.distribute.get_strategy(), "float32")
-mirrored = train.Trainer(hp, tok, tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]),
-                         "float32")
-for a, b in zip(single.model.weights, mirrored.model.weights):
-    b.assign(a)
-if sys.argv[2] == "extra":  # an extra loss term that depends on the weights
-    class L2(modules.Variant):
-        def extra_loss(self, model, extras):
-            return 0.5 * tf.reduce_sum(tf.square(model.tgt_embedding.embeddings))
-    single.model.variant = mirrored.model.variant = L2()
-elif sys.argv[2] == "plain":  # once poison is set, a NaN in the gradients of replica 1 alone
-    poison = tf.Variable(0.0)
-    class NaNInReplica1(modules.Variant):
-        def extra_loss(self, model, extras):
-            ctx = tf.distribute.get_replica_context()
-            one = tf.logical_and(tf.equal(ctx.replica_id_in_sync_group, 1), poison > 0)
-            return tf.where(one, np.nan, 0.0) * tf.reduce_sum(model.tgt_embedding.embeddings)
-    mirrored.model.variant = NaNInReplica1()
-halting0 = [w.numpy() for w in single.model.weights if "halting" in w.path]
-s1, s2 = single.train_step(*batch), mirrored.train_step(*batch)
-diff = max(float(np.abs(a.numpy() - b.numpy()).max())
-           for a, b in zip(single.model.trainable_weights, mirrored.model.trainable_weights))
-nan = {}
-if sys.argv[2] == "plain":
-    copies = lambda: [c.numpy() for w in mirrored.model.weights for c in w.value.values]
-    before = copies()
-    poison.assign(1.0)
-    s3 = mirrored.train_step(*batch)
-    nan = {"skipped": s3.skipped, "step": mirrored.step, "copies": len(before),
-           "unchanged": all((a == b).all() for a, b in zip(before, copies()))}
-if sys.argv[2] == "universal":  # the halting units are trained through the ponder cost
-    pairs = [(w, v) for w, v in zip(mirrored.model.weights, single.model.weights)
-             if "halting" in w.path]
-    nan = {"halting_moved": max(float(np.abs(w.numpy() - w0).max())
-                                for w, w0 in zip([v for _, v in pairs], halting0)),
-           "halting_diff": max(float(np.abs(c.numpy() - v.numpy()).max())
-                               for w, v in pairs for c in w.value.values)}
-print(json.dumps({"single": list(s1[:4]), "mirrored": list(s2[:4]), "diff": diff,
-                  "replicas": mirrored.replicas, "nan": nan}))
+# one strategy for every case: two strategies in one process mix up their collectives
+strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+
+
+def compare(variant):
+    hp = hparams.apply(hparams.Hparams(), json.loads(sys.argv[1]))
+    if variant == "universal":  # the ponder cost: each replica's loss reads its own pass
+        hp = hparams.apply(hp, {"model_type": "universal", "ut_max_steps": 3, "act": True})
+    tok = data_load.load_tokenizer(hp)
+    data = data_load.TrainData(hp)
+    batch = data_load.build_batch(data.corpus, data.batches(0)[0])
+    single = train.Trainer(hp, tok, tf.distribute.get_strategy(), "float32")
+    mirrored = train.Trainer(hp, tok, strategy, "float32")
+    for a, b in zip(single.model.weights, mirrored.model.weights):
+        b.assign(a)
+    if variant == "extra":  # an extra loss term that depends on the weights
+        class L2(modules.Variant):
+            def extra_loss(self, model, extras):
+                return 0.5 * tf.reduce_sum(tf.square(model.tgt_embedding.embeddings))
+        single.model.variant = mirrored.model.variant = L2()
+    elif variant == "plain":  # once poison is set, a NaN in the gradients of replica 1 alone
+        poison = tf.Variable(0.0)
+        class NaNInReplica1(modules.Variant):
+            def extra_loss(self, model, extras):
+                ctx = tf.distribute.get_replica_context()
+                one = tf.logical_and(tf.equal(ctx.replica_id_in_sync_group, 1), poison > 0)
+                return tf.where(one, np.nan, 0.0) * tf.reduce_sum(model.tgt_embedding.embeddings)
+        mirrored.model.variant = NaNInReplica1()
+    halting0 = [w.numpy() for w in single.model.weights if "halting" in w.path]
+    s1, s2 = single.train_step(*batch), mirrored.train_step(*batch)
+    diff = max(float(np.abs(a.numpy() - b.numpy()).max())
+               for a, b in zip(single.model.trainable_weights, mirrored.model.trainable_weights))
+    nan = {}
+    if variant == "plain":
+        copies = lambda: [c.numpy() for w in mirrored.model.weights for c in w.value.values]
+        before = copies()
+        poison.assign(1.0)
+        s3 = mirrored.train_step(*batch)
+        nan = {"skipped": s3.skipped, "step": mirrored.step, "copies": len(before),
+               "unchanged": all((a == b).all() for a, b in zip(before, copies()))}
+    if variant == "universal":  # the halting units are trained through the ponder cost
+        pairs = [(w, v) for w, v in zip(mirrored.model.weights, single.model.weights)
+                 if "halting" in w.path]
+        nan = {"halting_moved": max(float(np.abs(v.numpy() - v0).max())
+                                    for (_, v), v0 in zip(pairs, halting0)),
+               "halting_diff": max(float(np.abs(c.numpy() - v.numpy()).max())
+                                   for w, v in pairs for c in w.value.values)}
+    return {"single": list(s1[:4]), "mirrored": list(s2[:4]), "diff": diff,
+            "replicas": mirrored.replicas, "nan": nan}
+
+
+print(json.dumps({v: compare(v) for v in sys.argv[2].split(",")}))
 """
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("variant", ["plain", "extra", "universal"])
-def test_mirrored_step_equals_single_device_step(demo_prepro, variant):
+def test_mirrored_step_equals_single_device_step(demo_prepro):
     """With 2 logical CPU devices, a MirroredStrategy step on a fixed batch (rows dealt out
     to the replicas) gives the loss and the updated weights of a single-device step, also
     with a variant's extra loss term (counted once, not once per replica). A NaN in one
@@ -457,7 +463,14 @@ def test_mirrored_step_equals_single_device_step(demo_prepro, variant):
         )
     }
     values["dropout_rate"] = 0.0
-    out = run_json_script(MIRRORED, json.dumps(values), variant)
+    # one process for the three cases: logical devices need a fresh TensorFlow
+    results = run_json_script(MIRRORED, json.dumps(values), "plain,extra,universal")
+    assert list(results) == ["plain", "extra", "universal"]
+    for variant, out in results.items():
+        check_mirrored(hp, values, variant, out)
+
+
+def check_mirrored(hp, values, variant, out):
     assert out["replicas"] == 2
     assert out["mirrored"][2] == out["single"][2]  # target tokens of the batch
     assert out["mirrored"][0] == pytest.approx(out["single"][0], rel=1e-5)
