@@ -37,6 +37,21 @@ from typing import Any
 import hparams
 from hparams import UserError
 
+# oneDNN, TensorFlow's optimized x86 CPU kernels: TensorFlow turns them on by itself only
+# on some CPUs (it reads the variable once, at its import). On, unless the user chose.
+ONEDNN_VARIABLE = "TF_ENABLE_ONEDNN_OPTS"
+
+
+def default_onednn(environ=os.environ, machine: str = "") -> None:
+    """Set TF_ENABLE_ONEDNN_OPTS=1 on an x86 CPU where the variable is unset."""
+    import platform
+
+    if (machine or platform.machine()).lower() in ("x86_64", "amd64", "i686", "x86"):
+        environ.setdefault(ONEDNN_VARIABLE, "1")
+
+
+default_onednn()  # every script imports cli before TensorFlow
+
 # what eval.py, translate.py and export.py list: the decoding hyperparameters
 DECODING_FIELDS = ("logdir",) + hparams.DECODE_KEYS
 DECODING_NOTE = (

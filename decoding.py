@@ -13,7 +13,6 @@ import keras
 import numpy as np
 import sacrebleu
 import tensorflow as tf
-from nltk.translate.bleu_score import corpus_bleu
 from tqdm import tqdm
 
 import checkpoints
@@ -327,6 +326,9 @@ def legacy_bleu(hyps: list[str], refs: list[str], clean_hyps: bool = True) -> fl
             hypotheses.append(h)
     if not hypotheses:
         return 0.0
+    # imported here: nltk's package import takes 0.6 s (scipy), which translate.py skips
+    from nltk.translate.bleu_score import corpus_bleu
+
     return 100 * corpus_bleu(list_of_refs, hypotheses)
 
 

@@ -3,10 +3,14 @@ decoder, and beam 4 vs greedy.
 
     pip install -e ".[bench]"     # keras-hub, for the keras-hub row
     python bench/decode.py --preset multi30k [--sents 1000] [--naive_sents 200]
+        [--naive_extra 50] [--repeats 3] [--profile] [--jit_compile]
 
-One run, one process, one trained model (the run's latest checkpoint), the test split:
+One run, one process, one trained model (the run's latest checkpoint, of the size and kind
+PINNED, which the keras-hub row mirrors), the test split; every row is the median of
+``--repeats`` timed passes after one untimed pass:
 * naive: the original's decoder, re-run over the whole prefix at every step for the full
-  length budget, no early stop (decoding.naive_greedy), batches of --batch sentences;
+  length budget (source length + --naive_extra, pinned at 50: the ratio grows with it),
+  no early stop (decoding.naive_greedy), batches of --batch sentences;
 * cached greedy: one compiled tf.while_loop with the key/value cache and early stop;
 * beam 4 (alpha 0.6), same loop;
 * keras-hub: keras_hub.layers.TransformerDecoder layers of the same size, driven by
@@ -14,7 +18,8 @@ One run, one process, one trained model (the run's latest checkpoint), the test 
   tf.function, carrying this model's trained weights (attention biases zero), so that
   its outputs can be compared token for token; embeddings and the encoder are ours.
 Prints sentences/s, the speed ratios, whether naive and cached outputs are identical,
-and sacreBLEU of greedy and beam.
+and sacreBLEU of greedy and beam. ``--profile`` first prints where one greedy step's time
+goes (profile_step).
 """
 
 import os
@@ -29,13 +34,39 @@ import numpy as np
 import cli
 import hparams
 
+# The model the keras-hub row mirrors (its TransformerDecoder: sinusoidal positions added
+# at the embedding, post-norm, ReLU FFN, no attention biases): the multi30k preset's size.
+PINNED = dict(
+    d_model=256,
+    d_ff=1024,
+    num_blocks=3,
+    num_heads=8,
+    position="sinusoid",
+    norm="post",
+    model_type="transformer",
+    qkv_bias=False,
+    qkv_activation="none",
+    output_projection=True,
+    query_masking=False,
+    key_mask_defect=False,
+)
 
-def timed(fn, batches):
-    """Run fn over the batches once to compile, then time a second pass."""
+
+def pinned_mismatch(hp) -> list[str]:
+    """The settings of the run that differ from PINNED."""
+    return [f"{k}={getattr(hp, k)!r} (not {v!r})" for k, v in PINNED.items() if getattr(hp, k) != v]
+
+
+def timed(fn, batches, repeats: int):
+    """Run fn over the batches once to compile, then time ``repeats`` passes: (the median
+    pass in seconds, the outputs of the last pass)."""
     fn(batches[0][1])
-    t0 = time.time()
-    outs = [fn(b) for _, b in batches]
-    return time.time() - t0, outs
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        outs = [fn(b) for _, b in batches]
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times)), outs
 
 
 def keras_hub_decoder(model, extra: int):
@@ -146,14 +177,88 @@ def keras_hub_decoder(model, extra: int):
     return decode
 
 
+def profile_step(model, src, steps_done: int, repeats: int = 200) -> list[tuple[str, float]]:
+    """Where one greedy decoding step's time goes: each part of ``model.decode_step`` run
+    alone as a tf.function on a cache filled to ``steps_done`` positions of the batch
+    ``src`` (N, T1), in milliseconds (median of ``repeats`` calls)."""
+    import tensorflow as tf
+
+    import data_load
+    import decoding
+
+    memory, mask = model.encode(src)
+    _, max_len = decoding.decode_budgets(model, src, tf.constant(50, tf.int32))
+    cache = model.init_cache(memory, mask, int(max_len))
+    tokens = tf.fill((src.shape[0],), data_load.BOS_ID)
+    for _ in range(steps_done):
+        _, cache = model.decode_step(tokens, cache)
+    step = cache["step"]
+    layer, layer_cache = model.decoder_layers[0], cache["layers"][0]
+    d = model.d_model
+    x = tf.random.normal((src.shape[0], 1, d))
+    attn = layer.self_attn
+
+    def write(c):
+        k, v = attn.keys_values(x, offset=step)
+        return (
+            decoding.keras.ops.slice_update(c["k"], [0, 0, step, 0], k),
+            decoding.keras.ops.slice_update(c["v"], [0, 0, step, 0], v),
+        )
+
+    visible = (tf.range(tf.shape(layer_cache["k"])[2]) <= step)[None, None, None, :]
+    parts = {
+        "whole step (every layer, logits)": lambda: model.decode_step(tokens, cache)[0],
+        "one decoder layer": lambda: layer.step(x, layer_cache, step, mask)[0],
+        "  self-attention: q/k/v of the new position": lambda: attn.keys_values(x, step),
+        "  self-attention: writing k, v into the cache": lambda: write(layer_cache),
+        "  self-attention: attend over the cache": lambda: attn.attend(
+            x, layer_cache["k"], layer_cache["v"], visible, offset=step
+        )[0],
+        "  cross-attention (keys/values cached)": lambda: layer.cross_attn.attend(
+            x, layer_cache["cross_k"], layer_cache["cross_v"], mask
+        )[0],
+        "  feed-forward": lambda: layer.ffn(x),
+        "  one LayerNorm + residual": lambda: layer.res3(x, fn=lambda h: h),
+        "output projection (logits) + argmax": lambda: tf.argmax(model.logits(x[:, 0]), -1),
+    }
+    out = []
+    for name, fn in parts.items():
+        fn = tf.function(fn, autograph=False)
+        fn()
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            tf.nest.map_structure(lambda t: t.numpy(), fn())
+            times.append(time.perf_counter() - t0)
+        out.append((name, 1000 * float(np.median(times))))
+    return out
+
+
 def main() -> None:
     import tensorflow as tf
 
     import data_load
     import decoding
 
-    hp, opts = cli.parse_args(extra={"sents": 1000, "naive_sents": 200, "batch": 64})
+    hp, opts = cli.parse_args(
+        extra={
+            "sents": 1000,
+            "naive_sents": 200,
+            "naive_extra": 50,
+            "batch": 64,
+            "repeats": 3,
+            "profile": False,
+            "jit_compile": False,
+        }
+    )
+    reps = opts["repeats"]
     hp, tok, model, path = decoding.load_run(hp.logdir, {}, who="bench")
+    differ = pinned_mismatch(hp)
+    if differ:
+        sys.exit(
+            f"bench: the run in {hp.logdir} is not the model the keras-hub row mirrors: "
+            f"{', '.join(differ)}; train one with train.py --preset multi30k and those settings"
+        )
     src_txt, refs = data_load.read_raw(hp, "test")
     src_txt, refs = src_txt[: opts["sents"]], refs[: opts["sents"]]
     ids = tok.encode_src(src_txt)
@@ -164,10 +269,15 @@ def main() -> None:
         f"batches of {opts['batch']}, max length = source length + {hp.max_len_extra}"
     )
 
-    greedy = decoding.greedy_decoder(model)
-    t_greedy, g_out = timed(lambda b: greedy(tf.constant(b), extra).numpy(), batches)
+    if opts["profile"]:
+        src = tf.constant(batches[len(batches) // 2][1])
+        print(f"one greedy step, batch of {src.shape[0]} at position 10 (ms, median of 200):")
+        for name, ms in profile_step(model, src, 10):
+            print(f"  {name:<50}{ms:>8.3f}")
+    greedy = decoding.greedy_decoder(model, jit_compile=opts["jit_compile"])
+    t_greedy, g_out = timed(lambda b: greedy(tf.constant(b), extra).numpy(), batches, reps)
     beam = decoding.beam_decoder(model, 4, 0.6)
-    t_beam, b_out = timed(lambda b: beam(tf.constant(b), extra)[0].numpy()[:, 0], batches)
+    t_beam, b_out = timed(lambda b: beam(tf.constant(b), extra)[0].numpy()[:, 0], batches, reps)
 
     try:
         kh = keras_hub_decoder(model, hp.max_len_extra)
@@ -175,17 +285,20 @@ def main() -> None:
         kh = None
         print("keras-hub is not installed (pip install -e '.[bench]'): no keras-hub row")
     if kh is not None:
-        t_kh, kh_out = timed(lambda b: kh(tf.constant(b)).numpy(), batches)
+        t_kh, kh_out = timed(lambda b: kh(tf.constant(b)).numpy(), batches, reps)
 
     n_naive = min(opts["naive_sents"], len(ids))
     naive_batches = list(data_load.eval_batches(ids[:n_naive], opts["batch"], 1 << 30))
 
-    def naive(b):
-        limits = (b != 0).sum(axis=1) + hp.max_len_extra
-        return decoding.naive_greedy(model, tf.constant(b), b.shape[1] + hp.max_len_extra, limits)
+    naive_extra = opts["naive_extra"]
 
-    t_naive, n_out = timed(naive, naive_batches)
-    _, g_small = timed(lambda b: greedy(tf.constant(b), extra).numpy(), naive_batches)
+    def naive(b):
+        limits = (b != 0).sum(axis=1) + naive_extra
+        return decoding.naive_greedy(model, tf.constant(b), b.shape[1] + naive_extra, limits)
+
+    t_naive, n_out = timed(naive, naive_batches, reps)
+    extra_naive = tf.constant(naive_extra, tf.int32)
+    _, g_small = timed(lambda b: greedy(tf.constant(b), extra_naive).numpy(), naive_batches, 1)
     same = all(
         np.array_equal(a, b[:, : a.shape[1]]) and not b[:, a.shape[1] :].any()
         for a, b in zip(g_small, n_out)
@@ -201,13 +314,15 @@ def main() -> None:
     bleu_g = decoding.scores(texts(g_out, batches, len(ids)), refs)["sacrebleu"]
     bleu_b = decoding.scores(texts(b_out, batches, len(ids)), refs)["sacrebleu"]
     sps_naive, sps_g, sps_b = n_naive / t_naive, len(ids) / t_greedy, len(ids) / t_beam
+    print(f"sentences/s: the median of {reps} timed passes each")
     print(f"{'decoder':<28}{'sentences/s':>12}{'sacreBLEU':>11}")
     print(f"{'naive (original loop)':<28}{sps_naive:>12.1f}{'':>11}")
     print(f"{'cached greedy':<28}{sps_g:>12.1f}{bleu_g:>11.2f}")
     print(f"{'cached beam 4, alpha 0.6':<28}{sps_b:>12.1f}{bleu_b:>11.2f}")
     print(
-        f"cached greedy / naive: {sps_g / sps_naive:.1f}x; outputs identical on the "
-        f"{n_naive} naive sentences: {same}"
+        f"cached greedy / naive: {sps_g / sps_naive:.1f}x (the naive loop runs source length "
+        f"+ {naive_extra} steps, no early stop); outputs identical on the {n_naive} naive "
+        f"sentences: {same}"
     )
     print(f"beam 4 / greedy: {sps_b / sps_g:.2f}x the speed, {bleu_b - bleu_g:+.2f} BLEU")
     if kh is not None:

@@ -5,6 +5,8 @@ three steps, trained for three epochs (plain helpers are in helpers.py)."""
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow is imported
+import cli  # noqa: E402, F401  (its import turns oneDNN on, as for the scripts)
+
 # TensorFlow's C++ start-up lines, which TF_CPP_MIN_LOG_LEVEL cannot hide (cli.NOISE), go
 # to /dev/null while it loads: under pytest-xdist the controlling process imports this
 # file before any output capture (a Python error of the import is still raised)

@@ -350,3 +350,15 @@ def test_a_real_script_starts_quietly(quick_run):
         else:
             assert any("cuInit" in line for line in lines)
             assert any("oneDNN" in line for line in lines)
+
+
+def test_onednn_is_turned_on_on_x86_unless_the_user_chose():
+    env = {}
+    cli.default_onednn(env, machine="x86_64")
+    assert env == {"TF_ENABLE_ONEDNN_OPTS": "1"}
+    env = {"TF_ENABLE_ONEDNN_OPTS": "0"}
+    cli.default_onednn(env, machine="AMD64")
+    assert env == {"TF_ENABLE_ONEDNN_OPTS": "0"}  # the user's choice stays
+    env = {}
+    cli.default_onednn(env, machine="aarch64")
+    assert env == {}  # elsewhere TensorFlow decides
