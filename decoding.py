@@ -57,44 +57,59 @@ def greedy_loop(model, src, extra, max_len: int = 0):
     """Greedy autoregressive decoding of src (N, T1) -> (N, L) ids, PAD after </S>.
 
     Encodes once, computes the cross-attention keys/values once, and appends one
-    position per step to the self-attention cache; a sentence stops at </S> or after
-    ``its source length + extra`` tokens, the loop when every sentence has stopped.
-    Meant to run inside a tf.function.
+    position per step to the self-attention cache. A sentence stops at </S> or after
+    ``its source length + extra`` tokens, and leaves the batch at once: the later steps
+    compute (and copy the caches of) the sentences still running only, so that one long
+    or runaway sentence does not keep the whole batch busy. The loop ends when every
+    sentence has stopped. Meant to run inside a tf.function (``model`` needs encode /
+    init_cache / decode_step / select_rows / cache_shapes).
     """
     memory, mask = model.encode(src)
     n = tf.shape(src)[0]
-    limits, max_len = decode_budgets(model, src, extra, max_len)
-    cache = model.init_cache(memory, mask, max_len)
-    out = tf.zeros((n, max_len), tf.int32)
+    limits, longest = decode_budgets(model, src, extra, max_len)
+    cache = model.init_cache(memory, mask)
+    rows = tf.range(n)  # the batch row of each sentence still running
     tokens = tf.fill((n,), data_load.BOS_ID)
-    done = tf.zeros((n,), tf.bool)
+    out = tf.TensorArray(tf.int32, size=0, dynamic_size=True, element_shape=[None])
 
-    def cond(i, tokens, done, out, cache):
-        return tf.logical_and(i < max_len, tf.logical_not(tf.reduce_all(done)))
+    def cond(i, rows, tokens, limits, out, cache):
+        return tf.logical_and(i < longest, tf.size(rows) > 0)
 
-    def body(i, tokens, done, out, cache):
+    def body(i, rows, tokens, limits, out, cache):
         logits, cache = model.decode_step(tokens, cache)
         nxt = tf.argmax(logits, axis=-1, output_type=tf.int32)
-        nxt = tf.where(done, data_load.PAD_ID, nxt)
-        out = keras.ops.slice_update(out, [0, i], nxt[:, None])
-        done = tf.logical_or(done, tf.logical_or(tf.equal(nxt, data_load.EOS_ID), i + 1 >= limits))
-        return i + 1, nxt, done, out, cache
+        out = out.write(i, tf.scatter_nd(rows[:, None], nxt, [n]))  # PAD for stopped rows
+        going = tf.logical_and(tf.not_equal(nxt, data_load.EOS_ID), i + 1 < limits)
 
-    i, _, _, out, _ = tf.while_loop(cond, body, (tf.constant(0), tokens, done, out, cache))
-    return out[:, :i]
+        def drop_stopped():
+            keep = tf.cast(tf.where(going)[:, 0], tf.int32)
+            picked = [tf.gather(x, keep) for x in (rows, nxt, limits)]
+            return (*picked, model.select_rows(cache, keep))
+
+        state = (rows, nxt, limits, cache)
+        state = tf.cond(tf.reduce_all(going), lambda: state, drop_stopped)
+        return (i + 1, *state[:3], out, state[3])
+
+    free = tf.TensorShape([None])
+    shapes = (tf.TensorShape([]), free, free, free, tf.TensorShape(None), model.cache_shapes(cache))
+    loop_vars = (tf.constant(0), rows, tokens, limits, out, cache)
+    i, *_, out, _ = tf.while_loop(cond, body, loop_vars, shape_invariants=shapes)
+    return tf.transpose(tf.reshape(out.stack(), (i, n)))
 
 
-def greedy_decoder(model, jit_compile: bool = False, max_len: int = 0):
+def greedy_decoder(model, max_len: int = 0):
     """A compiled ``fn(src (N, T1) int32, extra scalar int32) -> (N, L) int32``.
 
-    Traced without autograph: the loop is an explicit tf.while_loop and the layers branch
-    only on Python values, so there is nothing to convert, and the trace takes half the
-    time (the wait before the first translation)."""
+    A tf.function graph, without XLA: the batch shrinks and the caches grow from step to
+    step, which XLA's static shapes do not allow (the earlier XLA loop over fixed-size
+    buffers decoded 3x slower on CPU: each new source shape compiled a program). Traced
+    without autograph: the loop is an explicit tf.while_loop and the layers branch only
+    on Python values, so there is nothing to convert, and the trace takes half the time
+    (the wait before the first translation)."""
     spec = [tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([], tf.int32)]
     return tf.function(
         lambda src, extra: greedy_loop(model, src, extra, max_len),
         input_signature=spec,
-        jit_compile=jit_compile,
         autograph=False,
     )
 
@@ -143,7 +158,7 @@ def beam_loop(model, src, extra, beam_size: int, alpha: float = 0.6, max_len: in
     limits, max_len = decode_budgets(model, src, extra, max_len)
     memory = tf.repeat(memory, k, axis=0)  # (N * k, T1, d_model)
     mask = tf.repeat(mask, k, axis=0)
-    cache = model.init_cache(memory, mask, max_len)
+    cache = model.init_cache(memory, mask)
     batch_offsets = (tf.range(n) * k)[:, None]  # (N, 1)
 
     alive_seq = tf.zeros((n, k, max_len), tf.int32)
@@ -194,8 +209,12 @@ def beam_loop(model, src, extra, beam_size: int, alpha: float = 0.6, max_len: in
         )
         return i + 1, tokens, alive_seq, alive_logp, fin_seq, fin_score, cache
 
+    loop_vars = (tf.constant(0), tokens, alive_seq, alive_logp, fin_seq, fin_score, cache)
+    shapes = tf.nest.map_structure(lambda t: t.shape, loop_vars[:-1]) + (
+        model.cache_shapes(cache),  # the self-attention keys grow
+    )
     i, _, alive_seq, alive_logp, fin_seq, fin_score, _ = tf.while_loop(
-        cond, body, (tf.constant(0), tokens, alive_seq, alive_logp, fin_seq, fin_score, cache)
+        cond, body, loop_vars, shape_invariants=shapes
     )
     # sentences with fewer than k finished hypotheses are completed from the alive
     # (unfinished) ones, which always rank after every finished hypothesis
@@ -248,7 +267,7 @@ class Translator:
         if self.k > 1:
             self.decode = beam_decoder(model, self.k, hp.length_penalty, hp.max_len)
         else:
-            self.decode = greedy_decoder(model, hp.jit_compile, hp.max_len)
+            self.decode = greedy_decoder(model, hp.max_len)
 
     def translate_ids(self, src_ids: list, progress: bool = False, width: int = 0) -> list:
         """Source id lists (no </S>) -> per sentence (ids (k, L), scores (k,)), best

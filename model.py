@@ -259,11 +259,12 @@ class Transformer(keras.Model):
             x = self.decoder_norm(x)
         return (x, weights) if return_attention else x
 
-    def logits(self, hidden):
+    def logits(self, hidden, transposed=None):
         """(..., d_model) -> (..., V) float32 via the tied embedding (3.4), or the output
-        projection of its own (``tie_softmax`` False)."""
+        projection of its own (``tie_softmax`` False). ``transposed``: the tied matrix as
+        :meth:`output_matrix` gives it (decoding)."""
         if self.tie_softmax:
-            return self.tgt_embedding.logits(hidden)
+            return self.tgt_embedding.logits(hidden, transposed)
         return self.output_layer.logits(hidden)
 
     def call(self, inputs, training=False):
@@ -273,23 +274,44 @@ class Transformer(keras.Model):
         return self.logits(self.decode(tgt_in, memory, mask, training=training))
 
     # -- incremental decoding ------------------------------------------------------------
-    def init_cache(self, memory, memory_mask, max_len):
+    def init_cache(self, memory, memory_mask):
         """The decoding cache, a plain dict: ``step`` (scalar int32), ``memory_mask``
-        (N, 1, 1, T1) and ``layers``, one dict per decoder layer made by its
-        ``init_cache`` (for the paper's layer: self-attention keys/values
-        (N, h, max_len, d_k) and cross-attention keys/values (N, h, T1, d_k))."""
+        (N, 1, 1, T1), ``output`` (the tied output matrix as (d_model, V8), transposed
+        once for all the steps, or a (0,) placeholder) and ``layers``, one dict per decoder
+        layer made by its ``init_cache`` (for the paper's layer: the self-attention
+        keys/values of the positions decoded so far (N, h, step, d_k) and the
+        cross-attention keys/values (N, h, T1, d_k)). ``memory_mask`` and every layer
+        entry have the batch on axis 0."""
+        output = self.tgt_embedding.transposed() if self.tie_softmax else tf.zeros((0,))
         return {
             "step": tf.constant(0, tf.int32),
             "memory_mask": memory_mask,
-            "layers": [layer.init_cache(memory, max_len) for layer in self.decoder_layers],
+            "output": output,
+            "layers": [layer.init_cache(memory) for layer in self.decoder_layers],
         }
 
     def reorder_cache(self, cache, index):
-        """The cache of rows ``index`` (N',) of the batch (beam search)."""
+        """The cache of rows ``index`` of the batch after a beam-search step (the
+        hypotheses of each sentence reordered among themselves)."""
         layers = [
             layer.reorder_cache(c, index) for layer, c in zip(self.decoder_layers, cache["layers"])
         ]
         return dict(cache, layers=layers)
+
+    @staticmethod
+    def select_rows(cache, index):
+        """The cache of the rows ``index`` (N',) of the batch, every per-row entry gathered
+        (greedy decoding drops the sentences that have ended)."""
+        layers = tf.nest.map_structure(lambda t: tf.gather(t, index), cache["layers"])
+        return dict(cache, memory_mask=tf.gather(cache["memory_mask"], index), layers=layers)
+
+    @staticmethod
+    def cache_shapes(cache):
+        """The shape invariants of a cache in a tf.while_loop: each entry keeps its rank,
+        every dimension free (the batch shrinks, the self-attention keys grow), but the
+        output matrix's, which does not change."""
+        shapes = tf.nest.map_structure(lambda t: tf.TensorShape([None] * t.shape.rank), cache)
+        return dict(shapes, output=cache["output"].shape)
 
     def decode_step(self, tokens, cache):
         """tokens (N,) at position cache['step'] -> (logits (N, V) float32, new cache)."""
@@ -309,8 +331,8 @@ class Transformer(keras.Model):
             layers.append(layer_cache)
         if self.norm == "pre":
             x = self.decoder_norm(x)
-        new = {"step": step + 1, "memory_mask": cache["memory_mask"], "layers": layers}
-        return self.logits(x[:, 0]), new
+        output = cache["output"] if self.tie_softmax else None
+        return self.logits(x[:, 0], output), dict(cache, step=step + 1, layers=layers)
 
     def get_config(self):
         return {**super().get_config(), **dataclasses.asdict(self.config)}

@@ -264,18 +264,19 @@ class UniversalDecoder(_Recurrent):
         out, report = self.recur(x, real, apply, training)
         return self.outputs(out, found["w"], report, return_attention)
 
-    def init_cache(self, memory, max_len: int) -> dict:
-        """Per depth step the self-attention keys/values (N, h, max_len, d_k), the
-        cross-attention keys/values of the memory (computed once: the block is shared),
-        and the steps used per decoded position (N, max_len)."""
-        block = self.block.init_cache(memory, max_len)
+    def init_cache(self, memory) -> dict:
+        """Per depth step the self-attention keys/values of the positions decoded so far
+        (N, h, 0, d_k) at first, the cross-attention keys/values of the memory (computed
+        once: the block is shared), and the steps used per decoded position (N, 0) at
+        first; each step appends one position."""
+        block = self.block.init_cache(memory)
         n = tf.shape(memory)[0]
         return {
             "k": [block["k"]] * self.max_steps,
             "v": [block["v"]] * self.max_steps,
             "cross_k": block["cross_k"],
             "cross_v": block["cross_v"],
-            "ponder": tf.zeros((n, max_len), tf.float32),
+            "ponder": tf.zeros((n, 0), tf.float32),
         }
 
     def reorder_cache(self, cache: dict, index) -> dict:
@@ -290,7 +291,7 @@ class UniversalDecoder(_Recurrent):
     def step(self, x, cache, step, memory_mask, query_mask=None):
         """One decoding position through every depth step. x: (N, 1, d_model) at
         position ``step``; returns (N, 1, d_model) and the cache with this position's
-        keys/values written at every depth."""
+        keys/values appended at every depth."""
         keys, values = list(cache["k"]), list(cache["v"])
 
         def apply(inputs, t):
@@ -301,7 +302,7 @@ class UniversalDecoder(_Recurrent):
             return new
 
         out, used, _ = self.ponder_loop(cast(x, self.compute_dtype), apply, offset=step)
-        ponder = keras.ops.slice_update(cache["ponder"], [0, step], used)
+        ponder = tf.concat([cache["ponder"], used], axis=1)
         return out, dict(cache, k=keys, v=values, ponder=ponder)
 
 

@@ -3,7 +3,7 @@ decoder, and beam 4 vs greedy.
 
     pip install -e ".[bench]"     # keras-hub, for the keras-hub row
     python bench/decode.py --preset multi30k [--sents 1000] [--naive_sents 200]
-        [--naive_extra 50] [--repeats 3] [--profile] [--jit_compile]
+        [--naive_extra 50] [--repeats 3] [--profile]
 
 One run, one process, one trained model (the run's latest checkpoint, of the size and kind
 PINNED, which the keras-hub row mirrors), the test split; every row is the median of
@@ -180,55 +180,54 @@ def keras_hub_decoder(model, extra: int):
 def profile_step(model, src, steps_done: int, repeats: int = 200) -> list[tuple[str, float]]:
     """Where one greedy decoding step's time goes: each part of ``model.decode_step`` run
     alone as a tf.function on a cache filled to ``steps_done`` positions of the batch
-    ``src`` (N, T1), in milliseconds (median of ``repeats`` calls)."""
+    ``src`` (N, T1), in milliseconds (median of ``repeats`` calls; each part returns one
+    number of its result, so that no copy to numpy is timed)."""
     import tensorflow as tf
 
     import data_load
-    import decoding
 
     memory, mask = model.encode(src)
-    _, max_len = decoding.decode_budgets(model, src, tf.constant(50, tf.int32))
-    cache = model.init_cache(memory, mask, int(max_len))
+    cache = model.init_cache(memory, mask)
     tokens = tf.fill((src.shape[0],), data_load.BOS_ID)
     for _ in range(steps_done):
         _, cache = model.decode_step(tokens, cache)
     step = cache["step"]
     layer, layer_cache = model.decoder_layers[0], cache["layers"][0]
-    d = model.d_model
-    x = tf.random.normal((src.shape[0], 1, d))
+    x = tf.random.normal((src.shape[0], 1, model.d_model))
     attn = layer.self_attn
 
-    def write(c):
+    def append(c):
         k, v = attn.keys_values(x, offset=step)
-        return (
-            decoding.keras.ops.slice_update(c["k"], [0, 0, step, 0], k),
-            decoding.keras.ops.slice_update(c["v"], [0, 0, step, 0], v),
-        )
+        return tf.concat([c["k"], k], axis=2), tf.concat([c["v"], v], axis=2)
 
-    visible = (tf.range(tf.shape(layer_cache["k"])[2]) <= step)[None, None, None, :]
     parts = {
         "whole step (every layer, logits)": lambda: model.decode_step(tokens, cache)[0],
         "one decoder layer": lambda: layer.step(x, layer_cache, step, mask)[0],
         "  self-attention: q/k/v of the new position": lambda: attn.keys_values(x, step),
-        "  self-attention: writing k, v into the cache": lambda: write(layer_cache),
+        "  self-attention: appending k, v to the cache": lambda: append(layer_cache),
         "  self-attention: attend over the cache": lambda: attn.attend(
-            x, layer_cache["k"], layer_cache["v"], visible, offset=step
+            x, layer_cache["k"], layer_cache["v"], None, offset=step
         )[0],
         "  cross-attention (keys/values cached)": lambda: layer.cross_attn.attend(
             x, layer_cache["cross_k"], layer_cache["cross_v"], mask
         )[0],
         "  feed-forward": lambda: layer.ffn(x),
         "  one LayerNorm + residual": lambda: layer.res3(x, fn=lambda h: h),
-        "output projection (logits) + argmax": lambda: tf.argmax(model.logits(x[:, 0]), -1),
+        "output projection (logits) + argmax": lambda: tf.argmax(
+            model.logits(x[:, 0], cache["output"] if model.tie_softmax else None), -1
+        ),
     }
     out = []
     for name, fn in parts.items():
-        fn = tf.function(fn, autograph=False)
-        fn()
+        first = tf.function(
+            lambda fn=fn: [tf.reshape(t, [-1])[0] for t in tf.nest.flatten(fn())],
+            autograph=False,
+        )
+        first()
         times = []
         for _ in range(repeats):
             t0 = time.perf_counter()
-            tf.nest.map_structure(lambda t: t.numpy(), fn())
+            [t.numpy() for t in first()]
             times.append(time.perf_counter() - t0)
         out.append((name, 1000 * float(np.median(times))))
     return out
@@ -248,7 +247,6 @@ def main() -> None:
             "batch": 64,
             "repeats": 3,
             "profile": False,
-            "jit_compile": False,
         }
     )
     reps = opts["repeats"]
@@ -274,7 +272,7 @@ def main() -> None:
         print(f"one greedy step, batch of {src.shape[0]} at position 10 (ms, median of 200):")
         for name, ms in profile_step(model, src, 10):
             print(f"  {name:<50}{ms:>8.3f}")
-    greedy = decoding.greedy_decoder(model, jit_compile=opts["jit_compile"])
+    greedy = decoding.greedy_decoder(model)
     t_greedy, g_out = timed(lambda b: greedy(tf.constant(b), extra).numpy(), batches, reps)
     beam = decoding.beam_decoder(model, 4, 0.6)
     t_beam, b_out = timed(lambda b: beam(tf.constant(b), extra)[0].numpy()[:, 0], batches, reps)

@@ -97,7 +97,7 @@ def check_cached_equals_full(model, src, tgt):
     """decode_step with the cache gives the logits of the full teacher-forced pass."""
     full = model((src, tgt)).numpy()
     memory, mask = model.encode(src)
-    cache = model.init_cache(memory, mask, tgt.shape[1])
+    cache = model.init_cache(memory, mask)
     for t in range(tgt.shape[1]):
         logits, cache = model.decode_step(tf.constant(tgt[:, t]), cache)
         assert logits.shape == full[:, t].shape and logits.dtype == tf.float32

@@ -114,7 +114,7 @@ def test_mixed_bfloat16_model(norm):
         assert full.dtype == tf.float32
         full = full.numpy()
         memory, mask = m.encode(src)
-        cache = m.init_cache(memory, mask, 5)
+        cache = m.init_cache(memory, mask)
         for t in range(5):
             logits, cache = m.decode_step(tf.constant(tgt[:, t]), cache)
             assert logits.dtype == tf.float32
@@ -436,7 +436,7 @@ def test_reorder_cache_follows_the_hypotheses():
     rng = np.random.default_rng(3)
     src = rand_ids(rng, (3, 5), 17)
     memory, mask = m.encode(src)
-    cache = m.init_cache(memory, mask, 4)
+    cache = m.init_cache(memory, mask)
     for _ in range(2):
         _, cache = m.decode_step(tf.constant(rand_ids(rng, (3,), 17)), cache)
     index = tf.constant([2, 2, 0])

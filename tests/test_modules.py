@@ -377,9 +377,12 @@ def test_decoder_layer_reorder_cache():
     (rows picked by index); the cross-attention ones are shared and left as they are."""
     layer = modules.DecoderLayer(d_model=8, num_heads=2, d_ff=16, dropout_rate=0.0)
     layer.build((None, None, 8), (None, None, 8))
-    cache = layer.init_cache(tf.random.normal((3, 4, 8)), max_len=5)
-    assert cache["k"].shape == (3, 2, 5, 4) and cache["cross_k"].shape == (3, 2, 4, 4)
-    cache = dict(cache, k=tf.random.normal(cache["k"].shape), v=tf.random.normal(cache["v"].shape))
+    cache = layer.init_cache(tf.random.normal((3, 4, 8)))
+    # nothing decoded yet: no self-attention keys; the memory's 4 positions cached
+    assert cache["k"].shape == (3, 2, 0, 4) and cache["cross_k"].shape == (3, 2, 4, 4)
+    for step in range(5):
+        _, cache = layer.step(tf.random.normal((3, 1, 8)), cache, step, None)
+    assert cache["k"].shape == (3, 2, 5, 4)  # one position appended per step
     new = layer.reorder_cache(cache, tf.constant([2, 2, 0]))
     for key in ("k", "v"):
         np.testing.assert_array_equal(new[key].numpy(), cache[key].numpy()[[2, 2, 0]])

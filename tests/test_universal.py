@@ -164,7 +164,7 @@ def test_cache_equals_full_pass_with_the_same_halting(act, norm):
         m.decode(tf.constant(tgt), memory, mask, extras=extras)
         full = extras["decoder_0"]["ponder_steps"].numpy()
         assert full.min() >= 1 and full.max() <= 4 and len(np.unique(full)) > 1
-        cache = m.init_cache(memory, mask, tgt.shape[1])
+        cache = m.init_cache(memory, mask)
         for t in range(tgt.shape[1]):
             _, cache = m.decode_step(tf.constant(tgt[:, t]), cache)
         np.testing.assert_array_equal(cache["layers"][0]["ponder"].numpy(), full)
@@ -183,7 +183,7 @@ def test_reorder_cache_picks_every_depth():
     m = ut_model(seed=1)
     src = tf.constant(rand_ids(np.random.default_rng(4), (2, 5), 23))
     memory, mask = m.encode(src)
-    cache = m.init_cache(memory, mask, 4)
+    cache = m.init_cache(memory, mask)
     _, cache = m.decode_step(tf.constant([7, 9]), cache)
     picked = m.reorder_cache(cache, tf.constant([1, 1, 0]))
     layer = cache["layers"][0]
