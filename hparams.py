@@ -227,7 +227,6 @@ DECODE_KEYS = (
     "eval_batch_size",
     "results_dir",
     "precision",
-    "jit_compile",
     "legacy_protocol",
 )
 

@@ -308,6 +308,25 @@ def test_legacy_bleu_keeps_unk_in_the_hypotheses():
 # ---------------------------------------------------------------------------------------
 # random and trained tiny Transformers
 # ---------------------------------------------------------------------------------------
+def test_sentences_that_stop_leave_the_batch_and_the_others_decode_as_alone():
+    """Rows with budgets of 3 to 8 steps stop one after another and leave the batch (their
+    caches, memory masks and cross-attention keys dropped); every row's output equals
+    its decoding alone, PAD after its own budget."""
+    m = tiny_model(23, 23, seed=4)
+    rng = np.random.default_rng(9)
+    lengths = [7, 2, 5, 3]
+    src = np.zeros((4, 7), np.int32)
+    for row, n in enumerate(lengths):
+        src[row, :n] = rand_ids(rng, (n,), 23)
+    extra = tf.constant(1, tf.int32)
+    greedy = decoding.greedy_decoder(m)
+    batch = greedy(tf.constant(src), extra).numpy()
+    for row, n in enumerate(lengths):
+        alone = greedy(tf.constant(src[row : row + 1, :n]), extra).numpy()[0]
+        np.testing.assert_array_equal(batch[row, : len(alone)], alone, err_msg=f"row {row}")
+        assert not batch[row, len(alone) :].any() and len(alone) <= n + 1
+
+
 @pytest.mark.parametrize("position,max_position", [("sinusoid", 1024), ("learned", 6)])
 def test_greedy_decoder_matches_naive(position, max_position):
     V = 11
