@@ -94,7 +94,9 @@ def greedy_loop(model, src, extra, max_len: int = 0):
     shapes = (tf.TensorShape([]), free, free, free, tf.TensorShape(None), model.cache_shapes(cache))
     loop_vars = (tf.constant(0), rows, tokens, limits, out, cache)
     i, *_, out, _ = tf.while_loop(cond, body, loop_vars, shape_invariants=shapes)
-    return tf.transpose(tf.reshape(out.stack(), (i, n)))
+    # (i, N) -> (N, i) by index: oneDNN logs an error line for a tf.transpose of integers
+    flat = tf.reshape(out.stack(), [-1])
+    return tf.gather(flat, tf.range(i)[None, :] * n + tf.range(n)[:, None])
 
 
 def greedy_decoder(model, max_len: int = 0):

@@ -11,15 +11,24 @@ import dataclasses
 import io
 import math
 
-import matplotlib
 import numpy as np
 import tensorflow as tf
 
 import data_load
 import decoding
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (after choosing the Agg backend)
+
+def pyplot():
+    """matplotlib.pyplot on the Agg backend, imported at the first figure: translate.py
+    imports this module, and a translation without ``--attention`` draws nothing (the
+    import is 0.35 s of its start-up)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
 
 # map name -> (query axis, key axis): the token sequences that label each map's rows and
 # columns, as attributes of Attention
@@ -92,7 +101,7 @@ def attention(model, tok, sentence: str, max_len_extra: int, greedy=None) -> Att
 def ponder_figure(att: Attention):
     """Bars of the steps each token used (Universal Transformer with ACT): the source
     tokens above, the translation tokens below. Returns the matplotlib Figure."""
-    fig, axes = plt.subplots(2, 1, figsize=(max(4.0, 0.3 * len(att.source) + 1.5), 5), dpi=80)
+    fig, axes = pyplot().subplots(2, 1, figsize=(max(4.0, 0.3 * len(att.source) + 1.5), 5), dpi=80)
     for ax, side in zip(axes, ("source", "translation")):
         tokens, steps = getattr(att, side), att.ponder[side]
         ax.bar(range(len(tokens)), steps, color="tab:blue")
@@ -112,7 +121,7 @@ def figure(weights: np.ndarray, rows: list[str], cols: list[str], title: str):
     cell = 0.28
     width = max(3.0, cell * len(cols) + 1.2)
     height = max(2.5, cell * len(rows) + 1.2)
-    fig, axes = plt.subplots(
+    fig, axes = pyplot().subplots(
         nrows, ncols, figsize=(width * ncols, height * nrows), dpi=80, squeeze=False
     )
     for i, ax in enumerate(axes.flat):
@@ -132,7 +141,7 @@ def png(fig) -> bytes:
     """The figure as PNG bytes; the figure is closed."""
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")
-    plt.close(fig)
+    pyplot().close(fig)
     return buffer.getvalue()
 
 

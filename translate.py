@@ -40,6 +40,7 @@ import sys
 import data_load
 import decoding
 import files
+import plots
 from hparams import UserError
 
 
@@ -47,8 +48,6 @@ def plot_attention(model, tok, sentence: str, path: str, max_len_extra: int) -> 
     """A PNG of the last decoder layer's cross-attention for one sentence, one panel per
     head: translation tokens down, source tokens across (plots.py). Returns the greedy
     translation."""
-    import plots  # matplotlib: 0.35 s of start-up that a plain translation does without
-
     att = plots.attention(model, tok, sentence, max_len_extra)
     files.atomic_write(path, plots.png(plots.figures(att)["decoder_cross"]))
     return att.text
