@@ -26,6 +26,7 @@ import functools
 import glob
 import io
 import os
+import platform
 import re
 import signal
 import sys
@@ -44,8 +45,6 @@ ONEDNN_VARIABLE = "TF_ENABLE_ONEDNN_OPTS"
 
 def default_onednn(environ=os.environ, machine: str = "") -> None:
     """Set TF_ENABLE_ONEDNN_OPTS=1 on an x86 CPU where the variable is unset."""
-    import platform
-
     if (machine or platform.machine()).lower() in ("x86_64", "amd64", "i686", "x86"):
         environ.setdefault(ONEDNN_VARIABLE, "1")
 

@@ -261,8 +261,8 @@ class Transformer(keras.Model):
 
     def logits(self, hidden, transposed=None):
         """(..., d_model) -> (..., V) float32 via the tied embedding (3.4), or the output
-        projection of its own (``tie_softmax`` False). ``transposed``: the tied matrix as
-        :meth:`output_matrix` gives it (decoding)."""
+        projection of its own (``tie_softmax`` False). ``transposed``: the tied matrix
+        already transposed, as :meth:`init_cache` keeps it for the decoding steps."""
         if self.tie_softmax:
             return self.tgt_embedding.logits(hidden, transposed)
         return self.output_layer.logits(hidden)
