@@ -656,7 +656,8 @@ class Trainer:
         if fn is None:
             strategy = self.strategy
             fn = self._sum_fn = tf.function(
-                lambda x: strategy.reduce("SUM", strategy.run(tf.identity, (x,)), axis=None)
+                lambda x: strategy.reduce("SUM", strategy.run(tf.identity, (x,)), axis=None),
+                autograph=False,
             )
         return float(fn(tf.constant(value)))
 
@@ -668,6 +669,7 @@ class Trainer:
             fn = self._dev_fn = tf.function(
                 lambda s, d, lab: tf.stack(self.loss_sums(s, d, lab, False)[:4]),
                 input_signature=[spec] * 3,
+                autograph=False,
             )
         order = np.argsort(corpus.src_lens, kind="stable")
         total = np.zeros(4)
