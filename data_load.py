@@ -237,12 +237,16 @@ def save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
 
 @dataclass
 class Corpus:
-    """An encoded split. ``src(i)``/``tgt(i)`` are the raw ids of pair i (no specials)."""
+    """An encoded split. ``src(i)``/``tgt(i)`` are the raw ids of pair i (no specials);
+    ``doc`` (n,) the index of pair i's document (talk), non-decreasing; None for a
+    prepro_dir written before documents were kept (:attr:`docs` then makes every pair
+    its own document)."""
 
     src_ids: np.ndarray
     src_off: np.ndarray
     tgt_ids: np.ndarray
     tgt_off: np.ndarray
+    doc: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.src_off) - 1
@@ -263,12 +267,22 @@ class Corpus:
         """Decoder input (= label) lengths: one special token added."""
         return np.diff(self.tgt_off) + 1
 
+    @property
+    def docs(self) -> np.ndarray:
+        """(n,) int32 document index of each pair (each pair its own without ``doc``)."""
+        return self.doc if self.doc is not None else np.arange(len(self), dtype=np.int32)
+
+    def documents(self) -> int:
+        """The number of documents."""
+        return int(self.docs[-1]) + 1 if len(self) else 0
+
 
 def load_corpus(hp: hparams.Hparams, split: str) -> Corpus:
     path = os.path.join(hp.prepro_dir, f"{split}.npz")
     _require(path, hp)
     with np.load(path) as z:
-        return Corpus(**{k: z[k] for k in ("src_ids", "src_off", "tgt_ids", "tgt_off")})
+        arrays = {k: z[k] for k in ("src_ids", "src_off", "tgt_ids", "tgt_off")}
+        return Corpus(**arrays, doc=z["doc"] if "doc" in z.files else None)
 
 
 def read_raw(hp: hparams.Hparams, split: str) -> tuple[list[str], list[str]]:

@@ -6,13 +6,17 @@
 
 Readers (section "Training Data" of the paper uses WMT; we follow Kyubyong and use IWSLT 2016):
   * IWSLT 2016 TED layout: ``train.tags.de-en.{de,en}`` (metadata lines start with ``<`` and
-    are dropped) and ``IWSLT16.TED.tst201X.de-en.{de,en}.xml`` (only ``<seg>`` text kept);
-  * plain parallel text, one sentence per line, optionally gzipped (Multi30k).
+    are dropped; ``<talkid>`` names the talk of the lines after it) and
+    ``IWSLT16.TED.tst201X.de-en.{de,en}.xml`` (only ``<seg>`` text kept, each in the talk of
+    its ``<doc docid=...>``);
+  * plain parallel text, one sentence per line, optionally gzipped (Multi30k): no
+    documents, each line is one.
 
 Writes into ``prepro_dir``: ``{train,dev,test}.{src,tgt}`` (raw sentences, UTF-8),
 the vocabulary (``bpe.model`` for a joint sentencepiece BPE, or ``vocab.<lang>.tsv`` with
 ``token<TAB>count`` lines for the legacy word level, <PAD>=0 <UNK>=1 <S>=2 </S>=3),
-``{train,dev,test}.npz`` (token ids, encoded once) and ``hparams.json``.
+``{train,dev,test}.npz`` (token ids, encoded once, and ``doc``, the index of each pair's
+document in order) and ``hparams.json``.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ import os
 import time
 import xml.etree.ElementTree as ET
 
+import numpy as np
 import sentencepiece as spm
 
 import data_load
@@ -53,14 +58,26 @@ SPLITS = ("train", "dev", "test")
 # ---------------------------------------------------------------------------------------
 # Reading files
 # ---------------------------------------------------------------------------------------
-def read_iwslt_train(path: str) -> list[str]:
-    """Text lines of ``train.tags.de-en.*``: lines starting with '<' are talk metadata."""
-    return [line for line in data_load.read_lines(path) if not line.startswith("<")]
+def read_iwslt_train(path: str) -> tuple[list[str], list[str]]:
+    """(text lines, talk id of each) of ``train.tags.de-en.*``: lines starting with '<'
+    are talk metadata, and its ``<talkid>N</talkid>`` line starts talk N. A text line
+    before any talk id is a document of its own (``line<k>``)."""
+    texts, docs, talk = [], [], None
+    for line in data_load.read_lines(path):
+        if line.startswith("<"):
+            if line.startswith("<talkid>") and line.endswith("</talkid>"):
+                talk = line[len("<talkid>") : -len("</talkid>")].strip()
+            continue
+        texts.append(line)
+        docs.append(talk if talk is not None else f"line{len(texts)}")
+    return texts, docs
 
 
-def read_iwslt_xml(path: str) -> list[str]:
-    """The ``<seg>`` texts of an IWSLT ``.xml`` file in document order: entities and CDATA
-    unescaped, the text inside nested tags kept, whitespace runs made one space."""
+def read_iwslt_xml(path: str) -> tuple[list[str], list[str]]:
+    """(``<seg>`` texts, document id of each) of an IWSLT ``.xml`` file in document
+    order: entities and CDATA unescaped, the text inside nested tags kept, whitespace runs
+    made one space. A segment's document is the ``docid`` of its ``<doc>`` (else the
+    ``<talkid>`` inside it); a segment outside any ``<doc>`` is a document of its own."""
     text = data_load.read_text(path)
     try:
         root = ET.fromstring(text)
@@ -70,7 +87,26 @@ def read_iwslt_xml(path: str) -> list[str]:
             f"{path}:{line}:{col}: malformed XML ({str(e).split(':')[0]}); "
             f"check that every <seg> is closed by </seg>"
         ) from None
-    return [" ".join("".join(seg.itertext()).split()) for seg in root.iter("seg")]
+    doc_of = {}
+    for k, doc in enumerate(root.iter("doc")):
+        name = doc.get("docid") or (doc.findtext("talkid") or "").strip() or f"doc{k + 1}"
+        for seg in doc.iter("seg"):
+            doc_of.setdefault(seg, name)
+    texts, docs = [], []
+    for seg in root.iter("seg"):
+        texts.append(" ".join("".join(seg.itertext()).split()))
+        docs.append(doc_of.get(seg, f"seg{len(texts)}"))
+    return texts, docs
+
+
+def document_index(docs: list[str]) -> np.ndarray:
+    """Document ids (one per sentence, in order) -> (n,) int32 index of the document,
+    counting from 0 and growing by one at every change of id: each run of sentences
+    with one id is one document."""
+    if not docs:
+        return np.zeros(0, np.int32)
+    changes = np.fromiter((a != b for a, b in zip(docs[1:], docs[:-1])), bool, len(docs) - 1)
+    return np.concatenate([[0], np.cumsum(changes)]).astype(np.int32)
 
 
 def _parallel_path(hp: hparams.Hparams, stem: str, lang: str) -> str:
@@ -98,25 +134,35 @@ def corpus_files(hp: hparams.Hparams) -> dict[str, tuple[str, str]]:
     return paths
 
 
-def read_split(hp: hparams.Hparams, split: str) -> tuple[list[str], list[str]]:
-    """Aligned (source, target) sentences of one split; a count mismatch is an error."""
+def read_split(hp: hparams.Hparams, split: str) -> tuple[list[str], list[str], list[str]]:
+    """Aligned (source, target, document id) of one split's sentences; a count mismatch,
+    or a pair whose two sides name different talks, is an error. Plain parallel text has
+    no documents: each line is one (its line number)."""
     src_path, tgt_path = corpus_files(hp)[split]
     if hp.corpus == "parallel":
-        reader = data_load.read_lines
+        src, tgt = data_load.read_lines(src_path), data_load.read_lines(tgt_path)
+        docs = [str(k) for k in range(1, len(src) + 1)]
+        tgt_docs = docs[: len(tgt)]
     else:
         reader = read_iwslt_train if split == "train" else read_iwslt_xml
-    src, tgt = reader(src_path), reader(tgt_path)
+        (src, docs), (tgt, tgt_docs) = reader(src_path), reader(tgt_path)
     if len(src) != len(tgt):
         raise UserError(
             f"{src_path} has {len(src)} sentences but {tgt_path} has {len(tgt)}; "
             f"the two sides must be aligned line by line"
         )
+    for k, (a, b) in enumerate(zip(docs, tgt_docs)):
+        if a != b:
+            raise UserError(
+                f"sentence {k + 1} is in talk {a!r} in {src_path} but in talk {b!r} in "
+                f"{tgt_path}; the two sides must hold the same talks in the same order"
+            )
     if split == "train":  # drop pairs with an empty side (IWSLT has a few)
-        pairs = [(a, b) for a, b in zip(src, tgt) if a and b]
-        src, tgt = [a for a, _ in pairs], [b for _, b in pairs]
+        keep = [k for k, (a, b) in enumerate(zip(src, tgt)) if a and b]
+        src, tgt, docs = ([x[k] for k in keep] for x in (src, tgt, docs))
     if not src:
         raise UserError(f"{src_path} holds no sentence pairs (after dropping empty lines)")
-    return src, tgt
+    return src, tgt, docs
 
 
 # ---------------------------------------------------------------------------------------
@@ -250,12 +296,13 @@ def preprocess(hp: hparams.Hparams, fetch: bool = False, force: bool = False) ->
         os.remove(stamp_path)
     os.makedirs(hp.prepro_dir, exist_ok=True)
     data = {split: read_split(hp, split) for split in SPLITS}
-    for split, (src, tgt) in data.items():
-        print(f"prepro: {split}: {len(src):,} sentence pairs")
+    for split, (src, tgt, docs) in data.items():
+        count = int(document_index(docs)[-1]) + 1
+        print(f"prepro: {split}: {len(src):,} sentence pairs in {count:,} documents")
         files.atomic_write(os.path.join(hp.prepro_dir, f"{split}.src"), "\n".join(src) + "\n")
         files.atomic_write(os.path.join(hp.prepro_dir, f"{split}.tgt"), "\n".join(tgt) + "\n")
 
-    train_src, train_tgt = data["train"]
+    train_src, train_tgt, _ = data["train"]
     if hp.vocab_type == "bpe":
         train_bpe(train_src + train_tgt, os.path.join(hp.prepro_dir, "bpe"), hp.vocab_size, hp.seed)
     else:
@@ -265,8 +312,8 @@ def preprocess(hp: hparams.Hparams, fetch: bool = False, force: bool = False) ->
     hparams.save(hp, os.path.join(hp.prepro_dir, "hparams.json"))
 
     tok = data_load.Tokenizer(hp)
-    for split, (src, tgt) in data.items():
-        arrays = data_load.encode_pairs(tok, src, tgt)
+    for split, (src, tgt, docs) in data.items():
+        arrays = dict(data_load.encode_pairs(tok, src, tgt), doc=document_index(docs))
         data_load.save_npz(os.path.join(hp.prepro_dir, f"{split}.npz"), arrays)
     print(
         f"prepro: vocabulary {tok.src_vocab_size:,} (source) / {tok.tgt_vocab_size:,} "

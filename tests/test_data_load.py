@@ -536,3 +536,18 @@ def test_read_raw_keeps_alignment_with_carriage_returns(tmp_path):
     assert len(data_load.load_corpus(hp, "dev")) == 2
     assert len(src) == len(tgt) == 2
     assert tgt[1] == "The tree stands there."
+
+
+def test_a_prepro_dir_without_documents_makes_each_pair_one(demo_prepro, tmp_path):
+    """A .npz written before documents were kept has no ``doc``: every pair is then its
+    own document; one written now has the talks of the demo corpus, in order."""
+    corpus = data_load.load_corpus(demo_prepro, "dev")
+    assert corpus.doc is not None and 1 < corpus.documents() < len(corpus)
+    assert corpus.docs[0] == 0 and set(np.diff(corpus.docs)) == {0, 1}
+    old = tmp_path / "dev.npz"
+    with np.load(os.path.join(demo_prepro.prepro_dir, "dev.npz")) as z:
+        np.savez(old, **{k: z[k] for k in z.files if k != "doc"})
+    hp = hparams.apply(demo_prepro, {"prepro_dir": str(tmp_path)})
+    legacy = data_load.load_corpus(hp, "dev")
+    assert legacy.doc is None and legacy.documents() == len(legacy) == len(corpus)
+    assert legacy.docs.tolist() == list(range(len(corpus)))

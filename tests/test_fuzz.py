@@ -202,7 +202,7 @@ def test_read_iwslt_xml(tmp_path_factory, xml_file):
     data, texts, broken = xml_file
     path = written(tmp_path_factory, "IWSLT16.TED.tst2014.de-en.de.xml", data)
     error = broken and rf"^{re.escape(path)}:\d+:\d+: malformed XML"
-    reads_as(prepro.read_iwslt_xml, path, texts, error)
+    reads_as(lambda p: prepro.read_iwslt_xml(p)[0], path, texts, error)
 
 
 # ---------------------------------------------------------------------------------------

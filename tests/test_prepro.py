@@ -127,14 +127,24 @@ Und das ist gut so.
 """  # noqa: W291 (the trailing spaces of a line are part of the test)
 
 
-def test_read_iwslt_train_drops_metadata(tmp_path):
+def test_read_iwslt_train_drops_metadata_and_keeps_the_talk(tmp_path):
     p = tmp_path / "train.tags.de-en.de"
     p.write_text(IWSLT_TRAIN_DE, encoding="utf-8")
-    assert prepro.read_iwslt_train(str(p)) == [
-        "Heute erzähle ich von Bäumen.",
-        "Sie wachsen langsam, aber stetig.",
-        "Und das ist gut so.",
-    ]
+    assert prepro.read_iwslt_train(str(p)) == (
+        [
+            "Heute erzähle ich von Bäumen.",
+            "Sie wachsen langsam, aber stetig.",
+            "Und das ist gut so.",
+        ],
+        ["4711"] * 3,
+    )
+    # a second talk starts at its <talkid>; a line before any talk id is its own document
+    second = IWSLT_TRAIN_DE.replace("4711", "12").replace("Heute", "Morgen")
+    p.write_text("Vorweg.\n" + IWSLT_TRAIN_DE + second, encoding="utf-8")
+    texts, docs = prepro.read_iwslt_train(str(p))
+    assert texts[0] == "Vorweg." and texts[4] == "Morgen erzähle ich von Bäumen."
+    assert docs == ["line1"] + ["4711"] * 3 + ["12"] * 3
+    assert prepro.document_index(docs).tolist() == [0, 1, 1, 1, 2, 2, 2]
 
 
 IWSLT_XML = """\
@@ -164,13 +174,33 @@ IWSLT_XML = """\
 def test_read_iwslt_xml(tmp_path):
     p = tmp_path / "IWSLT16.TED.tst2013.de-en.de.xml"
     p.write_text(IWSLT_XML, encoding="utf-8")
-    assert prepro.read_iwslt_xml(str(p)) == [
-        "text & more <b>",
-        "Zeile über zwei Zeilen",
-        "",
-        'Zweites Dokument, „Anführung“ "x"',
-        "Ende.",
-    ]
+    assert prepro.read_iwslt_xml(str(p)) == (
+        [
+            "text & more <b>",
+            "Zeile über zwei Zeilen",
+            "",
+            'Zweites Dokument, „Anführung“ "x"',
+            "Ende.",
+        ],
+        ["1", "1", "1", "2", "2"],
+    )
+
+
+def test_read_iwslt_xml_document_ids(tmp_path):
+    """docid names a segment's talk, else the <talkid> inside its <doc>, else its place;
+    a segment outside every <doc> is a document of its own."""
+    p = tmp_path / "docs.xml"
+    p.write_text(
+        '<mteval>\n<doc><talkid> 77 </talkid><seg id="1">a</seg><seg id="2">b</seg></doc>\n'
+        '<doc genre="x"><seg id="1">c</seg></doc>\n<seg id="9">d</seg>\n'
+        '<doc docid="5"><seg id="1">e</seg></doc>\n</mteval>\n',
+        encoding="utf-8",
+    )
+    texts, docs = prepro.read_iwslt_xml(str(p))
+    assert texts == ["a", "b", "c", "d", "e"]
+    assert docs == ["77", "77", "doc2", "seg4", "5"]
+    assert prepro.document_index(docs).tolist() == [0, 0, 1, 2, 3]
+    assert prepro.document_index([]).tolist() == []
 
 
 def test_read_iwslt_xml_malformed_names_file_and_line(tmp_path):
@@ -257,11 +287,12 @@ def test_read_split_drops_pairs_with_an_empty_side(tmp_path):
     os.makedirs(hp.data_dir)
     write_lines(os.path.join(hp.data_dir, "train.de"), ["eins", "", "drei", "vier", " "])
     write_lines(os.path.join(hp.data_dir, "train.en"), ["one", "two", "", "four", "five"])
-    assert prepro.read_split(hp, "train") == (["eins", "vier"], ["one", "four"])
+    # plain parallel text: each line is a document (its line number)
+    assert prepro.read_split(hp, "train") == (["eins", "vier"], ["one", "four"], ["1", "4"])
     # dev/test keep empty lines so that references stay aligned
     write_lines(os.path.join(hp.data_dir, "val.de"), ["a", ""])
     write_lines(os.path.join(hp.data_dir, "val.en"), ["", "b"])
-    assert prepro.read_split(hp, "dev") == (["a", ""], ["", "b"])
+    assert prepro.read_split(hp, "dev") == (["a", ""], ["", "b"], ["1", "2"])
 
 
 def test_read_split_empty_after_dropping(tmp_path):
@@ -284,14 +315,20 @@ def test_read_split_iwslt_layout(tmp_path):
     en = en.replace("Sie wachsen langsam, aber stetig.", "They grow slowly but steadily.")
     en = en.replace("Und das ist gut so.", "And that is good.")
     (tmp_path / "train.tags.de-en.en").write_text(en, encoding="utf-8")
-    src, tgt = prepro.read_split(hp, "train")
+    src, tgt, docs = prepro.read_split(hp, "train")
     assert src[1] == "Sie wachsen langsam, aber stetig."
     assert tgt[1] == "They grow slowly but steadily."
-    assert len(src) == len(tgt) == 3
+    assert len(src) == len(tgt) == 3 and docs == ["4711"] * 3
     for lang in ("de", "en"):
         (tmp_path / f"IWSLT16.TED.tst2013.de-en.{lang}.xml").write_text(IWSLT_XML, encoding="utf-8")
-    src, tgt = prepro.read_split(hp, "dev")
+    src, tgt, docs = prepro.read_split(hp, "dev")
     assert src == tgt and len(src) == 5 and src[0] == "text & more <b>"
+    assert docs == ["1", "1", "1", "2", "2"]
+    # the two sides must hold the same talks: a talk id that differs is one line naming both
+    en_xml = IWSLT_XML.replace('docid="2"', 'docid="3"')
+    (tmp_path / "IWSLT16.TED.tst2013.de-en.en.xml").write_text(en_xml, encoding="utf-8")
+    with pytest.raises(UserError, match=r"sentence 4 is in talk '2' in .*de\.xml but in talk '3'"):
+        prepro.read_split(hp, "dev")
 
 
 def test_missing_corpus_is_a_user_error(tmp_path):
@@ -584,6 +621,15 @@ def test_demo_corpus_is_generated_and_preprocessed(tmp_path, capsys):
     assert all(os.path.exists(p) for p in prepro.outputs(hp))
     corpus = data_load.load_corpus(hp, "train")
     assert len(corpus) == 300
+    # the talks are kept: one document per <talkid> of train.tags / <doc> of the XML, in
+    # order, each pair's index in the .npz
+    for split, tag in (("train", "<talkid>"), ("dev", "<doc "), ("test", "<doc ")):
+        with open(prepro.corpus_files(hp)[split][0], encoding="utf-8") as f:
+            talks = f.read().count(tag)
+        docs = data_load.load_corpus(hp, split).docs
+        assert talks >= 1 and docs[0] == 0 and set(np.diff(docs)) <= {0, 1}
+        assert int(docs[-1]) + 1 == talks, split
+        assert f"prepro: {split}: {len(docs):,} sentence pairs in {talks:,} documents" in out
     dev_src, dev_tgt = data_load.read_raw(hp, "dev")
     assert len(dev_src) == len(dev_tgt) == len(data_load.load_corpus(hp, "dev")) > 0
     # the IWSLT code path read it: no metadata line leaked into the text
