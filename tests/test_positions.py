@@ -315,8 +315,12 @@ def test_cache_equals_full_pass(kind, model_type):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model_type", ["transformer", "weighted"])
-@pytest.mark.parametrize("kind", RELATIVE)
+@pytest.mark.parametrize(
+    # every family on the paper's layers; the weighted layers' cache (test_cache_equals_full_pass
+    # runs each family through it) in the loops once, with xl's shifted distances
+    "kind, model_type",
+    [(kind, "transformer") for kind in RELATIVE] + [("xl", "weighted")],
+)
 def test_greedy_and_beam_on_the_cache(kind, model_type):
     m = relative_model(kind, seed=3, model_type=model_type)
     check_greedy_and_beam(m, rand_ids(np.random.default_rng(5), (3, 6), 23), extra=6)
