@@ -379,6 +379,31 @@ def build_batch(
     return tuple(pad_batch(x, multiple, width, rows) for x in (srcs, decs, labs))
 
 
+def context_batch(corpus: Corpus, idx: np.ndarray, depth: int, max_len: int = 0) -> np.ndarray:
+    """The ``depth`` source sentences before each pair of idx (N,) in its own document,
+    oldest first, as the encoder reads them (</S> at the end): (depth, N, T_c) int32,
+    right-padded with PAD; all PAD where the document has fewer sentences before the pair
+    (the start of a document: no context). The corpus holds every pair, so a pair left
+    out of training for its length still counts as context. ``max_len`` > 0 keeps the
+    last max_len tokens of a longer sentence (the ones nearest the pair)."""
+    eos, docs = np.array([EOS_ID], np.int32), corpus.docs
+    rows = []
+    for j in range(depth, 0, -1):  # the sentence j before each pair, oldest first
+        row = []
+        for i in idx:
+            before = int(i) - j
+            if before < 0 or docs[before] != docs[i]:
+                row.append(np.zeros(0, np.int32))
+            else:
+                ids = np.concatenate([corpus.src(before), eos])
+                row.append(ids[-max_len:] if max_len else ids)
+        rows.append(row)
+    if not depth:
+        return np.zeros((0, len(idx), 1), np.int32)
+    width = max([1] + [len(s) for row in rows for s in row])
+    return np.stack([pad_batch(row, width=width) for row in rows])
+
+
 def padding_fraction(
     batches: list[np.ndarray], corpus: Corpus, multiple: int = 1
 ) -> tuple[float, float]:

@@ -221,18 +221,78 @@ class Transformer(keras.Model):
             extras[layer.name] = reported[0]
         return x, w
 
-    def encode(self, src, training=False, return_attention=False, extras=None):
+    def encode(
+        self, src, training=False, return_attention=False, extras=None, context=None, inputs=None
+    ):
         """src (N, T1) ids -> memory (N, T1, d_model), mask (N, 1, 1, T1) [, weights].
-        ``extras``: a dict that receives what the layers report (see _run_layer)."""
+        ``extras``: a dict that receives what the layers report (see _run_layer).
+        ``context``: per encoder layer, (states (N, T_m, d_model), mask (N, 1, 1, T_m)) of
+        earlier sentences, which that layer's self-attention attends to as well (see
+        :meth:`encode_in_context`). ``inputs``: a list that receives each layer's input
+        (N, T1, d_model)."""
         mask, query_mask = self.masks(src)
         x = self._embed(src, self.src_embedding, self.src_position, self.src_dropout, training)
         weights = []
-        for layer in self.encoder_layers:
-            x, w = self._run_layer(layer, extras, x, mask, training=training, query_mask=query_mask)
+        for i, layer in enumerate(self.encoder_layers):
+            if inputs is not None:
+                inputs.append(x)
+            memory = (
+                {} if context is None else dict(memory=context[i][0], memory_mask=context[i][1])
+            )
+            x, w = self._run_layer(
+                layer, extras, x, mask, training=training, query_mask=query_mask, **memory
+            )
             weights.append(w)
         if self.norm == "pre":
             x = self.encoder_norm(x)
         return (x, mask, weights) if return_attention else (x, mask)
+
+    # -- document context (Transformer-XL's segment-level recurrence) ---------------------
+    def sentence_states(self, src, context=None):
+        """What a later sentence's context keeps of the sentences src (N, T): each encoder
+        layer's input, under stop-gradient and without dropout (Dai et al. 2019, 3.2: the
+        memory is not trained through), computed under their own ``context``. Returns
+        (per layer (N, T, d_model), key mask (N, 1, 1, T))."""
+        if self.model_type == "universal":
+            raise ValueError("the Universal Transformer's recurrent stack has no document context")
+        inputs = []
+        self.encode(src, training=False, context=context, inputs=inputs)
+        return [tf.stop_gradient(x) for x in inputs], self.masks(src)[0]
+
+    @staticmethod
+    def context_of(window):
+        """The context of the next sentence from ``window``, the :meth:`sentence_states` of
+        its earlier sentences (oldest first): per layer, their states side by side, the
+        real tokens of each row moved to the right end in order (left padding), so the last
+        token of the previous sentence sits at position -1 whatever the padding: per layer
+        (states (N, T_m, d_model), mask (N, 1, 1, T_m)); None for an empty window."""
+        if not window:
+            return None
+        mask = tf.concat([m for _, m in window], axis=-1)  # (N, 1, 1, T_m)
+        # a stable sort of the mask puts each row's padding first, its tokens after in order
+        order = tf.argsort(tf.cast(mask[:, 0, 0], tf.int32), axis=1, stable=True)
+        left = tf.gather(mask, order, axis=3, batch_dims=1)
+        layers = zip(*[states for states, _ in window])
+        return [
+            (tf.gather(tf.concat(list(states), axis=1), order, axis=1, batch_dims=1), left)
+            for states in layers
+        ]
+
+    def encode_in_context(self, src, context_ids, sentences: int, training=False, **kwargs):
+        """src (N, T1) encoded with each encoder layer attending also to that layer's inputs
+        for the last ``sentences`` sentences before it in its document, as Transformer-XL's
+        recurrence (Dai et al. 2019, 3.2) with a sentence as the segment.
+
+        ``context_ids``: the earlier sentences, oldest first, each (N, T_c) ids; a row whose
+        document has fewer earlier sentences has all-PAD ones first (they add no key). Each
+        is encoded in order, under the context of the ``sentences`` before it, so that with
+        the num_blocks * sentences sentences before src the states equal those of
+        decoding a whole document in order (its first sentence without context).
+        Returns what :meth:`encode` returns (``kwargs`` go to it)."""
+        window = []
+        for ids in context_ids if sentences > 0 else ():
+            window = (window + [self.sentence_states(ids, self.context_of(window))])[-sentences:]
+        return self.encode(src, training=training, context=self.context_of(window), **kwargs)
 
     def decode(
         self, tgt_in, memory, memory_mask, training=False, return_attention=False, extras=None

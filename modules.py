@@ -63,9 +63,14 @@ class Residual(keras.layers.Layer):
     def build(self, input_shape):
         self.ln.build(input_shape)
 
+    def normalize(self, x):
+        """What ``fn`` sees of x: LayerNorm(x) with norm='pre', x itself with 'post' (the
+        encoder's memory of earlier sentences goes through the same LayerNorm as x)."""
+        return cast(self.ln(x), x.dtype) if self.norm == "pre" else x
+
     def call(self, x, fn, training=False):
         if self.norm == "pre":
-            y = fn(cast(self.ln(x), x.dtype))
+            y = fn(self.normalize(x))
             return x + self.dropout(y, training=training)
         y = fn(x)
         return cast(self.ln(x + self.dropout(y, training=training)), x.dtype)
@@ -164,6 +169,11 @@ class EncoderLayer(_Block):
 
     call: x (N, T1, d_model), mask (N, 1, 1, T1) -> (N, T1, d_model) [, weights]. See 3.1.
     ``query_mask`` (N, 1, T1, 1), if given, zeroes the attention weights of PAD queries.
+    ``memory`` (N, T_m, d_model) with ``memory_mask`` (N, 1, 1, T_m): this layer's inputs
+    for earlier sentences of the document (Transformer-XL's recurrence, Dai et al. 2019,
+    3.2), left-aligned so that the last one sits just before the sentence: the keys and
+    values come from [memory; x] at positions -T_m .. T1 - 1, the queries from x alone
+    (weights (N, h, T1, T_m + T1)); a relative position family places them.
     """
 
     def __init__(self, *args, **kwargs):
@@ -178,12 +188,32 @@ class EncoderLayer(_Block):
                 layer.build(input_shape)
         self.self_attn.build(input_shape, input_shape)
 
-    def call(self, x, mask, training=False, return_attention=False, query_mask=None):
+    def call(
+        self,
+        x,
+        mask,
+        training=False,
+        return_attention=False,
+        query_mask=None,
+        memory=None,
+        memory_mask=None,
+    ):
         found = {}
 
         def attend(h):
+            keys, key_mask, k_offset = h, mask, 0
+            if memory is not None:
+                keys = tf.concat([self.res1.normalize(cast(memory, h.dtype)), h], axis=1)
+                key_mask = tf.concat([memory_mask, mask], axis=-1)
+                k_offset = -tf.shape(memory)[1]
             out, found["w"] = self.self_attn(
-                h, h, mask, training=training, return_attention=True, query_mask=query_mask
+                h,
+                keys,
+                key_mask,
+                training=training,
+                return_attention=True,
+                query_mask=query_mask,
+                k_offset=k_offset,
             )
             return out
 
@@ -365,7 +395,8 @@ class MultiHeadAttention(keras.layers.Layer):
 
     ``position`` (self-attention only): the stack's relative position scheme
     (positions.StackPosition); the sublayer then holds a positions.LayerPosition, and
-    ``offset`` is the position of the first query (and, in ``call``, of the first key).
+    ``offset`` is the position of the first query (and, in ``call``, of the first key,
+    unless ``k_offset`` places the keys: a memory of earlier sentences starts before 0).
     """
 
     def __init__(
@@ -460,9 +491,13 @@ class MultiHeadAttention(keras.layers.Layer):
         bias=None,
         query_mask=None,
         offset=0,
+        k_offset=None,
     ):
-        k, v = self.keys_values(memory, offset)
-        heads, weights = self._heads(query, k, v, mask, training, bias, query_mask, offset, offset)
+        k_offset = offset if k_offset is None else k_offset
+        k, v = self.keys_values(memory, k_offset)
+        heads, weights = self._heads(
+            query, k, v, mask, training, bias, query_mask, offset, k_offset
+        )
         out = self._merge(heads)
         return (out, weights) if return_attention else out
 

@@ -23,9 +23,11 @@ import train
 import translate
 from helpers import (
     ROOT,
+    SMALL,
     check_cached_equals_full,
     check_greedy_and_beam,
     rand_ids,
+    relative_model,
     tiny,
     tiny_model,
 )
@@ -33,7 +35,6 @@ from hparams import UserError
 
 D, H, T = 16, 2, 8  # d_model, heads, positions: distances up to 7 pass k and the buckets
 DK = D // H
-SMALL = dict(max_relative_position=2, t5_buckets=8, t5_max_distance=6)
 RELATIVE = [name for name, family in positions.REGISTRY.items() if family.relative]
 
 
@@ -290,16 +291,6 @@ def test_parameters_of_each_family():
     tables = [lay.self_attn.relative.stack.table for lay in t5.encoder_layers]
     assert tables[0] is tables[1] is t5.src_relative.table  # shared by the stack's layers
     assert t5.decoder_0.cross_attn.relative is None  # cross-attention stays plain
-
-
-def relative_model(kind, seed=0, **kw):
-    """tiny_model with ``kind`` positions, the stacks' shared weights (zero at first: t5's
-    table, xl's u and v) made random so that their terms count."""
-    m = tiny_model(position=kind, seed=seed, **SMALL, **kw)
-    rng = np.random.default_rng(seed)
-    for w in m.src_relative.weights + m.tgt_relative.weights:
-        w.assign(rng.normal(size=w.shape).astype(np.float32))
-    return m
 
 
 SRC = np.array([[5, 6, 7, 8, 9, 10, 11, 3], [12, 13, 14, 3, 0, 0, 0, 0]], np.int32)
