@@ -9,6 +9,7 @@ them are in decoding.py). ``model_type`` picks a :class:`modules.Variant` from
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import keras
 import tensorflow as tf
@@ -221,26 +222,24 @@ class Transformer(keras.Model):
             extras[layer.name] = reported[0]
         return x, w
 
-    def encode(
-        self, src, training=False, return_attention=False, extras=None, context=None, inputs=None
-    ):
+    def encode(self, src, training=False, return_attention=False, extras=None, context=None):
         """src (N, T1) ids -> memory (N, T1, d_model), mask (N, 1, 1, T1) [, weights].
         ``extras``: a dict that receives what the layers report (see _run_layer).
         ``context``: per encoder layer, (states (N, T_m, d_model), mask (N, 1, 1, T_m)) of
         earlier sentences, which that layer's self-attention attends to as well (see
-        :meth:`encode_in_context`). ``inputs``: a list that receives each layer's input
-        (N, T1, d_model)."""
+        :meth:`encode_in_context`)."""
         mask, query_mask = self.masks(src)
         x = self._embed(src, self.src_embedding, self.src_position, self.src_dropout, training)
         weights = []
         for i, layer in enumerate(self.encoder_layers):
-            if inputs is not None:
-                inputs.append(x)
-            memory = (
-                {} if context is None else dict(memory=context[i][0], memory_mask=context[i][1])
-            )
             x, w = self._run_layer(
-                layer, extras, x, mask, training=training, query_mask=query_mask, **memory
+                layer,
+                extras,
+                x,
+                mask,
+                training=training,
+                query_mask=query_mask,
+                **self._earlier(context, i),
             )
             weights.append(w)
         if self.norm == "pre":
@@ -248,16 +247,27 @@ class Transformer(keras.Model):
         return (x, mask, weights) if return_attention else (x, mask)
 
     # -- document context (Transformer-XL's segment-level recurrence) ---------------------
-    def sentence_states(self, src, context=None):
-        """What a later sentence's context keeps of the sentences src (N, T): each encoder
-        layer's input, under stop-gradient and without dropout (Dai et al. 2019, 3.2: the
-        memory is not trained through), computed under their own ``context``. Returns
-        (per layer (N, T, d_model), key mask (N, 1, 1, T))."""
+    @staticmethod
+    def _earlier(context, i: int) -> dict:
+        """Encoder layer i's keyword arguments for the earlier sentences of ``context``."""
+        return {} if context is None else dict(zip(("memory", "memory_mask"), context[i]))
+
+    def sentence_states(self, src, context=None, layers: int | None = None):
+        """What a later sentence's context keeps of the sentences src (N, T): the inputs of
+        the first ``layers`` encoder layers (all by default), under stop-gradient and
+        without dropout (Dai et al. 2019, 3.2: the memory is not trained through),
+        computed under their own ``context``. Returns (per layer (N, T, d_model), key
+        mask (N, 1, 1, T))."""
         if self.model_type == "universal":
             raise ValueError("the Universal Transformer's recurrent stack has no document context")
-        inputs = []
-        self.encode(src, training=False, context=context, inputs=inputs)
-        return [tf.stop_gradient(x) for x in inputs], self.masks(src)[0]
+        layers = self.num_blocks if layers is None else layers
+        mask, query_mask = self.masks(src)
+        x = self._embed(src, self.src_embedding, self.src_position, self.src_dropout, False)
+        states = [tf.stop_gradient(x)]
+        for i, layer in enumerate(self.encoder_layers[: layers - 1]):
+            x = layer(x, mask, query_mask=query_mask, **self._earlier(context, i))
+            states.append(tf.stop_gradient(x))
+        return states, mask
 
     @staticmethod
     def context_of(window):
@@ -265,7 +275,8 @@ class Transformer(keras.Model):
         its earlier sentences (oldest first): per layer, their states side by side, the
         real tokens of each row moved to the right end in order (left padding), so the last
         token of the previous sentence sits at position -1 whatever the padding: per layer
-        (states (N, T_m, d_model), mask (N, 1, 1, T_m)); None for an empty window."""
+        (states (N, T_m, d_model), mask (N, 1, 1, T_m)), for the layers every sentence of
+        the window has; None for an empty window."""
         if not window:
             return None
         mask = tf.concat([m for _, m in window], axis=-1)  # (N, 1, 1, T_m)
@@ -280,18 +291,27 @@ class Transformer(keras.Model):
 
     def encode_in_context(self, src, context_ids, sentences: int, training=False, **kwargs):
         """src (N, T1) encoded with each encoder layer attending also to that layer's inputs
-        for the last ``sentences`` sentences before it in its document, as Transformer-XL's
-        recurrence (Dai et al. 2019, 3.2) with a sentence as the segment.
+        for the last ``sentences`` (M) sentences before it in its document, as
+        Transformer-XL's recurrence (Dai et al. 2019, 3.2) with a sentence as the segment.
 
         ``context_ids``: the earlier sentences, oldest first, each (N, T_c) ids; a row whose
         document has fewer earlier sentences has all-PAD ones first (they add no key). Each
-        is encoded in order, under the context of the ``sentences`` before it, so that with
-        the num_blocks * sentences sentences before src the states equal those of
-        decoding a whole document in order (its first sentence without context).
+        is encoded in order, under the context of the M before it, so that with the
+        num_blocks * M sentences before src the states equal those of decoding a whole
+        document in order (its first sentence without context). A sentence j before src
+        needs only the inputs of its first L - ceil(j / M) + 1 layers (L = num_blocks; the
+        earlier a sentence, the fewer layers still see it): the context costs
+        M * L * (L - 1) / 2 layer passes, under half of encoding its L * M sentences
+        whole; sentences before those count for nothing.
         Returns what :meth:`encode` returns (``kwargs`` go to it)."""
         window = []
-        for ids in context_ids if sentences > 0 else ():
-            window = (window + [self.sentence_states(ids, self.context_of(window))])[-sentences:]
+        if sentences > 0:
+            context_ids = list(context_ids)[-self.num_blocks * sentences :]
+            for k, ids in enumerate(context_ids):
+                back = len(context_ids) - k  # sentences between this one and src, plus one
+                layers = self.num_blocks - math.ceil(back / sentences) + 1
+                states = self.sentence_states(ids, self.context_of(window), layers)
+                window = (window + [states])[-sentences:]
         return self.encode(src, training=training, context=self.context_of(window), **kwargs)
 
     def decode(
