@@ -386,6 +386,8 @@ def context_batch(corpus: Corpus, idx: np.ndarray, depth: int, max_len: int = 0)
     (the start of a document: no context). The corpus holds every pair, so a pair left
     out of training for its length still counts as context. ``max_len`` > 0 keeps the
     last max_len tokens of a longer sentence (the ones nearest the pair)."""
+    if not depth:
+        return np.zeros((0, len(idx), 1), np.int32)
     eos, docs = np.array([EOS_ID], np.int32), corpus.docs
     rows = []
     for j in range(depth, 0, -1):  # the sentence j before each pair, oldest first
@@ -398,8 +400,6 @@ def context_batch(corpus: Corpus, idx: np.ndarray, depth: int, max_len: int = 0)
                 ids = np.concatenate([corpus.src(before), eos])
                 row.append(ids[-max_len:] if max_len else ids)
         rows.append(row)
-    if not depth:
-        return np.zeros((0, len(idx), 1), np.int32)
     width = max([1] + [len(s) for row in rows for s in row])
     return np.stack([pad_batch(row, width=width) for row in rows])
 
