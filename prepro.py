@@ -296,8 +296,9 @@ def preprocess(hp: hparams.Hparams, fetch: bool = False, force: bool = False) ->
         os.remove(stamp_path)
     os.makedirs(hp.prepro_dir, exist_ok=True)
     data = {split: read_split(hp, split) for split in SPLITS}
-    for split, (src, tgt, docs) in data.items():
-        count = int(document_index(docs)[-1]) + 1
+    doc_index = {split: document_index(docs) for split, (_, _, docs) in data.items()}
+    for split, (src, tgt, _) in data.items():
+        count = int(doc_index[split][-1]) + 1
         print(f"prepro: {split}: {len(src):,} sentence pairs in {count:,} documents")
         files.atomic_write(os.path.join(hp.prepro_dir, f"{split}.src"), "\n".join(src) + "\n")
         files.atomic_write(os.path.join(hp.prepro_dir, f"{split}.tgt"), "\n".join(tgt) + "\n")
@@ -312,8 +313,8 @@ def preprocess(hp: hparams.Hparams, fetch: bool = False, force: bool = False) ->
     hparams.save(hp, os.path.join(hp.prepro_dir, "hparams.json"))
 
     tok = data_load.Tokenizer(hp)
-    for split, (src, tgt, docs) in data.items():
-        arrays = dict(data_load.encode_pairs(tok, src, tgt), doc=document_index(docs))
+    for split, (src, tgt, _) in data.items():
+        arrays = dict(data_load.encode_pairs(tok, src, tgt), doc=doc_index[split])
         data_load.save_npz(os.path.join(hp.prepro_dir, f"{split}.npz"), arrays)
     print(
         f"prepro: vocabulary {tok.src_vocab_size:,} (source) / {tok.tgt_vocab_size:,} "
