@@ -262,13 +262,18 @@ def test_extra_loss_is_the_weighted_ponder_cost_and_has_a_gradient():
 # training
 # ---------------------------------------------------------------------------------------
 @pytest.mark.slow
-def test_universal_trains_logs_ponder_and_evaluates(tmp_path, monkeypatch):
+def test_universal_trains_logs_ponder_and_evaluates(demo_prepro, tmp_path, monkeypatch):
     """A small run learns (the training loss falls), TensorBoard has the ponder time and
     the ACT loss's share, and eval.py decodes the checkpoint."""
     hp = tiny(
-        str(tmp_path), model_type="universal", ut_max_steps=3, num_epochs=3, attention_layers="last"
+        str(tmp_path),
+        data_dir=demo_prepro.data_dir,
+        prepro_dir=demo_prepro.prepro_dir,
+        model_type="universal",
+        ut_max_steps=3,
+        num_epochs=2,
+        attention_layers="last",
     )
-    prepro.preprocess(hp)
     monkeypatch.setattr(train, "LOG_EVERY", 10)
     summary = train.train(hp)
     assert summary["train_loss"] < summary["first_loss"] - 1.0
