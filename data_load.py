@@ -359,14 +359,21 @@ def pad_batch(
 
 
 def build_batch(
-    corpus: Corpus, idx: np.ndarray, multiple: int = 1, budget: int = 0
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(source [N, T1], decoder input [N, T2], labels [N, T2]) for the pairs in idx.
+    corpus: Corpus,
+    idx: np.ndarray,
+    multiple: int = 1,
+    budget: int = 0,
+    depth: int = 0,
+    max_len: int = 0,
+) -> tuple[np.ndarray, ...]:
+    """(source [N, T1], decoder input [N, T2], labels [N, T2]) for the pairs in idx; with
+    ``depth`` > 0 also their context [N, depth, T_c], the depth sentences before each in
+    its document, each cut to its last ``max_len`` tokens (:func:`context_batch`).
 
     budget > 0 gives static shapes for XLA: source and target both padded to the batch's
     width W (the longer side, rounded up to ``multiple``) and all-PAD rows appended up
     to budget // W rows, so that there is one shape per width, at most
-    max(maxlen1, maxlen2) / multiple shapes in all.
+    max(maxlen1, maxlen2) / multiple shapes in all (the context: max_len wide).
     """
     eos, bos = np.array([EOS_ID], np.int32), np.array([BOS_ID], np.int32)
     srcs = [np.concatenate([corpus.src(i), eos]) for i in idx]
@@ -376,32 +383,45 @@ def build_batch(
     if budget:
         width = round_up(max(len(s) for s in srcs + decs), multiple)
         rows = budget // width
-    return tuple(pad_batch(x, multiple, width, rows) for x in (srcs, decs, labs))
-
-
-def context_batch(corpus: Corpus, idx: np.ndarray, depth: int, max_len: int = 0) -> np.ndarray:
-    """The ``depth`` source sentences before each pair of idx (N,) in its own document,
-    oldest first, as the encoder reads them (</S> at the end): (depth, N, T_c) int32,
-    right-padded with PAD; all PAD where the document has fewer sentences before the pair
-    (the start of a document: no context). The corpus holds every pair, so a pair left
-    out of training for its length still counts as context. ``max_len`` > 0 keeps the
-    last max_len tokens of a longer sentence (the ones nearest the pair)."""
+    batch = tuple(pad_batch(x, multiple, width, rows) for x in (srcs, decs, labs))
     if not depth:
-        return np.zeros((0, len(idx), 1), np.int32)
+        return batch
+    c_width = round_up(max_len, multiple) if budget else 0
+    return batch + (context_batch(corpus, idx, depth, max_len, c_width, rows),)
+
+
+def context_batch(
+    corpus: Corpus, idx: np.ndarray, depth: int, max_len: int = 0, width: int = 0, rows: int = 0
+) -> np.ndarray:
+    """The ``depth`` source sentences before each pair of idx (N,) in its own document,
+    oldest first, as the encoder reads them (</S> at the end): (N, depth, T_c) int32,
+    right-padded with PAD (to ``width``, if given); all PAD where the document has fewer
+    sentences before the pair (the start of a document: no context). The corpus holds
+    every pair, so a pair left out of training for its length still counts as context.
+    ``max_len`` > 0 keeps the last max_len tokens of a longer sentence (the ones nearest
+    the pair). ``rows`` > N appends all-PAD rows (as :func:`build_batch`)."""
+    out_rows = max(rows, len(idx))
+    if not depth:
+        return np.zeros((out_rows, 0, max(width, 1)), np.int32)
     eos, docs = np.array([EOS_ID], np.int32), corpus.docs
-    rows = []
-    for j in range(depth, 0, -1):  # the sentence j before each pair, oldest first
-        row = []
-        for i in idx:
+    sents = []
+    for i in idx:
+        for j in range(depth, 0, -1):  # the sentence j before the pair, oldest first
             before = int(i) - j
             if before < 0 or docs[before] != docs[i]:
-                row.append(np.zeros(0, np.int32))
+                sents.append(np.zeros(0, np.int32))
             else:
                 ids = np.concatenate([corpus.src(before), eos])
-                row.append(ids[-max_len:] if max_len else ids)
-        rows.append(row)
-    width = max([1] + [len(s) for row in rows for s in row])
-    return np.stack([pad_batch(row, width=width) for row in rows])
+                sents.append(ids[-max_len:] if max_len else ids)
+    width = width or max([1] + [len(x) for x in sents])
+    flat = pad_batch(sents or [np.zeros(0, np.int32)], width=width, rows=out_rows * depth)
+    return flat.reshape(out_rows, depth, width)
+
+
+def context_depth(hp: hparams.Hparams) -> int:
+    """How many earlier sentences a training pair carries: num_blocks x memory_sentences,
+    what the encoder's memory depends on (model.Transformer.encode_in_context)."""
+    return hp.num_blocks * hp.memory_sentences
 
 
 def padding_fraction(
@@ -430,6 +450,20 @@ class TrainData:
         )
         self.corpus = load_corpus(hp, "train")
         self.keep = keep_by_length(self.corpus, hp)
+        docs = self.corpus.documents()
+        if hp.memory_sentences and docs == len(self.corpus):
+            print(
+                f"data: memory_sentences={hp.memory_sentences}, but the training pairs in "
+                f"{hp.prepro_dir} have no documents (plain parallel text, or a prepro_dir "
+                "from before documents were kept): every pair is its own, the memory stays "
+                "empty"
+            )
+        elif hp.memory_sentences:
+            print(
+                f"data: {len(self.corpus):,} training pairs in {docs:,} documents; each pair "
+                f"carries the {context_depth(hp)} sentences before it "
+                f"(num_blocks x memory_sentences)"
+            )
 
     def batches(self, epoch: int) -> list[np.ndarray]:
         plan = make_batches(
@@ -438,7 +472,8 @@ class TrainData:
         return [self.keep[b] for b in plan]
 
     def dataset(self, epoch: int, skip: int = 0, plan: list | None = None):
-        """A tf.data.Dataset of (src, dec_in, labels) int32 batches for one epoch.
+        """A tf.data.Dataset of (src, dec_in, labels) int32 batches for one epoch, plus
+        their context (:func:`build_batch`) for a model with ``memory_sentences``.
 
         ``skip`` leaves out the first batches (those already trained on before a resume);
         ``plan`` is the epoch's :meth:`batches`, if the caller has it already.
@@ -450,12 +485,15 @@ class TrainData:
             self.plan_hp.tokens_per_batch if self.hp.jit_compile and self.hp.batch_size == 0 else 0
         )
 
+        depth, max_len = context_depth(self.hp), self.hp.maxlen1
+
         def gen():
             for idx in plan:
-                yield build_batch(corpus, idx, m, budget)
+                yield build_batch(corpus, idx, m, budget, depth, max_len)
 
         spec = tf.TensorSpec([None, None], tf.int32)
-        ds = tf.data.Dataset.from_generator(gen, output_signature=(spec, spec, spec))
+        specs = (spec,) * 3 + ((tf.TensorSpec([None, depth, None], tf.int32),) if depth else ())
+        ds = tf.data.Dataset.from_generator(gen, output_signature=specs)
         return ds.prefetch(tf.data.AUTOTUNE)
 
 

@@ -53,7 +53,7 @@ def decode_budgets(model, src, extra, max_len: int = 0):
     return limits, tf.reduce_max(limits)
 
 
-def greedy_loop(model, src, extra, max_len: int = 0):
+def greedy_loop(model, src, extra, max_len: int = 0, encoded=None):
     """Greedy autoregressive decoding of src (N, T1) -> (N, L) ids, PAD after </S>.
 
     Encodes once, computes the cross-attention keys/values once, and appends one
@@ -62,9 +62,10 @@ def greedy_loop(model, src, extra, max_len: int = 0):
     compute (and copy the caches of) the sentences still running only, so that one long
     or runaway sentence does not keep the whole batch busy. The loop ends when every
     sentence has stopped. Meant to run inside a tf.function (``model`` needs encode /
-    init_cache / decode_step / select_rows / cache_shapes).
+    init_cache / decode_step / select_rows / cache_shapes). ``encoded``: src's (memory,
+    mask) when the caller encoded it (in its document's context).
     """
-    memory, mask = model.encode(src)
+    memory, mask = model.encode(src) if encoded is None else encoded
     n = tf.shape(src)[0]
     limits, longest = decode_budgets(model, src, extra, max_len)
     cache = model.init_cache(memory, mask)
@@ -116,11 +117,12 @@ def greedy_decoder(model, max_len: int = 0):
     )
 
 
-def naive_greedy(model, src, max_len: int, limits=None):
+def naive_greedy(model, src, max_len: int, limits=None, encoded=None):
     """Reference decoder of the original code: re-runs the full decoder over the whole
     prefix at every step, for max_len steps, without early stopping. (N, max_len) ids.
-    ``limits`` (N,), if given, PADs each row past its own budget (as the cached loop)."""
-    memory, mask = model.encode(src)
+    ``limits`` (N,), if given, PADs each row past its own budget (as the cached loop);
+    ``encoded`` as in :func:`greedy_loop`."""
+    memory, mask = model.encode(src) if encoded is None else encoded
     out = np.full((src.shape[0], max_len + 1), data_load.PAD_ID, np.int32)
     out[:, 0] = data_load.BOS_ID
     for t in range(max_len):
@@ -140,7 +142,9 @@ def length_penalty(length, alpha: float):
     return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
 
 
-def beam_loop(model, src, extra, beam_size: int, alpha: float = 0.6, max_len: int = 0):
+def beam_loop(
+    model, src, extra, beam_size: int, alpha: float = 0.6, max_len: int = 0, encoded=None
+):
     """Batched beam search (Vaswani et al. 7: k = 4, alpha = 0.6) in one tf.while_loop.
 
     src (N, T1) -> (ids (N, k, L) best first, PAD after </S>; scores (N, k)), where a
@@ -151,11 +155,13 @@ def beam_loop(model, src, extra, beam_size: int, alpha: float = 0.6, max_len: in
     never pushed out by longer, worse alive ones, and their slot stays empty. A
     sentence's search stops when no alive hypothesis can beat its k-th finished one,
     when none is alive, or after ``its source length + extra`` steps. With k = 1 this is
-    exactly greedy decoding. ``model`` needs encode / init_cache / decode_step / reorder_cache.
+    exactly greedy decoding. ``model`` needs encode / init_cache / decode_step / reorder_cache;
+    ``encoded`` as in :func:`greedy_loop` (a document's context enters the encoder
+    once per sentence, and the beams share its output).
     """
     k = beam_size
     neg = -1e9
-    memory, mask = model.encode(src)
+    memory, mask = model.encode(src) if encoded is None else encoded
     n = tf.shape(src)[0]
     limits, max_len = decode_budgets(model, src, extra, max_len)
     memory = tf.repeat(memory, k, axis=0)  # (N * k, T1, d_model)
@@ -252,6 +258,131 @@ def beam_decoder(model, beam_size: int, alpha: float = 0.6, max_len: int = 0):
     )
 
 
+def document_decoder(model, beam_size: int = 1, alpha: float = 0.6, max_len: int = 0):
+    """For a model with ``memory_sentences``: a compiled ``fn(src (N, T1) int32, extra
+    int32, states (L, N, T_m, d_model) float32, mask (N, T_m) bool) -> (what
+    :func:`greedy_decoder` or :func:`beam_decoder` returns, src's states (L, N, T1,
+    d_model) float32)``. Each encoder layer l attends also to ``states[l]``, its inputs
+    for the earlier sentences of each row's document (left-padded: real where ``mask``);
+    the states returned are what later sentences keep of src (Transformer.encode's
+    ``layer_inputs``, from the same pass: Transformer-XL's reuse, nothing recomputed).
+    The context enters the encoder once per sentence; the beams share its output."""
+    layers = model.num_blocks
+    spec = [
+        tf.TensorSpec([None, None], tf.int32),
+        tf.TensorSpec([], tf.int32),
+        tf.TensorSpec([layers, None, None, model.d_model], tf.float32),
+        tf.TensorSpec([None, None], tf.bool),
+    ]
+
+    def decode(src, extra, states, mask):
+        states = tf.cast(states, model.compute_dtype)
+        context = [(states[i], mask[:, None, None, :]) for i in range(layers)]
+        inputs = []
+        encoded = model.encode(src, context=context, layer_inputs=inputs)
+        if beam_size > 1:
+            out = beam_loop(model, src, extra, beam_size, alpha, max_len, encoded)
+        else:
+            out = greedy_loop(model, src, extra, max_len, encoded)
+        return out, tf.cast(tf.stack(inputs), tf.float32)
+
+    return tf.function(decode, input_signature=spec, autograph=False)
+
+
+def documents_of_lines(lines: list[str]) -> np.ndarray:
+    """(n,) document index of each line: a blank line ends a document and is one of its
+    own, which no other sentence reads (an empty source gives an empty line)."""
+    docs, doc = np.zeros(len(lines), np.int32), 0
+    for i, line in enumerate(lines):
+        blank = not line.strip()
+        doc += blank  # a document of its own, the next one after it
+        docs[i] = doc
+        doc += blank
+    return docs
+
+
+def document_runs(docs) -> list[np.ndarray]:
+    """The sentence indices of each document, in order: runs of equal ``docs`` values."""
+    docs = np.asarray(docs)
+    if not len(docs):
+        return []
+    starts = np.flatnonzero(np.r_[True, docs[1:] != docs[:-1]])
+    return np.split(np.arange(len(docs)), starts[1:])
+
+
+def window_encoder(model):
+    """For a model with ``memory_sentences`` (M): a compiled ``fn(context (N, K, T_c)
+    int32) -> (states (M, L, N, T_c, d_model) float32, mask (M, N, T_c) bool)``, the
+    encoder-layer inputs of the last M of the K sentences, each computed in order under
+    the context of the ones before it (Transformer.memory_window: training's
+    recomputation), for a lane that starts inside a document."""
+    spec = [tf.TensorSpec([None, model.num_blocks * model.memory_sentences, None], tf.int32)]
+
+    def window(context):
+        sentences = model.memory_window(context, model.memory_sentences)
+        states = tf.stack([tf.cast(tf.stack(layers), tf.float32) for layers, _ in sentences])
+        return states, tf.stack([mask[:, 0, 0] for _, mask in sentences])
+
+    return tf.function(window, input_signature=spec, autograph=False)
+
+
+class Lanes:
+    """Documents decoded side by side, one lane per document piece, each in its own order
+    (Transformer-XL's evaluation, with a sentence as the segment): a round decodes the
+    next sentence of every lane in one batch, and each lane keeps the encoder-layer
+    inputs of its last ``sentences`` sentences as the context of its next one. A lane
+    whose piece ends takes the next (longest first, so that the batch stays full).
+
+    ``chunk`` > 0 cuts each document into pieces of that many sentences, so that a few
+    long documents still fill a batch; a piece that starts inside its document needs the
+    states of the sentences before it first (:func:`window_encoder`): ``chunk`` = 1
+    recomputes the context of every sentence, as training does."""
+
+    def __init__(self, runs: list, lanes: int, sentences: int, chunk: int = 0):
+        pieces = [
+            (run, start, min(start + (chunk or len(run)), len(run)))
+            for run in runs
+            for start in range(0, len(run), chunk or len(run))
+        ]
+        self.todo = sorted(pieces, key=lambda p: p[2] - p[1])  # pop() takes the longest
+        self.size, self.sentences = lanes, sentences
+        self.active: list[list] = []  # [document's sentences, next position, end, window]
+
+    def next_round(self) -> tuple[list | None, list]:
+        """(The lanes of the next round, refilled, or None when every piece is done;
+        the new lanes that start inside their document, whose windows are empty yet)."""
+        self.active = [lane for lane in self.active if lane[1] < lane[2]]
+        inside = []
+        while len(self.active) < self.size and self.todo:
+            run, start, end = self.todo.pop()
+            self.active.append([run, start, end, []])
+            if start:
+                inside.append(self.active[-1])
+        return self.active or None, inside
+
+    @staticmethod
+    def context(lanes: list, layers: int, d_model: int):
+        """The lanes' windows as (states (L, N, T_m, d_model), mask (N, T_m)), each row
+        left-padded so that its last context token sits at position -1 (T_m >= 1: a
+        round without context has one masked column)."""
+        widths = [sum(s.shape[1] for s in lane[3]) for lane in lanes]
+        width = max([1] + widths)
+        states = np.zeros((layers, len(lanes), width, d_model), np.float32)
+        mask = np.zeros((len(lanes), width), bool)
+        for r, (lane, w) in enumerate(zip(lanes, widths)):
+            if w:
+                states[:, r, width - w :] = np.concatenate(lane[3], axis=1)
+                mask[r, width - w :] = True
+        return states, mask
+
+    def advance(self, lanes: list, states: np.ndarray, lengths: list) -> None:
+        """Each lane keeps its sentence's states (L, T_r, d_model; real tokens only) and
+        moves to its next sentence."""
+        for r, lane in enumerate(lanes):
+            lane[3] = (lane[3] + [states[:, r, : lengths[r]]])[-self.sentences :]
+            lane[1] += 1
+
+
 # ---------------------------------------------------------------------------------------
 # Batched translation, scores, loading a run
 # ---------------------------------------------------------------------------------------
@@ -260,25 +391,57 @@ class Translator:
     ``hp.beam_size`` > 1. Used by train.py (dev BLEU), eval.py and translate.py.
 
     A model with ``key_mask_defect`` attends to padding, so its sources are padded as in
-    training, to a multiple of ``pad_multiple``."""
+    training, to a multiple of ``pad_multiple``.
 
-    def __init__(self, model, tok, hp: hparams.Hparams):
+    A model with ``memory_sentences`` translates documents (``docs``: the document index
+    of each sentence; None: each sentence its own): each in order, as a lane of
+    :class:`Lanes`, its earlier sentences' encoder states reused. ``chunk``: the
+    sentences of a lane (see :meth:`_translate_documents`)."""
+
+    def __init__(self, model, tok, hp: hparams.Hparams, chunk: int | None = None):
         self.model, self.tok, self.hp = model, tok, hp
         self.multiple = hp.pad_multiple if model.key_mask_defect else 1
         self.k = max(hp.beam_size, 1)
+        self.memory, self.chunk = model.memory_sentences, chunk
+        if self.memory:
+            self.depth = model.num_blocks * self.memory  # what a sentence's context reads
+            self.decode_in_context = document_decoder(model, self.k, hp.length_penalty, hp.max_len)
+            self.window = window_encoder(model)
         if self.k > 1:
             self.decode = beam_decoder(model, self.k, hp.length_penalty, hp.max_len)
         else:
             self.decode = greedy_decoder(model, hp.max_len)
 
-    def translate_ids(self, src_ids: list, progress: bool = False, width: int = 0) -> list:
+    def _run(self, fn, batch, *args):
+        """fn(batch, extra, *args), an out-of-memory error as one line."""
+        extra = tf.constant(self.hp.max_len_extra, tf.int32)
+        try:
+            return fn(tf.constant(batch), extra, *args)
+        except tf.errors.ResourceExhaustedError:
+            raise UserError(
+                f"out of memory decoding a batch of shape {batch.shape} (sentences x "
+                f"source tokens; eval_batch_size={self.hp.eval_batch_size}, beam_size="
+                f"{self.k}): lower --eval_batch_size"
+            ) from None
+
+    def _best(self, result, rows: int):
+        """(ids (rows, k, L), scores (rows, k)) of a decoding function's result."""
+        if self.k > 1:
+            return result[0].numpy(), result[1].numpy()
+        return result.numpy()[:, None], np.zeros((rows, 1), np.float32)
+
+    def translate_ids(
+        self, src_ids: list, progress: bool = False, width: int = 0, docs=None
+    ) -> list:
         """Source id lists (no </S>) -> per sentence (ids (k, L), scores (k,)), best
         first, in the input order; an empty source gives None. Sources are cut to
         :func:`source_limit`; greedy scores are 0. ``width`` > 0 pads every source to
-        that width and decodes empty sources too (from </S> alone), as the TF1 eval.py."""
+        that width and decodes empty sources too (from </S> alone), as the TF1 eval.py.
+        ``docs``: see the class."""
+        if self.memory:
+            return self._translate_documents(src_ids, progress, docs)
         out: list = [None] * len(src_ids)
         real = [i for i, s in enumerate(src_ids) if len(s) or width]
-        extra = tf.constant(self.hp.max_len_extra, tf.int32)
         batches = list(
             data_load.eval_batches(
                 [src_ids[i] for i in real],
@@ -289,43 +452,85 @@ class Translator:
             )
         )
         for idx, batch in tqdm(batches, disable=not progress, file=sys.stderr, unit="batch"):
-            try:
-                result = self.decode(tf.constant(batch), extra)
-            except tf.errors.ResourceExhaustedError:
-                raise UserError(
-                    f"out of memory decoding a batch of shape {batch.shape} (sentences x "
-                    f"source tokens; eval_batch_size={self.hp.eval_batch_size}, beam_size="
-                    f"{self.k}): lower --eval_batch_size"
-                ) from None
-            if self.k > 1:
-                seqs, scores = result[0].numpy(), result[1].numpy()
-            else:
-                seqs, scores = result.numpy()[:, None], np.zeros((len(idx), 1), np.float32)
+            seqs, scores = self._best(self._run(self.decode, batch), len(idx))
             for row, i in enumerate(idx):
                 out[real[i]] = (seqs[row], scores[row])
         return out
 
+    def _translate_documents(self, src_ids: list, progress: bool, docs) -> list:
+        """translate_ids for a model with memory: documents as :class:`Lanes`, cut into
+        pieces of ``self.chunk`` sentences (0: whole; None: at least 2 L M sentences and
+        enough pieces to fill a batch). An empty source is encoded as </S> alone (as a
+        training context holds it) and gives None."""
+        out: list = [None] * len(src_ids)
+        limit = source_limit(self.model) - 1
+        eos = np.array([data_load.EOS_ID], np.int32)
+        seqs = [np.concatenate([np.asarray(s[:limit], np.int32), eos]) for s in src_ids]
+        docs = np.arange(len(src_ids)) if docs is None else docs[: len(src_ids)]
+        layers, d_model, depth = self.model.num_blocks, self.model.d_model, self.depth
+        chunk = self.chunk
+        if chunk is None:
+            chunk = max(2 * depth, -(-len(seqs) // self.hp.eval_batch_size))
+        lanes = Lanes(document_runs(docs), self.hp.eval_batch_size, self.memory, chunk)
+        bar = tqdm(total=len(src_ids), disable=not progress, file=sys.stderr, unit="sentence")
+        while True:
+            active, inside = lanes.next_round()
+            if active is None:
+                break
+            if inside:
+                self._recompute_windows(inside, seqs)
+            idx = [lane[0][lane[1]] for lane in active]
+            batch = data_load.pad_batch([seqs[i] for i in idx], self.multiple)
+            states, mask = Lanes.context(active, layers, d_model)
+            result, new = self._run(self.decode_in_context, batch, states, mask)
+            ids, scores = self._best(result, len(idx))
+            for row, i in enumerate(idx):
+                if len(src_ids[i]):
+                    out[i] = (ids[row], scores[row])
+            lanes.advance(active, new.numpy(), [len(seqs[i]) for i in idx])
+            bar.update(len(idx))
+        bar.close()
+        return out
+
+    def _recompute_windows(self, lanes: list, seqs: list) -> None:
+        """The windows of lanes that start inside their document, from the L M sentences
+        before each (all-PAD ones where the document has fewer), as training reads them."""
+        depth, empty = self.depth, np.zeros(0, np.int32)
+        flat = []
+        for lane in lanes:
+            before = [seqs[i] for i in lane[0][max(0, lane[1] - depth) : lane[1]]]
+            flat += [empty] * (depth - len(before)) + before
+        context = data_load.pad_batch(flat).reshape(len(lanes), depth, -1)
+        states, mask = (x.numpy() for x in self.window(tf.constant(context)))
+        for r, lane in enumerate(lanes):
+            lane[3] = [states[j][:, r, :n] for j, n in enumerate(mask[:, r].sum(1)) if n]
+
     def translate_nbest(
-        self, sentences: list[str], n: int = 1, progress: bool = False, src_ids: list | None = None
+        self,
+        sentences: list[str],
+        n: int = 1,
+        progress: bool = False,
+        src_ids: list | None = None,
+        docs=None,
     ) -> list:
         """Per sentence the n best (translation, score) pairs; [] for an empty line.
-        ``src_ids``, if given, are the sentences already encoded."""
+        ``src_ids``, if given, are the sentences already encoded; ``docs`` as in the class."""
         if src_ids is None:
             src_ids = self.tok.encode_src(sentences)
-        outs = self.translate_ids(src_ids, progress)
+        outs = self.translate_ids(src_ids, progress, docs=docs)
         return [
             [] if o is None else [(self.tok.decode_tgt(o[0][r]), float(o[1][r])) for r in range(n)]
             for o in outs
         ]
 
-    def translate(self, sentences: list[str]) -> list[str]:
+    def translate(self, sentences: list[str], docs=None) -> list[str]:
         """The best translation of each sentence; an empty line gives ''."""
-        return self.translate_counted(sentences)[0]
+        return self.translate_counted(sentences, docs)[0]
 
-    def translate_counted(self, sentences: list[str]) -> tuple[list[str], list[int]]:
+    def translate_counted(self, sentences: list[str], docs=None) -> tuple[list[str], list[int]]:
         """The best translation of each sentence, and the indices of the runaway ones:
         those that hit their length limit without producing </S>."""
-        outs = self.translate_ids(self.tok.encode_src(sentences))
+        outs = self.translate_ids(self.tok.encode_src(sentences), docs=docs)
         hyps = ["" if o is None else self.tok.decode_tgt(o[0][0]) for o in outs]
         return hyps, runaways(outs)
 

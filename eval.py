@@ -19,6 +19,10 @@ in the legacy format: ``- source:``, ``- expected:``, ``- got:`` blocks, then
   multi-bleu.perl on untokenized text, the figure of the 2019 Kyubyong README;
 * ``chrF``: sacreBLEU's chrF2.
 
+A model with ``memory_sentences`` reads each document in order (prepro's talks; in
+``--test_src``, a blank line ends a document) with the encoder states of its earlier
+sentences reused (README "Document context").
+
 With ``--length_buckets 16,24`` it adds sacreBLEU by source length: buckets of at most 16,
 17-24 and at least 25 source tokens (the model's tokens, </S> not counted), each with its
 sentence count and a 95% bootstrap interval (1000 resamplings of the bucket's sentences,
@@ -163,8 +167,10 @@ def evaluate(
                 f"{test_src} has {len(sources)} lines but {test_ref} has "
                 f"{len(refs)}; they must be aligned"
             )
+        docs = decoding.documents_of_lines(sources)  # blank lines end documents
     else:
         sources, refs = data_load.read_raw(hp, "test")
+        docs = data_load.load_corpus(hp, "test").docs if model.memory_sentences else None
     if not sources:
         raise UserError(f"the test set is empty ({test_src or hp.prepro_dir + '/test.src'})")
     name = f"{os.path.basename(os.path.normpath(logdir))}_{os.path.basename(path)}"
@@ -182,7 +188,7 @@ def evaluate(
         )
         name += "_legacy"
     else:
-        hyps, runaway = decoding.Translator(model, tok, hp).translate_counted(sources)
+        hyps, runaway = decoding.Translator(model, tok, hp).translate_counted(sources, docs)
         figures = decoding.scores(hyps, refs)
     figures["runaways"] = len(runaway)
     figures["runaway_lines"] = [i + 1 for i in runaway]

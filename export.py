@@ -3,10 +3,15 @@
     python export.py --logdir log/demo --export_dir exported/demo
 
 The serving signature ``serving_default`` maps ``sentences`` (a batch of raw strings)
-to ``translations`` (strings). Everything runs inside the graph: tokenization
-(tensorflow-text's SentencepieceTokenizer for BPE; the legacy regex cleaning, whitespace
-split and a lookup table for word vocabularies), greedy decoding (or beam search with
---beam_size) in one tf.while_loop, and detokenization. Load it in any process with
+to ``translations`` (strings). A model with document context (``memory_sentences``) also
+gets ``translate_document``: ``sentences`` are one document's, in order, and each is
+translated with the encoder states of the ones before it, as translate.py translates a
+document (serving_default translates each sentence alone).
+
+Everything runs inside the graph: tokenization (tensorflow-text's SentencepieceTokenizer
+for BPE; the legacy regex cleaning, whitespace split and a lookup table for word
+vocabularies), greedy decoding (or beam search with --beam_size) in one tf.while_loop,
+and detokenization. Load it in any process with
 ``import tensorflow_text`` (which registers the tokenizer ops) and
 ``tf.saved_model.load(DIR)``; the project's code is not needed.
 
@@ -101,8 +106,8 @@ def build_module(model, tok, hp: hparams.Hparams):
             words = tf.gather(self.tgt_words, ragged)
             return tf.strings.reduce_join(words, axis=1, separator=" ")
 
-        @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
-        def translate(self, sentences):
+        def sources(self, sentences):
+            """Raw strings (N,) -> (source ids (N, T) with </S>, PAD after; empty (N,))."""
             # bytes that are not UTF-8 become U+FFFD (translate.py refuses them instead)
             sentences = tf.strings.unicode_transcode(
                 sentences, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD
@@ -113,15 +118,69 @@ def build_module(model, tok, hp: hparams.Hparams):
             src = tf.concat([ids, tf.RaggedTensor.from_tensor(eos)], axis=1).to_tensor(
                 data_load.PAD_ID
             )
+            return src, empty
+
+        def best(self, src, encoded=None):
+            """The best translation's ids (N, L) of src (N, T), greedy or beam search."""
             extra = tf.constant(hp.max_len_extra, tf.int32)
             if beam > 1:
-                out = decoding.beam_loop(model, src, extra, beam, hp.length_penalty, hp.max_len)[0][
+                alpha = hp.length_penalty
+                return decoding.beam_loop(model, src, extra, beam, alpha, hp.max_len, encoded)[0][
                     :, 0
                 ]
-            else:
-                out = decoding.greedy_loop(model, src, extra, hp.max_len)
-            text = self.decode(out)
+            return decoding.greedy_loop(model, src, extra, hp.max_len, encoded)
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+        def translate(self, sentences):
+            src, empty = self.sources(sentences)
+            text = self.decode(self.best(src))
             return {"translations": tf.where(empty, tf.constant(""), text)}
+
+        if model.memory_sentences:  # a document signature for a model with memory
+
+            @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+            def translate_document(self, sentences):
+                """The sentences (N,) of one document, in order, each translated with the
+                encoder states of the memory_sentences (M) before it, as translate.py reads a
+                document: the window holds each layer's inputs for the last M sentences,
+                after one masked column (decoding.Lanes.context's layout for one lane)."""
+                src, empty = self.sources(sentences)
+                layers, d, m = model.num_blocks, model.d_model, model.memory_sentences
+                lengths = tf.reduce_sum(tf.cast(tf.not_equal(src, data_load.PAD_ID), tf.int32), 1)
+                first = tf.zeros((layers, 1, 1, d), model.compute_dtype)
+
+                def body(i, window, sizes, out):
+                    width = tf.shape(window)[2]
+                    context = tf.concat([first, window], axis=2)
+                    mask = tf.concat([[False], tf.ones([width], tf.bool)], 0)[None, None, None]
+                    inputs = []
+                    sentence = src[i : i + 1, : lengths[i]]
+                    encoded = model.encode(
+                        sentence,
+                        context=[(context[k], mask) for k in range(layers)],
+                        layer_inputs=inputs,
+                    )
+                    out = out.write(i, self.decode(self.best(sentence, encoded))[0])
+                    window = tf.concat([window[:, :, sizes[0] :], tf.stack(inputs)], axis=2)
+                    sizes = tf.reshape(tf.concat([sizes[1:], lengths[i : i + 1]], 0), [m])
+                    return i + 1, window, sizes, out
+
+                loop = (
+                    tf.constant(0),
+                    tf.zeros((layers, 1, 0, d), model.compute_dtype),
+                    tf.zeros([m], tf.int32),
+                    tf.TensorArray(tf.string, size=tf.shape(src)[0]),
+                )
+                shapes = (
+                    tf.TensorShape([]),
+                    tf.TensorShape([layers, 1, None, d]),
+                    tf.TensorShape([m]),
+                    tf.TensorShape(None),
+                )
+                *_, out = tf.while_loop(
+                    lambda i, *_: i < tf.shape(src)[0], body, loop, shape_invariants=shapes
+                )
+                return {"translations": tf.where(empty, tf.constant(""), out.stack())}
 
     return Translator()
 
@@ -134,9 +193,14 @@ def export(logdir: str, export_dir: str, overrides: dict, ckpt: str = "") -> str
     if os.path.exists(export_dir) and not os.path.isdir(export_dir):
         raise UserError(f"{export_dir} exists and is not a folder; choose another --export_dir")
     module = build_module(model, tok, hp)
+    signatures = {"serving_default": module.translate}
+    said = "signature serving_default: sentences -> translations"
+    if model.memory_sentences:
+        signatures["translate_document"] = module.translate_document
+        said += "; translate_document: the sentences of one document -> translations"
     with files.atomic_path(export_dir) as tmp:
-        tf.saved_model.save(module, tmp, signatures={"serving_default": module.translate})
-    print(f"export: {path} -> {export_dir} (signature serving_default: sentences -> translations)")
+        tf.saved_model.save(module, tmp, signatures=signatures)
+    print(f"export: {path} -> {export_dir} ({said})")
     return export_dir
 
 

@@ -71,6 +71,7 @@ class Hparams:
     t5_max_distance: int = 128  # t5: distances from here on share the last bucket
     position_add_absolute: bool = False  # relative families: also add the sinusoid (3.5)
     norm: str = "post"  # post (paper) | pre (LayerNorm before each sublayer)
+    memory_sentences: int = 0  # M > 0: the encoder also reads the M sentences before (docs)
     share_embeddings: bool = True  # tie source and target embeddings (joint BPE vocab only)
     ut_max_steps: int = 6  # universal: the most recurrent steps of each shared block
     act: bool = True  # universal: Adaptive Computation Time per position (false: fixed depth)
@@ -172,6 +173,7 @@ class ModelConfig:
     t5_max_distance: int = 128
     position_add_absolute: bool = False
     norm: str = "post"
+    memory_sentences: int = 0
     share_embeddings: bool = True
     qkv_activation: str = "none"
     qkv_bias: bool = False
@@ -459,6 +461,7 @@ def apply(hp: Hparams, overrides: dict[str, Any]) -> Hparams:
         "early_stopping",
         "dev_bleu_sents",
         "max_bad_steps",
+        "memory_sentences",
     ):
         if values[key] < 0:
             raise UserError(f"--{key} must not be negative; got {values[key]}")

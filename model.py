@@ -27,6 +27,42 @@ VARIANTS = {v.name: v for v in (modules.Variant(), weighted.Variant(), universal
 CONFIG_FIELDS = frozenset(f.name for f in dataclasses.fields(hparams.ModelConfig))
 
 
+def memory_problem(values: dict) -> str | None:
+    """Why settings (an Hparams or ModelConfig as a dict) cannot have ``memory_sentences``
+    > 0, or None: the earlier sentences' keys sit at negative positions, which only a
+    relative family places, and the variant's layers must take a memory."""
+    if values.get("memory_sentences", 0) <= 0:
+        return None
+    family, variant = positions.get(values["position"]), VARIANTS[values["model_type"]]
+    if not family.relative:
+        relative = ", ".join(n for n, f in positions.REGISTRY.items() if f.relative)
+        return (
+            f"memory_sentences={values['memory_sentences']} places the earlier sentences at "
+            f"negative relative positions; position={values['position']} is absolute: pick "
+            f"one of {relative}"
+        )
+    if values["key_mask_defect"]:
+        return (
+            "key_mask_defect=true attends to padding, and the memory is padded: use "
+            "memory_sentences=0 with it"
+        )
+    if not variant.document_memory:
+        return (
+            f"model_type={variant.name} has no document memory; use memory_sentences=0 or "
+            "another model_type"
+        )
+    return None
+
+
+def check_memory(values: dict) -> None:
+    problem = memory_problem(values)
+    if problem:
+        raise hparams.UserError(problem)
+
+
+hparams.CHECKS.append(check_memory)
+
+
 @keras.saving.register_keras_serializable(package="transformer")
 class Transformer(keras.Model):
     """Encoder and decoder stacks of ``num_blocks`` layers each (3.1).
@@ -78,8 +114,12 @@ class Transformer(keras.Model):
             raise ValueError(
                 f"model_type must be one of {', '.join(VARIANTS)}, got {c.model_type!r}"
             )
+        problem = memory_problem(dataclasses.asdict(c))
+        if problem:
+            raise ValueError(problem)
         self.model_type = c.model_type
         self.variant = VARIANTS[c.model_type]
+        self.memory_sentences = c.memory_sentences
         self.d_model, self.norm, self.position = c.d_model, c.norm, c.position
         self.max_position = c.max_position
         self.query_masking, self.key_mask_defect = c.query_masking, c.key_mask_defect
@@ -222,16 +262,28 @@ class Transformer(keras.Model):
             extras[layer.name] = reported[0]
         return x, w
 
-    def encode(self, src, training=False, return_attention=False, extras=None, context=None):
+    def encode(
+        self,
+        src,
+        training=False,
+        return_attention=False,
+        extras=None,
+        context=None,
+        layer_inputs=None,
+    ):
         """src (N, T1) ids -> memory (N, T1, d_model), mask (N, 1, 1, T1) [, weights].
         ``extras``: a dict that receives what the layers report (see _run_layer).
         ``context``: per encoder layer, (states (N, T_m, d_model), mask (N, 1, 1, T_m)) of
         earlier sentences, which that layer's self-attention attends to as well (see
-        :meth:`encode_in_context`)."""
+        :meth:`encode_in_context`). ``layer_inputs``: a list that receives each layer's
+        input (N, T1, d_model) under stop-gradient, what a later sentence's context keeps
+        of this one (:meth:`sentence_states`, computed in the same pass)."""
         mask, query_mask = self.masks(src)
         x = self._embed(src, self.src_embedding, self.src_position, self.src_dropout, training)
         weights = []
         for i, layer in enumerate(self.encoder_layers):
+            if layer_inputs is not None:
+                layer_inputs.append(tf.stop_gradient(x))
             x, w = self._run_layer(
                 layer,
                 extras,
@@ -258,8 +310,8 @@ class Transformer(keras.Model):
         without dropout (Dai et al. 2019, 3.2: the memory is not trained through),
         computed under their own ``context``. Returns (per layer (N, T, d_model), key
         mask (N, 1, 1, T))."""
-        if self.model_type == "universal":
-            raise ValueError("the Universal Transformer's recurrent stack has no document context")
+        if not self.variant.document_memory:
+            raise ValueError(f"model_type={self.model_type} has no document memory")
         layers = self.num_blocks if layers is None else layers
         mask, query_mask = self.masks(src)
         x = self._embed(src, self.src_embedding, self.src_position, self.src_dropout, False)
@@ -294,8 +346,9 @@ class Transformer(keras.Model):
         for the last ``sentences`` (M) sentences before it in its document, as
         Transformer-XL's recurrence (Dai et al. 2019, 3.2) with a sentence as the segment.
 
-        ``context_ids``: the earlier sentences, oldest first, each (N, T_c) ids; a row whose
-        document has fewer earlier sentences has all-PAD ones first (they add no key). Each
+        ``context_ids``: the earlier sentences, oldest first, each (N, T_c) ids, or one
+        (N, K, T_c) tensor of K of them (a training batch's); a row whose document has
+        fewer earlier sentences has all-PAD ones first (they add no key). Each
         is encoded in order, under the context of the M before it, so that with the
         num_blocks * M sentences before src the states equal those of decoding a whole
         document in order (its first sentence without context). A sentence j before src
@@ -304,15 +357,24 @@ class Transformer(keras.Model):
         M * L * (L - 1) / 2 layer passes, under half of encoding its L * M sentences
         whole; sentences before those count for nothing.
         Returns what :meth:`encode` returns (``kwargs`` go to it)."""
+        window = self.memory_window(context_ids, sentences)
+        return self.encode(src, training=training, context=self.context_of(window), **kwargs)
+
+    def memory_window(self, context_ids, sentences: int) -> list:
+        """The :meth:`sentence_states` of the last ``sentences`` of ``context_ids`` (as in
+        :meth:`encode_in_context`, which reads them), each computed in order under the
+        context of the ones before it; every layer's for those last ones."""
         window = []
         if sentences > 0:
+            if not isinstance(context_ids, (list, tuple)):
+                context_ids = tf.unstack(context_ids, axis=1)
             context_ids = list(context_ids)[-self.num_blocks * sentences :]
             for k, ids in enumerate(context_ids):
                 back = len(context_ids) - k  # sentences between this one and src, plus one
                 layers = self.num_blocks - math.ceil(back / sentences) + 1
                 states = self.sentence_states(ids, self.context_of(window), layers)
                 window = (window + [states])[-sentences:]
-        return self.encode(src, training=training, context=self.context_of(window), **kwargs)
+        return window
 
     def decode(
         self, tgt_in, memory, memory_mask, training=False, return_attention=False, extras=None
@@ -348,9 +410,16 @@ class Transformer(keras.Model):
         return self.output_layer.logits(hidden)
 
     def call(self, inputs, training=False):
-        """inputs = (src (N, T1), tgt_in (N, T2)) -> logits (N, T2, V) float32."""
-        src, tgt_in = inputs
-        memory, mask = self.encode(src, training=training)
+        """inputs = (src (N, T1), tgt_in (N, T2)) -> logits (N, T2, V) float32; with
+        ``memory_sentences`` > 0 also (..., context (N, K, T_c)), the K sentences before
+        each source in its document (:meth:`encode_in_context`)."""
+        src, tgt_in, *context = inputs
+        if context:
+            memory, mask = self.encode_in_context(
+                src, context[0], self.memory_sentences, training=training
+            )
+        else:
+            memory, mask = self.encode(src, training=training)
         return self.logits(self.decode(tgt_in, memory, mask, training=training))
 
     # -- incremental decoding ------------------------------------------------------------

@@ -807,7 +807,8 @@ class Variant:
     * layer construction: :meth:`encoder_layer`, :meth:`decoder_layer` (a layer class
       also owns its decoding cache: ``init_cache``, ``step``, ``reorder_cache``), how
       many (:meth:`num_layers`), their extra arguments (:meth:`layer_args`) and whether
-      they add the positions themselves (``positions_in_layers``);
+      they add the positions themselves (``positions_in_layers``), and whether they
+      attend to earlier sentences (``document_memory``);
     * :meth:`extra_loss`: terms added to the training loss;
     * :meth:`optimizer_groups`: variables trained by an optimizer of their own;
     * :meth:`summaries`: TensorBoard summaries written with the training scalars;
@@ -819,6 +820,9 @@ class Variant:
     # True: the layers add the position embedding themselves (they get the model's
     # PositionalEncoding as ``position``) and the model's embedding adds none
     positions_in_layers = False
+    # True: each encoder layer takes ``memory`` / ``memory_mask``, the states of earlier
+    # sentences (document context, Transformer.encode_in_context)
+    document_memory = True
 
     def num_layers(self, num_blocks: int) -> int:
         """How many encoder (and decoder) layers the model builds."""

@@ -357,7 +357,7 @@ class Trainer:
     def _build_steps(self) -> None:
         """Compile the train step (and the accumulation steps when accum_steps > 1)."""
         hp = self.hp
-        spec = [tf.TensorSpec([None, None], tf.int32)] * 3
+        spec = self.batch_spec()
         stop = tf.TensorSpec([], tf.float32)
         # one trace for every batch shape (several replicas get per-replica values instead);
         # no autograph: the step has no Python control flow on tensors, and converting its
@@ -393,28 +393,34 @@ class Trainer:
             )
             self._apply_fn = tf.function(self._apply_accumulated, autograph=False)
 
+    def batch_spec(self) -> list:
+        """The tensors of a batch (data_load.build_batch): source, decoder input and
+        labels (N, T) int32, and with memory_sentences the context (N, K, T_c)."""
+        spec = [tf.TensorSpec([None, None], tf.int32)] * 3
+        depth = data_load.context_depth(self.hp)
+        return spec + [tf.TensorSpec([None, depth, None], tf.int32)] * bool(depth)
+
     @property
     def step(self) -> int:
         return int(self.optimizer.iterations.numpy())
 
     # -- the update: batch -> loss -> gradients -> Adam -------------------------------------
-    def train_step(self, src, dec_in, labels, stop: bool = False) -> StepStats:
-        """One update on one batch (N, T) x 3; its StepStats as numbers. ``stop``: this
-        worker was asked to stop; the all-reduced StepStats.stop tells every worker."""
-        batch = deal_rows(self.strategy, src, dec_in, labels)
+    def train_step(self, *batch, stop: bool = False) -> StepStats:
+        """One update on one batch (:meth:`batch_spec`); its StepStats as numbers.
+        ``stop``: this worker was asked to stop; the all-reduced StepStats.stop tells
+        every worker."""
+        batch = deal_rows(self.strategy, *batch)
         return StepStats(*(float(x) for x in self._step(*batch, tf.constant(float(stop)))))
 
-    def _distributed_step(self, src, dec_in, labels, stop) -> StepStats:
+    def _distributed_step(self, *batch_and_stop) -> StepStats:
         """The replicas' StepStats summed in one all-reduce of a stacked vector."""
-        stacked = self.strategy.run(
-            lambda *b: tf.stack(self._compiled(*b)), (src, dec_in, labels, stop)
-        )
+        stacked = self.strategy.run(lambda *b: tf.stack(self._compiled(*b)), batch_and_stop)
         total = StepStats(*tf.unstack(self.strategy.reduce("SUM", stacked, axis=None)))
         n = float(self.replicas)  # the mean of what every replica reports alike
         mean = dict(grad_norm=total.grad_norm, skipped=total.skipped, scale_skip=total.scale_skip)
         return total._replace(**{k: v / n for k, v in mean.items()})
 
-    def _replica_step(self, src, dec_in, labels, stop) -> StepStats:
+    def _replica_step(self, *batch_and_stop) -> StepStats:
         """One update from this replica's rows, the path of every training batch:
 
         1. the label-smoothed loss (5.4) per target token of the whole batch (every
@@ -424,9 +430,10 @@ class Trainer:
         3. :meth:`apply_gradients`: skipped if not finite, else clipped and applied.
         Returns the batch's StepStats, with the update's and ``stop`` (this worker was
         asked to stop)."""
+        *batch, stop = batch_and_stop
         with tf.GradientTape() as tape:
             extras = {}  # what the layers report for this pass (the ponder cost)
-            sums = self.loss_sums(src, dec_in, labels, training=True, extras=extras)
+            sums = self.loss_sums(batch, training=True, extras=extras)
             loss = sums.loss_sum / tf.maximum(self._sum_replicas(sums.tokens), 1.0)
             loss += self.model.variant.extra_loss(self.model, extras) / self.replicas
             scaled = self.loss_scale.scale(loss)
@@ -438,10 +445,18 @@ class Trainer:
         """x summed over the replicas (x itself on one device)."""
         return tf.distribute.get_replica_context().all_reduce("sum", x) if self.replicas > 1 else x
 
-    def loss_sums(self, src, dec_in, labels, training, extras=None) -> StepStats:
+    def loss_sums(self, batch, training, extras=None) -> StepStats:
         """Label-smoothed loss (5.4), cross-entropy and correct tokens summed over the
-        non-PAD targets, and their count; ``extras`` receives what the layers report."""
-        memory, mask = self.model.encode(src, training=training, extras=extras)
+        non-PAD targets of ``batch`` (:meth:`batch_spec`), and their count; ``extras``
+        receives what the layers report. With a context, the encoder reads the sources in
+        it (Transformer.encode_in_context)."""
+        src, dec_in, labels, *context = batch
+        if context:
+            memory, mask = self.model.encode_in_context(
+                src, context[0], self.model.memory_sentences, training, extras=extras
+            )
+        else:
+            memory, mask = self.model.encode(src, training=training, extras=extras)
         hidden = self.model.decode(dec_in, memory, mask, training=training, extras=extras)
         real = tf.not_equal(labels, data_load.PAD_ID)
         if self.hp.jit_compile:  # XLA needs static shapes: every position, PAD weighted 0
@@ -504,16 +519,16 @@ class Trainer:
         tf.distribute.get_replica_context().merge_call(cross_replica, args=(finite, grads))
 
     # -- gradient accumulation ------------------------------------------------------------
-    def train_batch(self, src, dec_in, labels, stop: bool = False) -> tuple[StepStats, bool]:
-        """Train on one batch: an update, or with accum_steps > 1 one accumulation that
-        updates every accum_steps batches. Returns (stats, whether the weights were
-        updated: not for an accumulation, nor for a skipped update)."""
+    def train_batch(self, *batch, stop: bool = False) -> tuple[StepStats, bool]:
+        """Train on one batch (:meth:`batch_spec`): an update, or with accum_steps > 1 one
+        accumulation that updates every accum_steps batches. Returns (stats, whether the
+        weights were updated: not for an accumulation, nor for a skipped update)."""
         if self.hp.accum_steps <= 1:
-            stats = self.train_step(src, dec_in, labels, stop)
+            stats = self.train_step(*batch, stop=stop)
             return stats, not (stats.skipped or stats.scale_skip)
         if self.pending == 0:  # where drop_partial() returns to
             self.rng_at_update = [v.numpy() for v in self.rng_states]
-        stats = StepStats(*(float(x) for x in self._accumulate_fn(src, dec_in, labels)))
+        stats = StepStats(*(float(x) for x in self._accumulate_fn(*batch)))
         self.pending += 1
         if self.pending < self.hp.accum_steps:
             return stats, False
@@ -523,11 +538,11 @@ class Trainer:
         )
         return stats, not (update.skipped or update.scale_skip)
 
-    def _accumulate(self, src, dec_in, labels) -> StepStats:
+    def _accumulate(self, *batch) -> StepStats:
         """Add this batch's gradients of the summed loss to the accumulators."""
         with tf.GradientTape() as tape:
             extras = {}
-            sums = self.loss_sums(src, dec_in, labels, training=True, extras=extras)
+            sums = self.loss_sums(batch, training=True, extras=extras)
             # divided by the token budget so that float16 gradients keep the magnitude
             # of a per-token mean (the update divides by the real token count)
             per_budget = sums.loss_sum / float(self.hp.tokens_per_batch)
@@ -665,16 +680,17 @@ class Trainer:
         """Per-token (label-smoothed loss, cross-entropy) on a dev corpus, no dropout."""
         fn = getattr(self, "_dev_fn", None)
         if fn is None:
-            spec = tf.TensorSpec([None, None], tf.int32)
             fn = self._dev_fn = tf.function(
-                lambda s, d, lab: tf.stack(self.loss_sums(s, d, lab, False)[:4]),
-                input_signature=[spec] * 3,
+                lambda *batch: tf.stack(self.loss_sums(batch, False)[:4]),
+                input_signature=self.batch_spec(),
                 autograph=False,
             )
         order = np.argsort(corpus.src_lens, kind="stable")
         total = np.zeros(4)
+        depth, max_len = data_load.context_depth(self.hp), self.hp.maxlen1
         for start in range(0, len(order), batch_size):
-            batch = data_load.build_batch(corpus, order[start : start + batch_size])
+            idx = order[start : start + batch_size]
+            batch = data_load.build_batch(corpus, idx, depth=depth, max_len=max_len)
             with out_of_memory(self.hp, "a dev batch", batch[0].shape, batch[1].shape):
                 total += fn(*batch).numpy()
         return total[0] / max(total[2], 1), total[1] / max(total[2], 1)
@@ -720,6 +736,7 @@ class Dev:
         src, ref = data_load.read_raw(hp, "dev")
         n = len(src) if hp.dev_bleu_sents <= 0 else min(hp.dev_bleu_sents, len(src))
         self.src, self.ref = src[:n], ref[:n]
+        self.docs = self.corpus.docs[:n]  # a memory model reads them in document order
         self.max_len = 0
         if tok is not None and self.ref:
             self.max_len = max(len(ids) for ids in tok.encode_tgt(self.ref)) + 10
@@ -987,12 +1004,10 @@ def train_epoch(run: Run, data, epoch: int) -> Stop | None:
         dynamic_ncols=True,
     )
     window, stop = Window(), None
-    for src, dec_in, labels in bar:
+    for batch in bar:
         run.budget.before_update()
-        with out_of_memory(hp, "a training batch", src.shape, dec_in.shape):
-            stats, updated = trainer.train_batch(
-                src, dec_in, labels, run.interrupt.signum is not None
-            )
+        with out_of_memory(hp, "a training batch", batch[0].shape, batch[1].shape):
+            stats, updated = trainer.train_batch(*batch, stop=run.interrupt.signum is not None)
         window.add(stats)
         trainer.batch_in_epoch.assign_add(1)
         run.health.after(stats, updated)
@@ -1102,7 +1117,7 @@ def evaluate(
     interrupt = interrupt or Interrupt()
     with interrupt.abandonable_region(not trainer.multi_worker):
         dev_loss, dev_nll = trainer.dev_loss(dev.corpus, max(1, hp.tokens_per_batch // 64))
-        hyps = translator.translate(dev.src) if bleu else []
+        hyps = translator.translate(dev.src, dev.docs) if bleu else []
         scores = decoding.scores(hyps, dev.ref) if bleu else None
     seconds = time.time() - t0
     trainer.eval_seconds.assign_add(seconds)
@@ -1188,7 +1203,7 @@ def average_last(hp, trainer: Trainer, dev: Dev, translator) -> dict | None:
     model, t0 = trainer.model, time.time()
     own = [w.numpy() for w in model.weights]
     weights = checkpoints.average_weights(model, paths)
-    scores = decoding.scores(translator.translate(dev.src), dev.ref)
+    scores = decoding.scores(translator.translate(dev.src, dev.docs), dev.ref)
     bleu, best = scores["sacrebleu"], float(trainer.best_bleu)
     wins = bleu > best
     out = os.path.join(hp.logdir, "averaged", f"avg-last{hp.average}-{trainer.step}")

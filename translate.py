@@ -12,6 +12,10 @@ take is truncated, with a warning on stderr. With --n_best N (beam search), each
 gives N lines ``rank<TAB>score<TAB>translation``. The input is UTF-8 (a byte-order mark
 and CRLF line ends are fine; anything else is an error naming the line); stdout that
 cannot be written (a full disk, a closed pipe) is an error too.
+
+For a model with document context (``memory_sentences``), a blank line separates
+documents (and stays a blank line in the output): each document is translated in order,
+every sentence with the encoder states of the ones before it.
 """
 
 from __future__ import annotations
@@ -101,7 +105,8 @@ def translate_lines(
             )
     lines_out = []
     translator = translator or decoding.Translator(model, tok, hp)
-    for best in translator.translate_nbest(lines, n_best, progress, ids):
+    docs = decoding.documents_of_lines(lines)  # read by a model with memory only
+    for best in translator.translate_nbest(lines, n_best, progress, ids, docs):
         if not best:  # empty input line
             lines_out.extend([""] if n_best == 1 else [f"{r + 1}\t\t" for r in range(n_best)])
         elif n_best == 1:

@@ -313,6 +313,7 @@ class Variant(modules.Variant):
 
     name = "universal"
     positions_in_layers = True
+    document_memory = False  # its recurrent stack has no per-layer memory yet
     STACKS = ("encoder_0", "decoder_0")
 
     def num_layers(self, num_blocks: int) -> int:

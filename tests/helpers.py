@@ -145,21 +145,33 @@ def check_greedy_and_beam(model, src, extra: int = 4, k: int = 3):
     width = min(beam1.shape[1], greedy.shape[1])
     np.testing.assert_array_equal(beam1[:, :width], greedy[:, :width])
     ids, scores = (x.numpy() for x in decoding.beam_decoder(model, k)(src, extra_t))
-    limits = (src.numpy() != 0).sum(1) + extra
+    check_beam_scores(model, src, ids, scores, (src.numpy() != 0).sum(1) + extra)
+
+
+def check_beam_scores(model, src, ids, scores, limits, context=None):
+    """Every hypothesis ids[i][j] of every sentence i of src (N, T1), re-scored token by
+    token by the full teacher-forced pass (with ``context`` (N, K, T_c), if given, as
+    training reads it), has the beam's score scores[i][j]: the sum of log-probabilities
+    over the length penalty of its length (cut at limits[i] tokens)."""
+    eos = data_load.EOS_ID
     # every hypothesis of every sentence in one teacher-forced pass: row (i, j) is
     # hypothesis j of sentence i after BOS, PADs after its </S> (the causal mask keeps
     # them out of the positions scored)
-    hyps, rows = [], []
+    hyps, rows, want = [], [], []
     for i in range(src.shape[0]):
-        for hyp_ids in ids[i]:
-            hyp = list(hyp_ids[: min(ids.shape[2], limits[i])])
+        for hyp_ids, score in zip(ids[i], scores[i]):
+            hyp = list(hyp_ids[: min(len(hyp_ids), limits[i])])
             hyps.append(hyp[: hyp.index(eos) + 1] if eos in hyp else hyp)
             rows.append(i)
+            want.append(score)
     dec = np.zeros((len(hyps), max(map(len, hyps))), np.int32)
     for r, hyp in enumerate(hyps):
         dec[r, : len(hyp)] = [data_load.BOS_ID] + hyp[:-1]
-    logp = tf.nn.log_softmax(model((tf.gather(src, rows), tf.constant(dec)))).numpy()
-    for r, (hyp, score) in enumerate(zip(hyps, scores.reshape(-1))):
+    inputs = (tf.gather(src, rows), tf.constant(dec))
+    if context is not None:
+        inputs += (tf.gather(context, rows),)
+    logp = tf.nn.log_softmax(model(inputs)).numpy()
+    for r, (hyp, score) in enumerate(zip(hyps, want)):
         total = logp[r, np.arange(len(hyp)), hyp].sum()
         penalty = ((5.0 + len(hyp)) / 6.0) ** 0.6
         np.testing.assert_allclose(score, total / penalty, atol=1e-4, err_msg=str(hyp))

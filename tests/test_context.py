@@ -6,8 +6,15 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import data_load
+import decoding
+import export
+import hparams
 import positions
-from helpers import rand_ids, relative_model
+import train
+import translate
+from eval import evaluate
+from helpers import check_beam_scores, rand_ids, relative_model, tiny
 
 RELATIVE = [name for name, family in positions.REGISTRY.items() if family.relative]
 LAYERS = 2  # tiny_model's num_blocks
@@ -76,7 +83,7 @@ def test_weighted_layers_take_the_context():
     doc = document(seed=4, sentences=4)
     reused = in_order(model, doc, 1)
     np.testing.assert_allclose(recomputed(model, doc, 3, 1, LAYERS), reused[3], atol=1e-5)
-    with pytest.raises(ValueError, match="Universal"):
+    with pytest.raises(ValueError, match="universal has no document memory"):
         relative_model("shaw", model_type="universal").sentence_states(doc[0])
 
 
@@ -146,3 +153,123 @@ def test_no_gradient_reaches_the_context():
     other = tf.constant([[20, 20, 0], [22, 22, 22]])
     moved = model.encode_in_context(src, [other], 1)[0]
     assert np.abs((moved - out).numpy()).max() > 1e-3
+
+
+# ---------------------------------------------------------------------------------------
+# the memory_sentences setting, and decoding documents with the states reused
+# ---------------------------------------------------------------------------------------
+def test_memory_needs_a_relative_family_and_layers_that_take_it():
+    """memory_sentences is a model key whose default 0 is the sentence model; a memory
+    model refuses, in one line each, an absolute position, the Universal Transformer
+    and the TF1 mask defect."""
+    assert "memory_sentences" in hparams.MODEL_KEYS and hparams.Hparams().memory_sentences == 0
+    base = hparams.Hparams()
+    assert hparams.apply(base, {"memory_sentences": 2, "position": "xl"}).memory_sentences == 2
+    for extra, match in (
+        ({}, "position=sinusoid is absolute: pick one of shaw, t5, xl"),
+        ({"position": "xl", "model_type": "universal"}, "universal has no document memory"),
+        ({"position": "xl", "key_mask_defect": True}, "key_mask_defect=true attends to padding"),
+    ):
+        with pytest.raises(hparams.UserError, match=match):
+            hparams.apply(base, {"memory_sentences": 1, **extra})
+    with pytest.raises(ValueError, match="is absolute"):
+        relative_model("xl").__class__(23, 23, memory_sentences=1)
+
+
+def corpus_of(docs_sentences: list[list[np.ndarray]]) -> data_load.Corpus:
+    """A Corpus of the given documents' sources (the targets: one token each)."""
+    flat = [s for doc in docs_sentences for s in doc]
+    doc = np.array([d for d, sents in enumerate(docs_sentences) for _ in sents], np.int32)
+    src_off = np.cumsum([0] + [len(s) for s in flat])
+    ones = np.ones(len(flat), np.int32)
+    return data_load.Corpus(np.concatenate(flat), src_off, ones, np.arange(len(flat) + 1), doc)
+
+
+# every family once, the norms in turn (the encoder's states are compared under both
+# norms for every family above; what this adds, the lanes and the caches, is the same)
+@pytest.mark.parametrize("kind,norm", [(k, ("post", "pre")[i % 2]) for i, k in enumerate(RELATIVE)])
+def test_documents_decode_in_lanes_as_recomputed(kind, norm):
+    """Documents decoded as lanes (2 at a time, so a lane takes a new document: its
+    memory starts empty), each sentence with the cached decoder over the encoder states
+    its lane kept (reuse; greedy: in pieces of 2 sentences, so that lanes also start
+    inside a document, from recomputed states), equal the full recomputation of
+    training: each sentence
+    encoded under its num_blocks x M sentences before (data_load.context_batch, empty
+    across document boundaries), greedy by the naive full-pass decoder, and every beam
+    hypothesis re-scored by the teacher-forced pass with that context, to 1e-4."""
+    m, extra = 1, 4
+    model = relative_model(kind, seed=9, norm=norm, memory_sentences=m)
+    rng = np.random.default_rng(10)
+    docs = [[rand_ids(rng, (int(rng.integers(2, 7)),), 23) for _ in range(n)] for n in (4, 1, 3)]
+    corpus = corpus_of(docs)
+    src_ids = [corpus.src(i) for i in range(len(corpus))]
+    hp = hparams.apply(hparams.Hparams(), {"eval_batch_size": 2, "max_len_extra": extra})
+    idx = np.arange(len(corpus))
+    src = tf.constant(data_load.build_batch(corpus, idx)[0])
+    context = tf.constant(data_load.context_batch(corpus, idx, LAYERS * m))
+    encoded = model.encode_in_context(src, context, m)
+    limits = (src.numpy() != 0).sum(1) + extra
+    pieces = decoding.Translator(model, None, hp, chunk=2)
+    greedy = pieces.translate_ids(src_ids, docs=corpus.docs)
+    naive = decoding.naive_greedy(model, src, int(limits.max()), limits, encoded=encoded)
+    eos = data_load.EOS_ID
+    for i, (out, ref) in enumerate(zip(greedy, naive)):
+        row = list(out[0][0])
+        n = row.index(eos) + 1 if eos in row else len(row)
+        np.testing.assert_array_equal(row[:n], ref[:n], err_msg=f"sentence {i}")
+    beam_hp = hparams.apply(hp, {"beam_size": 3})
+    beams = decoding.Translator(model, None, beam_hp).translate_ids(src_ids, docs=corpus.docs)
+    ids, scores = [b[0] for b in beams], [b[1] for b in beams]
+    check_beam_scores(model, src, ids, scores, limits, context)
+
+
+@pytest.mark.slow
+def test_memory_run_trains_evaluates_and_resumes_exactly(demo_prepro, tmp_path, capsys):
+    """A memory model (xl, M = 1) on the demo's talks: each training pair carries the
+    sentences before it, and a run stopped mid-epoch and resumed to the end of the epoch
+    (where dev loss and dev BLEU read the dev talks in order) ends with the weights and
+    Adam slots of an uninterrupted run, with dropout. The trained model then translates
+    blank-line documents (translate.py) as the exported document signature translates
+    each document, and eval.py reads --test_src files the same way."""
+    base = dict(
+        data_dir=demo_prepro.data_dir,
+        prepro_dir=demo_prepro.prepro_dir,
+        position="xl",
+        memory_sentences=1,
+        dropout_rate=0.3,
+    )
+    hp = tiny(str(tmp_path / "straight"), **base)
+    epoch = len(data_load.TrainData(hp).batches(0))
+    straight = train.train(hparams.apply(hp, {"max_steps": epoch}))
+    out = capsys.readouterr().out
+    docs = data_load.load_corpus(hp, "train").documents()
+    assert f"in {docs} documents; each pair carries the 1 sentences before it" in out
+    assert 1 < docs < 300
+    assert [h["dev_bleu"] is not None for h in straight["history"]] == [True]
+    half = tiny(str(tmp_path / "resumed"), **base, max_steps=epoch // 2)
+    train.train(half)
+    resumed = train.train(hparams.apply(half, {"max_steps": epoch}))
+    assert resumed["step"] == straight["step"] == epoch
+    a, b = (tf.train.load_checkpoint(r["checkpoint"]) for r in (straight, resumed))
+    names = [n for n in a.get_variable_to_shape_map() if n.startswith(("model/", "optimizer/"))]
+    assert len(names) > 90
+    for name in names:
+        np.testing.assert_allclose(a.get_tensor(name), b.get_tensor(name), atol=1e-6, err_msg=name)
+    # translate.py: a blank line ends a document and stays; export: one document
+    hp2, tok, model, _ = decoding.load_run(half.logdir, {})
+    docs = [
+        ["Die Frau liest ein Buch.", "Der Hund schläft im Garten.", "Er ist müde."],
+        ["Sie lacht."],
+    ]
+    lines = docs[0] + [""] + docs[1]
+    got = translate.translate_lines(model, tok, hp2, lines)
+    assert got[3] == "" and all(got[:3]) and got[4]
+    module = export.build_module(model, tok, hp2)
+    for doc, want in ((docs[0], got[:3]), (docs[1], got[4:])):
+        out = module.translate_document(tf.constant(doc))["translations"].numpy()
+        assert [t.decode() for t in out] == want
+    src, ref = tmp_path / "test.de", tmp_path / "test.en"
+    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    ref.write_text("\n".join(got) + "\n", encoding="utf-8")
+    result = evaluate(half.logdir, {}, "", str(src), str(ref))
+    assert result["sacrebleu"] == pytest.approx(100.0)

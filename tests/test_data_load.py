@@ -554,28 +554,32 @@ def test_a_prepro_dir_without_documents_makes_each_pair_one(demo_prepro, tmp_pat
 
 
 def test_context_batch_holds_the_sentences_before_in_the_same_document():
-    """Row r of context j is the source j sentences before pair idx[r] (oldest first),
-    with </S>, right-padded; all PAD across a document boundary or before the corpus;
-    a long sentence keeps its last max_len tokens."""
+    """Row r, sentence j of the context is the source depth - j sentences before pair
+    idx[r] (oldest first), with </S>, right-padded; all PAD across a document boundary
+    or before the corpus; a long sentence keeps its last max_len tokens."""
     s_ids = np.arange(10, 10 + 1 + 2 + 3 + 4 + 5, dtype=np.int32)  # lengths 1..5
     s_off = np.cumsum([0, 1, 2, 3, 4, 5])
     t_ids, t_off = np.ones(5, np.int32), np.arange(6)
     corpus = data_load.Corpus(s_ids, s_off, t_ids, t_off, doc=np.array([0, 0, 0, 1, 1], np.int32))
     eos = data_load.EOS_ID
     got = data_load.context_batch(corpus, np.array([2, 0, 4, 3]), depth=2)
-    assert got.shape == (2, 4, 5) and got.dtype == np.int32
+    assert got.shape == (4, 2, 5) and got.dtype == np.int32
     src = [list(corpus.src(i)) + [eos] for i in range(5)]
     # two before: pair 0 for pair 2, none for pair 0 (the corpus starts), 4 and 3
     # (pairs 2 and 1 are in the other document); one before: pairs 1 and 3 for 2 and 4
     want = [[src[0], [], [], []], [src[1], [], src[3], []]]
     for j in range(2):
         for r in range(4):
-            row = got[j, r]
+            row = got[r, j]
             assert row[: len(want[j][r])].tolist() == want[j][r], (j, r)
             assert not row[len(want[j][r]) :].any(), (j, r)
     cut = data_load.context_batch(corpus, np.array([4]), depth=1, max_len=3)
     assert cut[0, 0].tolist() == src[3][-3:]
+    # XLA's static shapes: a fixed width, all-PAD rows appended
+    fixed = data_load.context_batch(corpus, np.array([2, 4]), depth=2, width=7, rows=3)
+    assert fixed.shape == (3, 2, 7) and not fixed[2].any()
+    assert (fixed[:2, :, :5] == got[[0, 2]]).all() and not fixed[:, :, 5:].any()
     # without documents every pair is its own: no context at all
     alone = data_load.Corpus(s_ids, s_off, t_ids, t_off)
     assert not data_load.context_batch(alone, np.array([1, 2, 4]), depth=3).any()
-    assert data_load.context_batch(corpus, np.array([1, 2]), depth=0).shape == (0, 2, 1)
+    assert data_load.context_batch(corpus, np.array([1, 2]), depth=0).shape == (2, 0, 1)

@@ -110,9 +110,9 @@ def test_signal_during_dev_evaluation_abandons_it(demo_prepro, tmp_path, monkeyp
     )
     original = decoding.Translator.translate
 
-    def translate(self, sentences):  # the dev evaluation decodes here
+    def translate(self, sentences, docs=None):  # the dev evaluation decodes here
         os.kill(os.getpid(), signal.SIGTERM)
-        return original(self, sentences)
+        return original(self, sentences, docs)
 
     monkeypatch.setattr(decoding.Translator, "translate", translate)
     summary = train.train(hp)

@@ -259,6 +259,7 @@ CHANGES = {
     "t5_max_distance": (6, {"position": "t5", "t5_buckets": 8}),
     "position_add_absolute": (True, {"position": "alibi"}),
     "norm": ("pre", {}),
+    "memory_sentences": (1, {"position": "xl"}),
     "share_embeddings": (False, {}),
     "qkv_activation": ("relu", {}),
     "qkv_bias": (True, {}),
@@ -340,8 +341,10 @@ def test_a_config_field_changes_the_function_iff_it_is_a_model_key(name):
             a.assign(drawn)
             b.assign(drawn)
         tgt = PROBE_SRC[:, ::-1].copy()
-        out = base((PROBE_SRC, tgt), training=False).numpy()
-        same = np.allclose(out, other((PROBE_SRC, tgt), training=False).numpy(), atol=1e-6)
+        # a context of num_blocks earlier sentences, which only a memory model reads
+        probe = (PROBE_SRC, tgt, np.stack([tgt, PROBE_SRC], axis=1)[:, -base.num_blocks :])
+        out = base(probe, training=False).numpy()
+        same = np.allclose(out, other(probe, training=False).numpy(), atol=1e-6)
     assert same == (name in TRAINING_ONLY)
 
 

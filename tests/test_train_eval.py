@@ -362,8 +362,11 @@ def compare(variant):
                  if "halting" in w.path]
         nan = {"halting_moved": max(float(np.abs(v.numpy() - v0).max())
                                     for (_, v), v0 in zip(pairs, halting0)),
-               "halting_diff": max(float(np.abs(c.numpy() - v.numpy()).max())
-                                   for w, v in pairs for c in w.value.values)}
+               "halting_diff": max(float(np.abs(w.value.values[0].numpy()
+                                                 - c.numpy()).max())
+                                   for w, _ in pairs for c in w.value.values[1:]),
+               "halting_single": max(float(np.abs(c.numpy() - v.numpy()).max())
+                                     for w, v in pairs for c in w.value.values)}
     return {"single": list(s1[:4]), "mirrored": list(s2[:4]), "diff": diff,
             "replicas": mirrored.replicas, "nan": nan}
 
@@ -406,14 +409,14 @@ def check_mirrored(hp, values, variant, out):
     assert out["mirrored"][2] == out["single"][2]  # target tokens of the batch
     assert out["mirrored"][0] == pytest.approx(out["single"][0], rel=1e-5)
     if variant == "universal":
-        # the halting units moved, the same on both replicas; a replica's ponder cost is a
-        # mean over its own tokens, so the other weights' gradients differ a little from the
-        # one-device ones: at most a sign flip of Adam's first step (about lr each)
-        # (the replicas apply one all-reduced gradient: what differs is float32 rounding,
-        # 1.9e-9 against a step of 7.5e-6 in one run on a loaded machine)
+        # the halting units moved, the same on both replicas (they apply one all-reduced
+        # gradient: what differs is float32 rounding); a replica's ponder cost is a mean
+        # over its own tokens, so the gradients differ a little from the one-device ones:
+        # at most a sign flip of Adam's first step (about lr each), the halting units'
+        # included (a gradient near 0 whose sign the rounding decides: seen once in 5 runs)
         step = out["nan"]["halting_moved"]
         assert step > 1e-6 and out["nan"]["halting_diff"] < 1e-3 * step
-        assert out["diff"] < 2.5 * step
+        assert out["diff"] < 2.5 * step and out["nan"]["halting_single"] < 2.5 * step
     else:
         assert out["diff"] < 1e-5  # the trainable weights
     if variant == "plain":  # both replicas skipped the update, on every copy of a weight
