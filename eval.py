@@ -52,6 +52,7 @@ SCRIPT = cli.Script(
         "test_src": ("", "a source file to translate instead of the test split"),
         "test_ref": ("", "its reference translations, line by line"),
         "length_buckets": ("", "e.g. 16,24: sacreBLEU per source length (<=16, 17-24, >=25)"),
+        "contrastive": ("", "a contrastive set (JSON lines): accuracy of forced-decoding scores"),
     },
     note=cli.DECODING_NOTE,
 )
@@ -59,13 +60,19 @@ if __name__ == "__main__":
     cli.start(SCRIPT)  # --help and option errors answer before TensorFlow loads
 
 import json
+import math
 import os
 import time
+
+import numpy as np
+import tensorflow as tf
 
 import data_load
 import decoding
 import files
 from hparams import UserError
+
+CONTRASTIVE_KEYS = ("context", "source", "reference", "contrastive")
 
 
 def write_results(path: str, sources, refs, hyps, figures: dict, settings: dict) -> None:
@@ -220,9 +227,119 @@ def evaluate(
     return {**figures, "results": out, "seconds": seconds}
 
 
+# ---------------------------------------------------------------------------------------
+# A contrastive set (README "Document context")
+# ---------------------------------------------------------------------------------------
+def read_contrastive(path: str) -> list[dict]:
+    """The items of a contrastive file: one JSON object per line with "context" (the
+    sentences before the source, oldest first; may be empty), "source", "reference" (the
+    right translation) and "contrastive" (a wrong one, as a rule the reference with one
+    word changed); other keys (e.g. "pronoun", a class to report apart) are kept."""
+    items = []
+    for n, line in enumerate(data_load.read_lines(path), 1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except ValueError as e:
+            raise UserError(f"{path}, line {n}: not a JSON object ({e})") from None
+        if not isinstance(item, dict) or any(k not in item for k in CONTRASTIVE_KEYS):
+            raise UserError(f"{path}, line {n}: needs the keys {', '.join(CONTRASTIVE_KEYS)}")
+        if not isinstance(item["context"], list):
+            raise UserError(f'{path}, line {n}: "context" must be a list of sentences')
+        items.append(item)
+    if not items:
+        raise UserError(f"{path} holds no contrastive item")
+    return items
+
+
+def forced_scores(model, tok, items: list[dict], targets: list[str], batch_size: int):
+    """Summed log-probabilities (N,) float of each target (</S> included) given its
+    item's source and, for a model with memory_sentences, its context (the last
+    num_blocks x M sentences, as training reads them)."""
+    depth = model.num_blocks * model.memory_sentences
+    eos, bos = np.array([data_load.EOS_ID], np.int32), np.array([data_load.BOS_ID], np.int32)
+    src = [np.concatenate([ids, eos]) for ids in tok.encode_src([it["source"] for it in items])]
+    tgt = tok.encode_tgt(targets)
+    out = np.zeros(len(items))
+    for start in range(0, len(items), batch_size):
+        rows = range(start, min(start + batch_size, len(items)))
+        labels = data_load.pad_batch([np.concatenate([tgt[i], eos]) for i in rows])
+        inputs = (
+            data_load.pad_batch([src[i] for i in rows]),
+            data_load.pad_batch([np.concatenate([bos, tgt[i]]) for i in rows]),
+        )
+        if depth:
+            flat = []
+            for i in rows:
+                before = [np.concatenate([ids, eos]) for ids in tok.encode_src(items[i]["context"])]
+                before = before[-depth:]
+                flat += [np.zeros(0, np.int32)] * (depth - len(before)) + before
+            inputs += (data_load.pad_batch(flat).reshape(len(rows), depth, -1),)
+        logp = tf.nn.log_softmax(model(tuple(tf.constant(x) for x in inputs))).numpy()
+        picked = np.take_along_axis(logp, labels[..., None], axis=-1)[..., 0]
+        out[start : start + len(rows)] = (picked * (labels != data_load.PAD_ID)).sum(axis=1)
+    return out
+
+
+def wilson(correct: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The 95% Wilson score interval of a proportion correct / n."""
+    p, d = correct / n, 1 + z * z / n
+    centre, half = (
+        (p + z * z / (2 * n)) / d,
+        z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d,
+    )
+    return centre - half, centre + half
+
+
+def contrastive(logdir: str, overrides: dict, path: str, ckpt: str = "") -> dict:
+    """Accuracy on a contrastive set: the share of items whose reference scores higher
+    than the contrastive translation (summed log-probabilities, forced decoding), with its
+    95% interval, overall and per "pronoun" class (where the items have one); and
+    sacreBLEU of the sources translated in their context (a document each). Writes
+    ``<results_dir>/<run>_<checkpoint>_contrastive.json``."""
+    hp, tok, model, ckpt_path = decoding.load_run(logdir, overrides, ckpt)
+    items = read_contrastive(path)
+    size = hp.eval_batch_size
+    right = forced_scores(model, tok, items, [it["reference"] for it in items], size)
+    wrong = forced_scores(model, tok, items, [it["contrastive"] for it in items], size)
+    wins = right > wrong
+    low, high = wilson(int(wins.sum()), len(items))
+    figures = {"items": len(items), "accuracy": float(wins.mean()), "interval95": [low, high]}
+    classes = sorted({str(it["pronoun"]) for it in items if "pronoun" in it})
+    figures["by_class"] = {
+        c: float(np.mean([w for w, it in zip(wins, items) if str(it.get("pronoun")) == c]))
+        for c in classes
+    }
+    sentences, docs = [], []
+    for k, it in enumerate(items):  # each item a document: its context, then its source
+        sentences += list(it["context"]) + [it["source"]]
+        docs += [k] * (len(it["context"]) + 1)
+    hyps = decoding.Translator(model, tok, hp).translate(sentences, np.array(docs))
+    last = np.cumsum([len(it["context"]) + 1 for it in items]) - 1
+    scores = decoding.scores([hyps[i] for i in last], [it["reference"] for it in items])
+    figures.update(sacrebleu=scores["sacrebleu"], memory_sentences=model.memory_sentences)
+    name = f"{os.path.basename(os.path.normpath(logdir))}_{os.path.basename(ckpt_path)}"
+    out = os.path.join(hp.results_dir, name + "_contrastive.json")
+    files.atomic_write(out, json.dumps({**figures, "file": path}, indent=2) + "\n")
+    print(
+        f"contrastive: {figures['accuracy']:.1%} of {len(items)} items score the reference "
+        f"higher (95% interval {low:.1%} to {high:.1%}; memory_sentences="
+        f"{model.memory_sentences})"
+    )
+    for c, acc in figures["by_class"].items():
+        print(f"contrastive: {c}: {acc:.1%}")
+    print(f"contrastive: sacreBLEU of the sources in context = {figures['sacrebleu']:.2f}")
+    print(f"eval: results written to {out}")
+    return {**figures, "results": out}
+
+
 def main() -> None:
     hp, opts = cli.parse_args(script=SCRIPT)
     overrides = {k: getattr(hp, k) for k in opts["_set"]}
+    if opts["contrastive"]:
+        contrastive(hp.logdir, overrides, opts["contrastive"], opts["ckpt"])
+        return
     evaluate(
         hp.logdir,
         overrides,

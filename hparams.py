@@ -38,6 +38,7 @@ class Hparams:
     iwslt_dev: str = "tst2013"  # IWSLT 2016 dev set: IWSLT16.TED.<name>.de-en.<lang>.xml
     iwslt_test: str = "tst2014"  # IWSLT 2016 test set, same naming
     demo_size: int = 20000  # training pairs of the synthetic demo corpus
+    demo_documents: float = 0.0  # demo: share of sentences in pronoun episodes (docs)
 
     # ---- vocabulary -----------------------------------------------------------------
     vocab_type: str = "bpe"  # bpe (joint sentencepiece) | word (legacy, two vocabularies)
@@ -465,6 +466,8 @@ def apply(hp: Hparams, overrides: dict[str, Any]) -> Hparams:
     ):
         if values[key] < 0:
             raise UserError(f"--{key} must not be negative; got {values[key]}")
+    if not 0 <= values["demo_documents"] < 1:
+        raise UserError(f"--demo_documents must be in [0, 1); got {values['demo_documents']}")
     for key in ("cooldown", "eval_share"):
         if not 0 < values[key] <= 1:
             raise UserError(f"--{key} must be in (0, 1]; got {values[key]}")

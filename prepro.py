@@ -50,6 +50,7 @@ import data_load
 import download
 import files
 from demo import corpus as demo_corpus
+from demo import documents as demo_documents
 from hparams import UserError
 
 SPLITS = ("train", "dev", "test")
@@ -256,11 +257,18 @@ def ensure_corpus(hp: hparams.Hparams, fetch: bool) -> None:
     missing = [p for pair in corpus_files(hp).values() for p in pair if not os.path.exists(p)]
     if hp.corpus == "demo":
         marker = os.path.join(hp.data_dir, "demo.json")
-        wanted = json.dumps({"seed": hp.seed, "demo_size": hp.demo_size})
+        settings = {"seed": hp.seed, "demo_size": hp.demo_size}
+        episodes = None
+        if hp.demo_documents:  # the document mode (the default corpus is unchanged)
+            settings["documents"] = hp.demo_documents
+            episodes = demo_documents.Episodes(hp.demo_documents, hp.seed)
+        wanted = json.dumps(settings)
         current = open(marker, encoding="utf-8").read() if os.path.exists(marker) else ""
         if missing or current != wanted:
             print(f"prepro: generating the demo corpus in {hp.data_dir}")
-            demo_corpus.write_demo_corpus(hp.data_dir, seed=hp.seed, n_train=hp.demo_size)
+            demo_corpus.write_demo_corpus(
+                hp.data_dir, seed=hp.seed, n_train=hp.demo_size, episodes=episodes
+            )
             files.atomic_write(marker, wanted)
         return
     if not missing:

@@ -2204,11 +2204,21 @@ def _heldout(gen: _Templates, n: int, seen: set) -> list:
 
 
 def write_demo_corpus(
-    data_dir: str, seed: int = 0, n_train: int = 20000, n_dev: int = 500, n_test: int = 500
+    data_dir: str,
+    seed: int = 0,
+    n_train: int = 20000,
+    n_dev: int = 500,
+    n_test: int = 500,
+    episodes=None,
 ) -> None:
-    """Write the synthetic corpus into ``data_dir`` in the IWSLT16 de-en layout."""
+    """Write the synthetic corpus into ``data_dir`` in the IWSLT16 de-en layout.
+    ``episodes``: a document mode (demo.documents.Episodes) that mixes its episodes into
+    every split and writes its own files too; None: the sentences alone."""
     os.makedirs(data_dir, exist_ok=True)
-    train = generate_pairs(n_train, seed)
+    if episodes is None:
+        train = generate_pairs(n_train, seed)
+    else:
+        train = episodes.mix(n_train, _Templates(random.Random(seed)).pair)
     meta_rng = random.Random(seed * 7919 + 17)
     held_gen = _Templates(random.Random(seed * 104729 + 1))
 
@@ -2225,13 +2235,18 @@ def write_demo_corpus(
         ("IWSLT16.TED.tst2013", n_dev, 5001),
         ("IWSLT16.TED.tst2014", n_test, 6001),
     ):
-        pairs = _heldout(held_gen, n, seen)
+        if episodes is None:
+            pairs = _heldout(held_gen, n, seen)
+        else:
+            pairs = episodes.mix(n, lambda: _heldout(held_gen, 1, seen)[0])
         docs, tid = [], first_id
         for size in _split_talks(meta_rng, n, 60, 140):
             docs.append((_talk_meta(meta_rng, tid), size))
             tid += 1
         for lang in ("de", "en"):
             texts[f"{setid}.de-en.{lang}.xml"] = _xml_text(pairs, docs, lang, setid)
+    if episodes is not None:
+        texts.update(episodes.files())
     for name, text in texts.items():
         files.atomic_write(os.path.join(data_dir, name), text)
 

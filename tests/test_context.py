@@ -2,6 +2,8 @@
 2019, 3.2, with a sentence as the segment): model.Transformer.encode_in_context,
 sentence_states and context_of."""
 
+import json
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -13,7 +15,7 @@ import hparams
 import positions
 import train
 import translate
-from eval import evaluate
+from eval import contrastive, evaluate, forced_scores
 from helpers import check_beam_scores, rand_ids, relative_model, tiny
 
 RELATIVE = [name for name, family in positions.REGISTRY.items() if family.relative]
@@ -273,3 +275,21 @@ def test_memory_run_trains_evaluates_and_resumes_exactly(demo_prepro, tmp_path, 
     ref.write_text("\n".join(got) + "\n", encoding="utf-8")
     result = evaluate(half.logdir, {}, "", str(src), str(ref))
     assert result["sacrebleu"] == pytest.approx(100.0)
+    # eval.py --contrastive: each item's contrastive translation is the next one's
+    # reference; the accuracy is the share of forced scores that prefer the reference
+    items = [
+        {"context": docs[0][:k], "source": docs[0][k], "reference": got[k], "contrastive": ""}
+        for k in range(3)
+    ]
+    for k, it in enumerate(items):
+        it["contrastive"] = got[(k + 1) % 3]
+    path = tmp_path / "contrastive.jsonl"
+    path.write_text("".join(json.dumps(it) + "\n" for it in items), encoding="utf-8")
+    figures = contrastive(half.logdir, {"results_dir": str(tmp_path)}, str(path))
+    right, wrong = (
+        forced_scores(model, tok, items, [it[key] for it in items], 2)
+        for key in ("reference", "contrastive")
+    )
+    assert figures["accuracy"] == pytest.approx(np.mean(right > wrong))
+    assert figures["sacrebleu"] == pytest.approx(100.0)  # the sources in context, as above
+    assert json.loads(open(figures["results"]).read())["items"] == 3
