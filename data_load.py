@@ -459,9 +459,10 @@ class TrainData:
                 "empty"
             )
         elif hp.memory_sentences:
+            depth = context_depth(hp)
             print(
                 f"data: {len(self.corpus):,} training pairs in {docs:,} documents; each pair "
-                f"carries the {context_depth(hp)} sentences before it "
+                f"carries the {depth} sentence{'s' * (depth > 1)} before it "
                 f"(num_blocks x memory_sentences)"
             )
 

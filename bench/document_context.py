@@ -1,9 +1,11 @@
-"""Document context at inference: the encoder states of the earlier sentences reused
-(Transformer-XL's recurrence) against recomputed for every sentence, in one run.
+"""Document context: at inference, the encoder states of the earlier sentences reused
+(Transformer-XL's recurrence) against recomputed for every sentence; in training, what
+carrying the context costs; each in one run.
 
     python prepro.py                                      # the demo, with its talks
     python train.py --position xl --memory_sentences 1 --logdir log/demo_memory
     python bench/document_context.py --logdir log/demo_memory [--sents 500] [--repeats 3]
+    python bench/document_context.py --train --logdir log/demo_memory [--steps 60]
 
 One process, one trained model with ``memory_sentences`` (M), the run's test split
 read in document order (prepro's talks), greedy decoding, batches of eval_batch_size
@@ -15,6 +17,10 @@ lanes. Every row is the median of ``--repeats`` timed passes after one untimed p
   (chunk = 1: what training does for each pair).
 Prints source tokens/s and sentences/s of both, their ratio, and whether the two give
 the same translations (they should, up to float rounding in near ties).
+
+``--train``: the run's settings with memory_sentences 0 and with the run's M, two fresh
+Trainers on the same first ``--steps`` batches of epoch 0 (after 5 untimed ones), taken
+in turn batch by batch; prints the median target tokens/s of each and their ratio.
 """
 
 import argparse
@@ -32,7 +38,12 @@ def main() -> None:
     parser.add_argument("--logdir", default="log/demo_memory")
     parser.add_argument("--sents", type=int, default=500, help="test sentences (0: all)")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--train", action="store_true", help="the training cost instead")
+    parser.add_argument("--steps", type=int, default=60)
     args = parser.parse_args()
+    if args.train:
+        train_cost(args.logdir, args.steps)
+        return
 
     import data_load
     import decoding
@@ -75,6 +86,44 @@ def main() -> None:
         f"reuse / recompute: {median['recompute'] / median['reuse']:.2f}x; "
         f"identical translations: {same} of {n}"
     )
+
+
+def train_cost(logdir: str, steps: int) -> None:
+    import keras
+    import numpy as np
+
+    import data_load
+    import devices
+    import hparams
+    import train
+
+    hp = hparams.load(os.path.join(logdir, "hparams.json"))
+    tok = data_load.load_tokenizer(hp)
+    trainers, batches = {}, {}
+    for m in (0, hp.memory_sentences):
+        run = hparams.apply(hp, {"memory_sentences": m})
+        strategy, precision = devices.setup_devices(run)
+        keras.utils.set_random_seed(run.seed)
+        trainers[m] = train.Trainer(run, tok, strategy, precision)
+        data = data_load.TrainData(run)
+        batches[m] = [b for b in data.dataset(0, 0, data.batches(0)[: steps + 5])]
+    seconds = {m: [] for m in trainers}
+    for i in range(steps + 5):
+        for m, trainer in trainers.items():
+            t0 = time.perf_counter()
+            trainer.train_batch(*batches[m][i])  # numbers: waits for the step
+            if i >= 5:
+                seconds[m].append(time.perf_counter() - t0)
+    tokens = [float(np.sum(b[2].numpy() != 0)) for b in batches[0][5:]]
+    rate = {m: statistics.median(np.array(tokens) / np.array(s)) for m, s in seconds.items()}
+    print(
+        f"bench: {hp.position}, num_blocks={hp.num_blocks}, d_model={hp.d_model}, "
+        f"tokens_per_batch={hp.tokens_per_batch}, precision={precision}; {steps} batches"
+    )
+    for m, r in rate.items():
+        print(f"memory_sentences={m}: {r:,.0f} target tokens/s (median over the batches)")
+    m = hp.memory_sentences
+    print(f"memory_sentences={m} / 0: {rate[m] / rate[0]:.2f}x the tokens/s")
 
 
 if __name__ == "__main__":

@@ -245,7 +245,7 @@ def test_memory_run_trains_evaluates_and_resumes_exactly(demo_prepro, tmp_path, 
     straight = train.train(hparams.apply(hp, {"max_steps": epoch}))
     out = capsys.readouterr().out
     docs = data_load.load_corpus(hp, "train").documents()
-    assert f"in {docs} documents; each pair carries the 1 sentences before it" in out
+    assert f"in {docs} documents; each pair carries the 1 sentence before it" in out
     assert 1 < docs < 300
     assert [h["dev_bleu"] is not None for h in straight["history"]] == [True]
     half = tiny(str(tmp_path / "resumed"), **base, max_steps=epoch // 2)
