@@ -71,9 +71,12 @@ def finish(procs):
 
 
 @pytest.mark.slow
-def test_two_worker_run_trains_and_only_the_chief_checkpoints(run, tmp_path):
-    """One epoch on two workers (its end: a dev evaluation on each, an agreement on not
-    stopping, a collective save): the same step everywhere, one checkpoint, the chief's."""
+def test_two_workers_stop_together_resume_and_only_the_chief_checkpoints(run, tmp_path):
+    """SIGTERM to the non-chief worker alone, during training: both workers agree on the
+    stop (in the step's all-reduce, or after a dev evaluation), stop after the same step
+    with status 143, and the chief writes the checkpoint of that step. Started again,
+    both resume and end the epoch (its end: a dev evaluation on each, an agreement on
+    not stopping, a collective save) at the same step; only the chief checkpoints."""
     hp, _, _ = run
     hp = hparams.apply(
         hp,
@@ -86,41 +89,6 @@ def test_two_worker_run_trains_and_only_the_chief_checkpoints(run, tmp_path):
         ),
     )
     n = len(data_load.TrainData(hp, replicas=2).batches(0))  # one update per global batch
-    outs = finish(start_workers(hp))
-    assert [status for status, _, _ in outs] == [0, 0], outs[0][2][-3000:]
-    outs = [(out, err) for _, out, err in outs]
-    for out, err in outs:
-        assert "train: TensorFlow sees" in err
-        assert "MultiWorkerMirroredStrategy with 2 replica(s)" in err
-        assert "epoch 1: dev loss" in out and f"done; step {n}" in out
-    # every worker names the chief's checkpoint; only the chief wrote one
-    assert outs[0][0].strip().endswith(f"checkpoint {hp.logdir}/ckpt-{n}")
-    assert outs[1][0].strip().endswith(f"checkpoint {hp.logdir}/ckpt-{n}")
-    names = sorted(os.listdir(hp.logdir))
-    assert [f for f in names if f.startswith("ckpt-")] == [
-        f"ckpt-{n}.data-00000-of-00001",
-        f"ckpt-{n}.index",
-    ]
-    assert not [f for f in names if f.startswith(".worker")]  # the temp folder is gone
-    assert {"hparams.json", "specs", "train", "checkpoint", "best"} <= set(names)
-    # the checkpoint holds trained weights at step n that eval can load
-    reader = tf.train.load_checkpoint(os.path.join(hp.logdir, f"ckpt-{n}"))
-    step = [k for k in reader.get_variable_to_shape_map() if "iter" in k.lower()]
-    assert step and int(reader.get_tensor(step[0])) == n
-    result = evaluate(hp.logdir, {"results_dir": str(tmp_path / "results")})
-    assert np.isfinite(result["sacrebleu"])
-
-
-@pytest.mark.slow
-def test_a_signal_to_one_worker_stops_both_at_one_step(run, tmp_path):
-    """SIGTERM to the non-chief worker alone, during training: both workers agree on
-    the stop (in the step's all-reduce, or after a dev evaluation), stop after the same
-    step with status 143, and the chief writes the checkpoint of that step."""
-    hp, _, _ = run
-    hp = hparams.apply(
-        hp,
-        dict(logdir=str(tmp_path / "log"), evaldir=str(tmp_path / "eval"), ckpt_every_steps=0),
-    )
     procs = start_workers(hp)
     for line in procs[1].stdout:  # the worker has started its epochs
         if "batches per epoch" in line:
@@ -134,5 +102,29 @@ def test_a_signal_to_one_worker_stops_both_at_one_step(run, tmp_path):
     assert "stopped by a signal to another worker" in outs[0][1]
     assert "stopped by SIGTERM" in outs[1][1]
     step = int(steps[0].group(1))
-    assert 0 < step < 3 * 10  # before the end of the run
+    assert 0 < step < n  # before the end of the run
     assert tf.train.latest_checkpoint(hp.logdir) == os.path.join(hp.logdir, f"ckpt-{step}")
+    # the same command again: both resume and end the epoch
+    outs = finish(start_workers(hp))
+    assert [status for status, _, _ in outs] == [0, 0], outs[0][2][-3000:]
+    outs = [(out, err) for _, out, err in outs]
+    for out, err in outs:
+        assert "train: TensorFlow sees" in err
+        assert "MultiWorkerMirroredStrategy with 2 replica(s)" in err
+        assert f"resumed from {hp.logdir}/ckpt-{step} at step {step}" in out
+        assert "epoch 1: dev loss" in out and f"done; step {n}" in out
+    # every worker names the chief's checkpoint; only the chief wrote one
+    assert outs[0][0].strip().endswith(f"checkpoint {hp.logdir}/ckpt-{n}")
+    assert outs[1][0].strip().endswith(f"checkpoint {hp.logdir}/ckpt-{n}")
+    names = sorted(os.listdir(hp.logdir))
+    assert [f for f in names if f.startswith("ckpt-")] == sorted(
+        f"ckpt-{k}.{ext}" for k in (step, n) for ext in ("data-00000-of-00001", "index")
+    )
+    assert not [f for f in names if f.startswith(".worker")]  # the temp folder is gone
+    assert {"hparams.json", "specs", "train", "checkpoint", "best"} <= set(names)
+    # the checkpoint holds trained weights at step n that eval can load
+    reader = tf.train.load_checkpoint(os.path.join(hp.logdir, f"ckpt-{n}"))
+    step = [k for k in reader.get_variable_to_shape_map() if "iter" in k.lower()]
+    assert step and int(reader.get_tensor(step[0])) == n
+    result = evaluate(hp.logdir, {"results_dir": str(tmp_path / "results")})
+    assert np.isfinite(result["sacrebleu"])
