@@ -4,7 +4,6 @@ each bound, its clock across resumes, dev evaluation within its share, the defau
 
 import json
 import os
-import signal
 import time
 import types
 
@@ -22,7 +21,7 @@ import train
 from eval import evaluate
 from helpers import tiny
 from hparams import UserError
-from test_interrupts import ckpt_tensor, signal_after
+from test_interrupts import ckpt_tensor
 
 
 # ---------------------------------------------------------------------------------------
@@ -142,37 +141,7 @@ def test_dev_bleu_runs_within_its_share_of_a_time_budget():
 # ---------------------------------------------------------------------------------------
 # runs
 # ---------------------------------------------------------------------------------------
-@pytest.mark.slow
-def test_wsd_run_resumed_mid_decay_follows_the_same_curve(demo_prepro, tmp_path, monkeypatch):
-    """A wsd run bounded by max_steps, stopped by SIGTERM in its cooldown and resumed,
-    ends with the weights, Adam slots and budget fraction of the run never stopped; its
-    last update ran at peak * (1 - sqrt((25/26 - 0.8) / 0.2))."""
-    base = dict(
-        data_dir=demo_prepro.data_dir,
-        prepro_dir=demo_prepro.prepro_dir,
-        lr_schedule="wsd",
-        warmup_steps=5,
-        max_steps=26,
-        dropout_rate=0.3,
-    )
-    straight = train.train(tiny(str(tmp_path / "straight"), **base))
-    hp = tiny(str(tmp_path / "resumed"), **base)
-    signal_after(monkeypatch, 23, signal.SIGTERM)  # p = 22/26 > 0.8: in the cooldown
-    stopped = train.train(hp)
-    assert stopped["step"] == 23 and stopped["signal"] == signal.SIGTERM
-    monkeypatch.undo()
-    resumed = train.train(hp)
-    assert resumed["step"] == straight["step"] == 26
-    a, b = (tf.train.load_checkpoint(s["checkpoint"]) for s in (straight, resumed))
-    names = [n for n in a.get_variable_to_shape_map() if n.startswith(("model/", "optimizer/"))]
-    for name in names:
-        np.testing.assert_allclose(a.get_tensor(name), b.get_tensor(name), atol=1e-6, err_msg=name)
-    used = ckpt_tensor(resumed["checkpoint"], "budget_used")
-    np.testing.assert_allclose(used, 25 / 26, rtol=1e-6)
-    assert ckpt_tensor(straight["checkpoint"], "budget_used") == used
-    schedule = modules.TransformerSchedule("wsd", warmup_steps=5, lr=hp.lr)
-    last = lr_at(schedule, 25, used) / hp.lr
-    np.testing.assert_allclose(last, 1 - np.sqrt((25 / 26 - 0.8) / 0.2), rtol=1e-5)
+# (a wsd run stopped in its cooldown and resumed: test_context's memory run)
 
 
 class Clock:

@@ -3,6 +3,7 @@
 sentence_states and context_of."""
 
 import json
+import signal
 
 import numpy as np
 import pytest
@@ -12,11 +13,14 @@ import data_load
 import decoding
 import export
 import hparams
+import modules
 import positions
 import train
 import translate
 from eval import contrastive, evaluate, forced_scores
 from helpers import check_beam_scores, rand_ids, relative_model, tiny
+from test_budget import lr_at
+from test_interrupts import ckpt_tensor, signal_after
 
 RELATIVE = [name for name, family in positions.REGISTRY.items() if family.relative]
 LAYERS = 2  # tiny_model's num_blocks
@@ -226,19 +230,26 @@ def test_documents_decode_in_lanes_as_recomputed(kind, norm):
 
 
 @pytest.mark.slow
-def test_memory_run_trains_evaluates_and_resumes_exactly(demo_prepro, tmp_path, capsys):
-    """A memory model (xl, M = 1) on the demo's talks: each training pair carries the
-    sentences before it, and a run stopped mid-epoch and resumed to the end of the epoch
-    (where dev loss and dev BLEU read the dev talks in order) ends with the weights and
-    Adam slots of an uninterrupted run, with dropout. The trained model then translates
-    blank-line documents (translate.py) as the exported document signature translates
-    each document, and eval.py reads --test_src files the same way."""
+def test_memory_run_trains_evaluates_and_resumes_exactly(
+    demo_prepro, tmp_path, capsys, monkeypatch
+):
+    """A memory model (xl, M = 1) on the demo's talks, trained for one epoch on the wsd
+    schedule: each training pair carries the sentence before it, and a run stopped by
+    SIGTERM in its cooldown and resumed to the end of the epoch (where dev loss and dev
+    BLEU read the dev talks in order) ends with the weights, Adam slots and budget
+    fraction of the run never stopped, with dropout; its last update ran at
+    peak * (1 - sqrt((used - 0.8) / 0.2)). The trained model then translates blank-line
+    documents (translate.py) as the exported document signature translates each
+    document, eval.py reads --test_src files the same way, and eval.py --contrastive
+    scores a set."""
     base = dict(
         data_dir=demo_prepro.data_dir,
         prepro_dir=demo_prepro.prepro_dir,
         position="xl",
         memory_sentences=1,
         dropout_rate=0.3,
+        lr_schedule="wsd",
+        warmup_steps=5,
     )
     hp = tiny(str(tmp_path / "straight"), **base)
     epoch = len(data_load.TrainData(hp).batches(0))
@@ -248,15 +259,25 @@ def test_memory_run_trains_evaluates_and_resumes_exactly(demo_prepro, tmp_path, 
     assert f"in {docs} documents; each pair carries the 1 sentence before it" in out
     assert 1 < docs < 300
     assert [h["dev_bleu"] is not None for h in straight["history"]] == [True]
-    half = tiny(str(tmp_path / "resumed"), **base, max_steps=epoch // 2)
-    train.train(half)
-    resumed = train.train(hparams.apply(half, {"max_steps": epoch}))
+    half = tiny(str(tmp_path / "resumed"), **base, max_steps=epoch)
+    stop = int(0.8 * epoch) + 2  # its fraction (stop - 1) / epoch > 0.8: in the cooldown
+    signal_after(monkeypatch, stop, signal.SIGTERM)
+    stopped = train.train(half)
+    assert stopped["step"] == stop and stopped["signal"] == signal.SIGTERM
+    monkeypatch.undo()
+    resumed = train.train(half)
     assert resumed["step"] == straight["step"] == epoch
     a, b = (tf.train.load_checkpoint(r["checkpoint"]) for r in (straight, resumed))
     names = [n for n in a.get_variable_to_shape_map() if n.startswith(("model/", "optimizer/"))]
     assert len(names) > 90
     for name in names:
         np.testing.assert_allclose(a.get_tensor(name), b.get_tensor(name), atol=1e-6, err_msg=name)
+    used = ckpt_tensor(resumed["checkpoint"], "budget_used")
+    np.testing.assert_allclose(used, (epoch - 1) / epoch, rtol=1e-6)
+    assert ckpt_tensor(straight["checkpoint"], "budget_used") == used
+    schedule = modules.TransformerSchedule("wsd", warmup_steps=5, lr=half.lr)
+    last = lr_at(schedule, epoch - 1, used) / half.lr
+    np.testing.assert_allclose(last, 1 - np.sqrt((used - 0.8) / 0.2), rtol=1e-5)
     # translate.py: a blank line ends a document and stays; export: one document
     hp2, tok, model, _ = decoding.load_run(half.logdir, {})
     docs = [
