@@ -14,9 +14,10 @@ lanes. Every row is the median of ``--repeats`` timed passes after one untimed p
   sentence attends to them (decoding.Translator; documents cut into pieces so that the
   batch stays full, a piece's first window recomputed);
 * recompute: every sentence's context encoded again from its L M sentences before
-  (chunk = 1: what training does for each pair).
-Prints source tokens/s and sentences/s of both, their ratio, and whether the two give
-the same translations (they should, up to float rounding in near ties).
+  (chunk = 1: what training does for each pair);
+and both again without the decoder (encoder only: where the two differ).
+Prints source tokens/s and sentences/s of each, the ratios, and whether reuse and
+recompute give the same translations (they should, up to float rounding in near ties).
 
 ``--train``: the run's settings with memory_sentences 0 and with the run's M, two fresh
 Trainers on the same first ``--steps`` batches of epoch 0 (after 5 untimed ones), taken
@@ -65,7 +66,11 @@ def main() -> None:
     )
     rows = {"reuse": None, "recompute": 1}
     translators = {name: decoding.Translator(model, tok, hp, chunk) for name, chunk in rows.items()}
-    outputs, seconds = {}, {name: [] for name in rows}
+    for name, chunk in rows.items():  # the same passes without the decoder: the encoder's share
+        tr = decoding.Translator(model, tok, hp, chunk)
+        tr.decode_in_context = encoder_only(model)
+        translators[f"{name}, encoder only"] = tr
+    outputs, seconds = {}, {name: [] for name in translators}
     for name, tr in translators.items():  # one untimed pass each: the traces
         outputs[name] = tr.translate(sources, docs)
     for _ in range(args.repeats):  # interleaved
@@ -74,18 +79,41 @@ def main() -> None:
             tr.translate(sources, docs)
             seconds[name].append(time.perf_counter() - t0)
     median = {name: statistics.median(s) for name, s in seconds.items()}
-    for name in rows:
+    for name in translators:
         print(
-            f"{name:>9}: {tokens / median[name]:8.1f} source tokens/s, "
+            f"{name:>23}: {tokens / median[name]:8.1f} source tokens/s, "
             f"{n / median[name]:6.1f} sentences/s (median of {args.repeats}: "
             + ", ".join(f"{s:.2f}" for s in seconds[name])
             + " s)"
         )
     same = sum(a == b for a, b in zip(outputs["reuse"], outputs["recompute"]))
+    enc = median["recompute, encoder only"] / median["reuse, encoder only"]
     print(
-        f"reuse / recompute: {median['recompute'] / median['reuse']:.2f}x; "
-        f"identical translations: {same} of {n}"
+        f"reuse / recompute: {median['recompute'] / median['reuse']:.2f}x translating, "
+        f"{enc:.2f}x encoding alone; identical translations: {same} of {n}"
     )
+
+
+def encoder_only(model):
+    """A stand-in for decoding.document_decoder that encodes in context and returns the
+    states, with a one-token "translation": the lanes' passes without the decoder."""
+    import tensorflow as tf
+
+    layers = model.num_blocks
+    spec = [
+        tf.TensorSpec([None, None], tf.int32),
+        tf.TensorSpec([], tf.int32),
+        tf.TensorSpec([layers, None, None, model.d_model], tf.float32),
+        tf.TensorSpec([None, None], tf.bool),
+    ]
+
+    def encode(src, extra, states, mask):
+        context = [(states[i], mask[:, None, None, :]) for i in range(layers)]
+        inputs = []
+        model.encode(src, context=context, layer_inputs=inputs)
+        return tf.zeros_like(src[:, :1]), tf.stack(inputs)
+
+    return tf.function(encode, input_signature=spec, autograph=False)
 
 
 def train_cost(logdir: str, steps: int) -> None:

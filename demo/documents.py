@@ -76,12 +76,14 @@ def _sentence(text: str) -> str:
     return text[:1].upper() + text[1:] + "."
 
 
-def episode(rng: random.Random) -> dict:
+def episode(rng: random.Random, gender: str = "", person: bool | None = None) -> dict:
     """One episode: {"pairs": [(German, English)] x 2, "context", "source",
     "reference", "contrastive", "pronoun" (as :func:`contrastive_item`), "antecedent",
-    "distractor" (nouns)}."""
-    gender = rng.choice("mfn")
-    person = rng.random() < 0.5  # the antecedent's class, even for each German pronoun
+    "distractor" (nouns)}. ``gender`` (m, f, n: the German pronoun) and ``person``
+    (the antecedent's class) are drawn unless given."""
+    gender = gender or rng.choice("mfn")
+    if person is None:  # the antecedent's class, even for each German pronoun
+        person = rng.random() < 0.5
     other = rng.choice([g for g in "mfn" if g != gender and (ANIMALS if person else PERSONS)[g]])
     antecedent = rng.choice((PERSONS if person else ANIMALS)[gender])
     distractor = rng.choice((ANIMALS if person else PERSONS)[other])
@@ -150,10 +152,13 @@ class Episodes:
         return mixed_pairs(self.share, n, self.rng, regular, self.seen)
 
     def files(self) -> dict[str, str]:
-        """{"contrastive.jsonl": ``contrastive`` held-out items, one JSON object a line}."""
+        """{"contrastive.jsonl": ``contrastive`` held-out items, one JSON object a line},
+        exactly balanced: each German pronoun as often, its antecedent a person in half
+        of its items (so that the source alone gives 50%)."""
         lines = []
         while len(lines) < self.contrastive:
-            ep = episode(self.rng)
+            k = len(lines)
+            ep = episode(self.rng, "mfn"[k % 3], k % 6 < 3)
             key = tuple(p[0] for p in ep["pairs"])
             if key not in self.seen:
                 self.seen.add(key)

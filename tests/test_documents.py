@@ -73,7 +73,8 @@ def test_document_mode_mixes_episodes_and_holds_the_contrastive_set_out(tmp_path
     items = [json.loads(x) for x in (d / "contrastive.jsonl").read_text().splitlines()]
     assert len(items) == 1200 and all(len(it["context"]) == 1 for it in items)
     assert not train_eps & {(it["context"][0], it["source"]) for it in items}
-    assert Counter(it["pronoun"] for it in items)["it"] > 500
+    classes = Counter((it["source"].split()[0], it["pronoun"] == "it") for it in items)
+    assert set(classes.values()) == {200} and len(classes) == 6  # exactly balanced
 
 
 def test_demo_documents_setting():
