@@ -253,32 +253,39 @@ def read_contrastive(path: str) -> list[dict]:
     return items
 
 
-def forced_scores(model, tok, items: list[dict], targets: list[str], batch_size: int):
-    """Summed log-probabilities (N,) float of each target (</S> included) given its
-    item's source and, for a model with memory_sentences, its context (the last
-    num_blocks x M sentences, as training reads them)."""
+def forced_scores(model, tok, items: list[dict], candidates: list[list[str]], batch_size: int):
+    """Summed log-probabilities (C, N) float of each of the C candidate lists' targets
+    (</S> included) given its item's source and, for a model with memory_sentences, its
+    context (the last num_blocks x M sentences, as training reads them): each batch of
+    sources encoded once for all the candidates."""
     depth = model.num_blocks * model.memory_sentences
     eos, bos = np.array([data_load.EOS_ID], np.int32), np.array([data_load.BOS_ID], np.int32)
     src = [np.concatenate([ids, eos]) for ids in tok.encode_src([it["source"] for it in items])]
-    tgt = tok.encode_tgt(targets)
-    out = np.zeros(len(items))
+    contexts = []
+    if depth:
+        flat = tok.encode_src([s for it in items for s in it["context"][-depth:]])
+        for it in items:
+            before = [np.concatenate([ids, eos]) for ids in flat[: len(it["context"][-depth:])]]
+            flat = flat[len(before) :]
+            contexts.append([np.zeros(0, np.int32)] * (depth - len(before)) + before)
+    tgts = [tok.encode_tgt(targets) for targets in candidates]
+    out = np.zeros((len(candidates), len(items)))
     for start in range(0, len(items), batch_size):
         rows = range(start, min(start + batch_size, len(items)))
-        labels = data_load.pad_batch([np.concatenate([tgt[i], eos]) for i in rows])
-        inputs = (
-            data_load.pad_batch([src[i] for i in rows]),
-            data_load.pad_batch([np.concatenate([bos, tgt[i]]) for i in rows]),
-        )
+        batch = tf.constant(data_load.pad_batch([src[i] for i in rows]))
         if depth:
-            flat = []
-            for i in rows:
-                before = [np.concatenate([ids, eos]) for ids in tok.encode_src(items[i]["context"])]
-                before = before[-depth:]
-                flat += [np.zeros(0, np.int32)] * (depth - len(before)) + before
-            inputs += (data_load.pad_batch(flat).reshape(len(rows), depth, -1),)
-        logp = tf.nn.log_softmax(model(tuple(tf.constant(x) for x in inputs))).numpy()
-        picked = np.take_along_axis(logp, labels[..., None], axis=-1)[..., 0]
-        out[start : start + len(rows)] = (picked * (labels != data_load.PAD_ID)).sum(axis=1)
+            flat = data_load.pad_batch([s for i in rows for s in contexts[i]])
+            context = tf.constant(flat.reshape(len(rows), depth, -1))
+            memory, mask = model.encode_in_context(batch, context, model.memory_sentences)
+        else:
+            memory, mask = model.encode(batch)
+        for c, tgt in enumerate(tgts):
+            labels = data_load.pad_batch([np.concatenate([tgt[i], eos]) for i in rows])
+            dec = data_load.pad_batch([np.concatenate([bos, tgt[i]]) for i in rows])
+            logits = model.logits(model.decode(tf.constant(dec), memory, mask))
+            logp = tf.nn.log_softmax(logits).numpy()
+            picked = np.take_along_axis(logp, labels[..., None], axis=-1)[..., 0]
+            out[c, start : start + len(rows)] = (picked * (labels != data_load.PAD_ID)).sum(1)
     return out
 
 
@@ -301,8 +308,8 @@ def contrastive(logdir: str, overrides: dict, path: str, ckpt: str = "") -> dict
     hp, tok, model, ckpt_path = decoding.load_run(logdir, overrides, ckpt)
     items = read_contrastive(path)
     size = hp.eval_batch_size
-    right = forced_scores(model, tok, items, [it["reference"] for it in items], size)
-    wrong = forced_scores(model, tok, items, [it["contrastive"] for it in items], size)
+    candidates = [[it[key] for it in items] for key in ("reference", "contrastive")]
+    right, wrong = forced_scores(model, tok, items, candidates, size)
     wins = right > wrong
     low, high = wilson(int(wins.sum()), len(items))
     figures = {"items": len(items), "accuracy": float(wins.mean()), "interval95": [low, high]}

@@ -307,10 +307,8 @@ def test_memory_run_trains_evaluates_and_resumes_exactly(
     path = tmp_path / "contrastive.jsonl"
     path.write_text("".join(json.dumps(it) + "\n" for it in items), encoding="utf-8")
     figures = contrastive(half.logdir, {"results_dir": str(tmp_path)}, str(path))
-    right, wrong = (
-        forced_scores(model, tok, items, [it[key] for it in items], 2)
-        for key in ("reference", "contrastive")
-    )
+    candidates = [[it[key] for it in items] for key in ("reference", "contrastive")]
+    right, wrong = forced_scores(model, tok, items, candidates, 2)
     assert figures["accuracy"] == pytest.approx(np.mean(right > wrong))
     assert figures["sacrebleu"] == pytest.approx(100.0)  # the sources in context, as above
     assert json.loads(open(figures["results"]).read())["items"] == 3

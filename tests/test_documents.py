@@ -119,7 +119,7 @@ def test_forced_scores_are_the_cached_decoders_log_probabilities():
         {"context": ["15 16 17 18"], "source": "19"},
     ]
     targets = ["4 5 6", "7", "8 9 10 11"]
-    got = evaluation.forced_scores(model, Ids(), items, targets, batch_size=2)
+    got = evaluation.forced_scores(model, Ids(), items, [targets], batch_size=2)[0]
     eos = data_load.EOS_ID
     for item, target, score in zip(items, targets, got):
         src = tf.constant([[int(t) for t in item["source"].split()] + [eos]])
