@@ -141,48 +141,52 @@ def build_module(model, tok, hp: hparams.Hparams):
             @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
             def translate_document(self, sentences):
                 """The sentences (N,) of one document, in order, each translated with the
-                encoder states of the memory_sentences (M) before it, as translate.py reads a
-                document: the window holds each layer's inputs for the last M sentences,
-                after one masked column (decoding.Lanes.context's layout for one lane)."""
+                encoder states of the memory_sentences (M) before it, as translate.py reads
+                a document (:func:`document_loop`)."""
                 src, empty = self.sources(sentences)
-                layers, d, m = model.num_blocks, model.d_model, model.memory_sentences
-                lengths = tf.reduce_sum(tf.cast(tf.not_equal(src, data_load.PAD_ID), tf.int32), 1)
-                first = tf.zeros((layers, 1, 1, d), model.compute_dtype)
-
-                def body(i, window, sizes, out):
-                    width = tf.shape(window)[2]
-                    context = tf.concat([first, window], axis=2)
-                    mask = tf.concat([[False], tf.ones([width], tf.bool)], 0)[None, None, None]
-                    inputs = []
-                    sentence = src[i : i + 1, : lengths[i]]
-                    encoded = model.encode(
-                        sentence,
-                        context=[(context[k], mask) for k in range(layers)],
-                        layer_inputs=inputs,
-                    )
-                    out = out.write(i, self.decode(self.best(sentence, encoded))[0])
-                    window = tf.concat([window[:, :, sizes[0] :], tf.stack(inputs)], axis=2)
-                    sizes = tf.reshape(tf.concat([sizes[1:], lengths[i : i + 1]], 0), [m])
-                    return i + 1, window, sizes, out
-
-                loop = (
-                    tf.constant(0),
-                    tf.zeros((layers, 1, 0, d), model.compute_dtype),
-                    tf.zeros([m], tf.int32),
-                    tf.TensorArray(tf.string, size=tf.shape(src)[0]),
-                )
-                shapes = (
-                    tf.TensorShape([]),
-                    tf.TensorShape([layers, 1, None, d]),
-                    tf.TensorShape([m]),
-                    tf.TensorShape(None),
-                )
-                *_, out = tf.while_loop(
-                    lambda i, *_: i < tf.shape(src)[0], body, loop, shape_invariants=shapes
-                )
-                return {"translations": tf.where(empty, tf.constant(""), out.stack())}
+                out = document_loop(model, src, lambda x, enc: self.decode(self.best(x, enc)))
+                return {"translations": tf.where(empty, tf.constant(""), out)}
 
     return Translator()
+
+
+def document_loop(model, src, translate):
+    """The rows of src (N, T), one document's sentences, translated in order in one
+    tf.while_loop: ``translate(sentence (1, T_i), (memory, mask)) -> strings (1,)``,
+    each sentence encoded with the window of each layer's inputs for the last M
+    (memory_sentences) sentences, after one masked column (decoding.Lanes.context's
+    layout for one lane). Returns the translations (N,)."""
+    layers, d, m = model.num_blocks, model.d_model, model.memory_sentences
+    lengths = tf.reduce_sum(tf.cast(tf.not_equal(src, data_load.PAD_ID), tf.int32), 1)
+    first = tf.zeros((layers, 1, 1, d), model.compute_dtype)
+
+    def body(i, window, sizes, out):
+        context = tf.concat([first, window], axis=2)
+        mask = tf.concat([[False], tf.ones([tf.shape(window)[2]], tf.bool)], 0)[None, None, None]
+        inputs = []
+        sentence = src[i : i + 1, : lengths[i]]
+        encoded = model.encode(
+            sentence, context=[(context[k], mask) for k in range(layers)], layer_inputs=inputs
+        )
+        out = out.write(i, translate(sentence, encoded)[0])
+        window = tf.concat([window[:, :, sizes[0] :], tf.stack(inputs)], axis=2)
+        sizes = tf.reshape(tf.concat([sizes[1:], lengths[i : i + 1]], 0), [m])
+        return i + 1, window, sizes, out
+
+    loop = (
+        tf.constant(0),
+        tf.zeros((layers, 1, 0, d), model.compute_dtype),
+        tf.zeros([m], tf.int32),
+        tf.TensorArray(tf.string, size=tf.shape(src)[0]),
+    )
+    shapes = (
+        tf.TensorShape([]),
+        tf.TensorShape([layers, 1, None, d]),
+        tf.TensorShape([m]),
+        tf.TensorShape(None),
+    )
+    *_, out = tf.while_loop(lambda i, *_: i < tf.shape(src)[0], body, loop, shape_invariants=shapes)
+    return out.stack()
 
 
 def export(logdir: str, export_dir: str, overrides: dict, ckpt: str = "") -> str:

@@ -63,6 +63,17 @@ def check_memory(values: dict) -> None:
 hparams.CHECKS.append(check_memory)
 
 
+def check_config(c: hparams.ModelConfig) -> None:
+    """ValueError for a config no model can be built from."""
+    if c.share_embeddings and c.src_vocab_size != c.tgt_vocab_size:
+        raise ValueError("share_embeddings needs one joint vocabulary")
+    if c.model_type not in VARIANTS:
+        raise ValueError(f"model_type must be one of {', '.join(VARIANTS)}, got {c.model_type!r}")
+    problem = memory_problem(dataclasses.asdict(c))
+    if problem:
+        raise ValueError(problem)
+
+
 @keras.saving.register_keras_serializable(package="transformer")
 class Transformer(keras.Model):
     """Encoder and decoder stacks of ``num_blocks`` layers each (3.1).
@@ -108,15 +119,7 @@ class Transformer(keras.Model):
             raise TypeError("give either config or its fields, not both")
         super().__init__(**kwargs)
         c = self.config = config
-        if c.share_embeddings and c.src_vocab_size != c.tgt_vocab_size:
-            raise ValueError("share_embeddings needs one joint vocabulary")
-        if c.model_type not in VARIANTS:
-            raise ValueError(
-                f"model_type must be one of {', '.join(VARIANTS)}, got {c.model_type!r}"
-            )
-        problem = memory_problem(dataclasses.asdict(c))
-        if problem:
-            raise ValueError(problem)
+        check_config(c)
         self.model_type = c.model_type
         self.variant = VARIANTS[c.model_type]
         self.memory_sentences = c.memory_sentences
