@@ -267,26 +267,37 @@ def document_decoder(model, beam_size: int = 1, alpha: float = 0.6, max_len: int
     the states returned are what later sentences keep of src (Transformer.encode's
     ``layer_inputs``, from the same pass: Transformer-XL's reuse, nothing recomputed).
     The context enters the encoder once per sentence; the beams share its output."""
-    layers = model.num_blocks
-    spec = [
-        tf.TensorSpec([None, None], tf.int32),
-        tf.TensorSpec([], tf.int32),
-        tf.TensorSpec([layers, None, None, model.d_model], tf.float32),
-        tf.TensorSpec([None, None], tf.bool),
-    ]
 
     def decode(src, extra, states, mask):
-        states = tf.cast(states, model.compute_dtype)
-        context = [(states[i], mask[:, None, None, :]) for i in range(layers)]
-        inputs = []
-        encoded = model.encode(src, context=context, layer_inputs=inputs)
+        encoded, inputs = encode_in_window(model, src, states, mask)
         if beam_size > 1:
             out = beam_loop(model, src, extra, beam_size, alpha, max_len, encoded)
         else:
             out = greedy_loop(model, src, extra, max_len, encoded)
-        return out, tf.cast(tf.stack(inputs), tf.float32)
+        return out, inputs
 
-    return tf.function(decode, input_signature=spec, autograph=False)
+    return tf.function(decode, input_signature=document_spec(model), autograph=False)
+
+
+def document_spec(model) -> list:
+    """The input signature of :func:`document_decoder`'s function."""
+    return [
+        tf.TensorSpec([None, None], tf.int32),
+        tf.TensorSpec([], tf.int32),
+        tf.TensorSpec([model.num_blocks, None, None, model.d_model], tf.float32),
+        tf.TensorSpec([None, None], tf.bool),
+    ]
+
+
+def encode_in_window(model, src, states, mask):
+    """src (N, T1) encoded with each layer l attending also to ``states[l]`` (N, T_m,
+    d_model), real where ``mask`` (N, T_m): ((memory, key mask), src's layer inputs
+    (L, N, T1, d_model) float32)."""
+    states = tf.cast(states, model.compute_dtype)
+    context = [(states[i], mask[:, None, None, :]) for i in range(model.num_blocks)]
+    inputs = []
+    encoded = model.encode(src, context=context, layer_inputs=inputs)
+    return encoded, tf.cast(tf.stack(inputs), tf.float32)
 
 
 def documents_of_lines(lines: list[str]) -> np.ndarray:
