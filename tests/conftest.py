@@ -1,8 +1,11 @@
 """Shared fixtures: quiet TensorFlow, the float32 policy after each test, and three
 session-wide fixtures of growing cost on the tiny demo corpus: preprocessed, trained for
-three steps, trained for three epochs (plain helpers are in helpers.py)."""
+three steps, trained for three epochs. Under pytest-xdist each of them is built once for
+all the workers (:func:`once`), not once per worker. Plain helpers are in helpers.py."""
 
+import json
 import os
+import pickle
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow is imported
 import cli  # noqa: E402, F401  (its import turns oneDNN on, as for the scripts)
@@ -21,11 +24,20 @@ finally:
 
 import keras
 import pytest
+from filelock import FileLock
+
+# Under pytest-xdist (one worker per core), each worker's TensorFlow runs its ops on one
+# thread, not on a pool per core that the workers' pools then share
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    tensorflow.config.threading.set_intra_op_parallelism_threads(threads)
+    tensorflow.config.threading.set_inter_op_parallelism_threads(threads)
 
 import prepro
 import train
 from eval import evaluate
-from helpers import tiny
+from helpers import run_json_script, tiny
 
 
 @pytest.fixture(autouse=True)
@@ -35,12 +47,35 @@ def _float32_policy():
     keras.mixed_precision.set_global_policy("float32")
 
 
+def once(tmp_path_factory, name, build):
+    """``build(folder)``'s result, built once per test session: under pytest-xdist the
+    first worker to ask builds it in a folder of the session's base temp folder, which
+    all workers share, while the others wait on a file lock; then they unpickle it. The
+    tests that use these fixtures only read the folders (what they write goes to their
+    own tmp_path)."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the workers' folders are popen-gw0, popen-gw1, ... in it
+    folder, done = root / f"shared-{name}", root / f"shared-{name}.pickle"
+    with FileLock(str(root / f"shared-{name}.lock")):
+        if not done.exists():
+            folder.mkdir(exist_ok=True)
+            result = build(str(folder))
+            done.with_suffix(".tmp").write_bytes(pickle.dumps(result))
+            os.replace(done.with_suffix(".tmp"), done)
+    return pickle.loads(done.read_bytes())
+
+
 @pytest.fixture(scope="session")
 def demo_prepro(tmp_path_factory):
     """Hparams of a tiny run whose 300-pair demo corpus is preprocessed; nothing trained."""
-    hp = tiny(str(tmp_path_factory.mktemp("demo")))
-    prepro.preprocess(hp)
-    return hp
+
+    def build(folder):
+        hp = tiny(folder)
+        prepro.preprocess(hp)
+        return hp
+
+    return once(tmp_path_factory, "demo", build)
 
 
 @pytest.fixture(scope="session")
@@ -48,26 +83,44 @@ def quick_run(demo_prepro, tmp_path_factory):
     """Three training steps, checkpointed after each, stopped before the first epoch ends
     (no dev BLEU): a run that eval, translate, export and average_checkpoints load in
     seconds. Returns (hparams, train's summary)."""
-    hp = tiny(
-        str(tmp_path_factory.mktemp("quick")),
-        data_dir=demo_prepro.data_dir,
-        prepro_dir=demo_prepro.prepro_dir,
-        max_steps=3,
-        ckpt_every_steps=1,
-    )
-    return hp, train.train(hp)
+
+    def build(folder):
+        hp = tiny(
+            folder,
+            data_dir=demo_prepro.data_dir,
+            prepro_dir=demo_prepro.prepro_dir,
+            max_steps=3,
+            ckpt_every_steps=1,
+        )
+        return hp, train.train(hp)
+
+    return once(tmp_path_factory, "quick", build)
 
 
 @pytest.fixture(scope="session")
 def run(demo_prepro, tmp_path_factory):
     """One small full run shared by the end-to-end tests: 3 epochs of training, eval.
     Returns (hparams, train's summary, evaluate's result)."""
-    hp = tiny(
-        str(tmp_path_factory.mktemp("run")),
-        data_dir=demo_prepro.data_dir,
-        prepro_dir=demo_prepro.prepro_dir,
-        attention_layers="last",  # test_tensorboard_events reads the figures
-    )
-    summary = train.train(hp)
-    result = evaluate(hp.logdir, {"results_dir": hp.results_dir})
-    return hp, summary, result
+
+    def build(folder):
+        hp = tiny(
+            folder,
+            data_dir=demo_prepro.data_dir,
+            prepro_dir=demo_prepro.prepro_dir,
+            attention_layers="last",  # test_tensorboard_events reads the figures
+        )
+        summary = train.train(hp)
+        return hp, summary, evaluate(hp.logdir, {"results_dir": hp.results_dir})
+
+    return once(tmp_path_factory, "run", build)
+
+
+@pytest.fixture(scope="session")
+def mirrored(demo_prepro, tmp_path_factory):
+    """The cases of mirrored_cases.py (MirroredStrategy steps on 2 logical CPUs), run once
+    in one fresh process on the demo's prepro: {case: result}."""
+    keys = ("prepro_dir", "vocab_size", "d_model", "d_ff", "num_blocks", "num_heads")
+    values = {k: getattr(demo_prepro, k) for k in keys + ("tokens_per_batch",)}
+    values["dropout_rate"] = 0.0
+    code = "import sys; sys.path.insert(0, 'tests'); import mirrored_cases; mirrored_cases.main()"
+    return once(tmp_path_factory, "mirrored", lambda _: run_json_script(code, json.dumps(values)))

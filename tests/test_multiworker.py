@@ -71,15 +71,14 @@ def finish(procs):
 
 
 @pytest.mark.slow
-def test_two_workers_stop_together_resume_and_only_the_chief_checkpoints(run, tmp_path):
+def test_two_workers_stop_together_resume_and_only_the_chief_checkpoints(demo_prepro, tmp_path):
     """SIGTERM to the non-chief worker alone, during training: both workers agree on the
     stop (in the step's all-reduce, or after a dev evaluation), stop after the same step
     with status 143, and the chief writes the checkpoint of that step. Started again,
     both resume and end the epoch (its end: a dev evaluation on each, an agreement on
     not stopping, a collective save) at the same step; only the chief checkpoints."""
-    hp, _, _ = run
     hp = hparams.apply(
-        hp,
+        demo_prepro,
         dict(
             logdir=str(tmp_path / "log"),
             evaldir=str(tmp_path / "eval"),

@@ -23,7 +23,7 @@ import modules
 import prepro
 import train
 from eval import evaluate
-from helpers import ROOT, run_json_script, tiny
+from helpers import ROOT, tiny
 
 
 def test_max_steps_run_checkpoints_every_step(quick_run):
@@ -110,13 +110,15 @@ def test_tensorboard_events(run):
 
 
 @pytest.mark.slow
-def test_resume_continues_step_count(tmp_path, run):
-    """Stopping at max_steps and resuming ends at the same step as the uninterrupted run."""
-    hp_full, summary, _ = run
-    hp = tiny(str(tmp_path), prepro_dir=hp_full.prepro_dir, data_dir=hp_full.data_dir, max_steps=3)
-    first = train.train(hp)
+def test_resume_continues_step_count(tmp_path, quick_run, run):
+    """A run stopped at max_steps (quick_run: 3 steps) and resumed without it ends at the
+    step of the uninterrupted run (run: the same plan, 3 epochs)."""
+    hp, first = quick_run
     assert first["step"] == 3 and first["epoch"] == 0
-    second = train.train(hparams.apply(hp, {"max_steps": 0}))
+    shutil.copytree(hp.logdir, tmp_path / "log")  # quick_run's logdir is only read
+    _, summary, _ = run
+    resume = {"max_steps": 0, "logdir": str(tmp_path / "log"), "ckpt_every_steps": 0}
+    second = train.train(hparams.apply(hp, resume))  # checkpoints per epoch, as run's
     assert second["step"] == summary["step"]
     assert second["epoch"] == hp.num_epochs
 
@@ -304,104 +306,24 @@ def test_checkpoint_refuses_another_vocabulary(quick_run, tmp_path):
         train.train(hparams.apply(hp, {"logdir": str(logdir)}))
 
 
-def test_resume_refuses_another_batch_plan(quick_run):
+def test_resume_refuses_another_batch_plan(quick_run, tmp_path):
     hp, _ = quick_run
+    shutil.copytree(hp.logdir, tmp_path / "log")  # quick_run's logdir is only read
     with pytest.raises(hparams.UserError, match="tokens_per_batch=600"):
-        train.train(hparams.apply(hp, {"tokens_per_batch": 900}))
-
-
-MIRRORED = r"""
-import json, sys
-import numpy as np
-import tensorflow as tf
-cpu = tf.config.list_physical_devices("CPU")[0]
-tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-import data_load, hparams, modules, train
-# one strategy for every case: two strategies in one process mix up their collectives
-strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-
-
-def compare(variant):
-    hp = hparams.apply(hparams.Hparams(), json.loads(sys.argv[1]))
-    if variant == "universal":  # the ponder cost: each replica's loss reads its own pass
-        hp = hparams.apply(hp, {"model_type": "universal", "ut_max_steps": 3, "act": True})
-    tok = data_load.load_tokenizer(hp)
-    data = data_load.TrainData(hp)
-    batch = data_load.build_batch(data.corpus, data.batches(0)[0])
-    single = train.Trainer(hp, tok, tf.distribute.get_strategy(), "float32")
-    mirrored = train.Trainer(hp, tok, strategy, "float32")
-    for a, b in zip(single.model.weights, mirrored.model.weights):
-        b.assign(a)
-    if variant == "extra":  # an extra loss term that depends on the weights
-        class L2(modules.Variant):
-            def extra_loss(self, model, extras):
-                return 0.5 * tf.reduce_sum(tf.square(model.tgt_embedding.embeddings))
-        single.model.variant = mirrored.model.variant = L2()
-    elif variant == "plain":  # once poison is set, a NaN in the gradients of replica 1 alone
-        poison = tf.Variable(0.0)
-        class NaNInReplica1(modules.Variant):
-            def extra_loss(self, model, extras):
-                ctx = tf.distribute.get_replica_context()
-                one = tf.logical_and(tf.equal(ctx.replica_id_in_sync_group, 1), poison > 0)
-                return tf.where(one, np.nan, 0.0) * tf.reduce_sum(model.tgt_embedding.embeddings)
-        mirrored.model.variant = NaNInReplica1()
-    halting0 = [w.numpy() for w in single.model.weights if "halting" in w.path]
-    s1, s2 = single.train_step(*batch), mirrored.train_step(*batch)
-    diff = max(float(np.abs(a.numpy() - b.numpy()).max())
-               for a, b in zip(single.model.trainable_weights, mirrored.model.trainable_weights))
-    nan = {}
-    if variant == "plain":
-        copies = lambda: [c.numpy() for w in mirrored.model.weights for c in w.value.values]
-        before = copies()
-        poison.assign(1.0)
-        s3 = mirrored.train_step(*batch)
-        nan = {"skipped": s3.skipped, "step": mirrored.step, "copies": len(before),
-               "unchanged": all((a == b).all() for a, b in zip(before, copies()))}
-    if variant == "universal":  # the halting units are trained through the ponder cost
-        pairs = [(w, v) for w, v in zip(mirrored.model.weights, single.model.weights)
-                 if "halting" in w.path]
-        nan = {"halting_moved": max(float(np.abs(v.numpy() - v0).max())
-                                    for (_, v), v0 in zip(pairs, halting0)),
-               "halting_diff": max(float(np.abs(w.value.values[0].numpy()
-                                                 - c.numpy()).max())
-                                   for w, _ in pairs for c in w.value.values[1:]),
-               "halting_single": max(float(np.abs(c.numpy() - v.numpy()).max())
-                                     for w, v in pairs for c in w.value.values)}
-    return {"single": list(s1[:4]), "mirrored": list(s2[:4]), "diff": diff,
-            "replicas": mirrored.replicas, "nan": nan}
-
-
-print(json.dumps({v: compare(v) for v in sys.argv[2].split(",")}))
-"""
+        train.train(hparams.apply(hp, {"tokens_per_batch": 900, "logdir": str(tmp_path / "log")}))
 
 
 @pytest.mark.slow
-def test_mirrored_step_equals_single_device_step(demo_prepro):
+def test_mirrored_step_equals_single_device_step(demo_prepro, mirrored):
     """With 2 logical CPU devices, a MirroredStrategy step on a fixed batch (rows dealt out
     to the replicas) gives the loss and the updated weights of a single-device step, also
     with a variant's extra loss term (counted once, not once per replica). A NaN in one
     replica's gradients makes both skip the update. The Universal Transformer's ponder
     cost is each replica's own pass's (Variant.extra_loss reads the layers' reports), and
-    its gradient trains the halting units."""
-    hp = demo_prepro
-    values = {
-        k: getattr(hp, k)
-        for k in (
-            "prepro_dir",
-            "vocab_size",
-            "d_model",
-            "d_ff",
-            "num_blocks",
-            "num_heads",
-            "tokens_per_batch",
-        )
-    }
-    values["dropout_rate"] = 0.0
-    # one process for the three cases: logical devices need a fresh TensorFlow
-    results = run_json_script(MIRRORED, json.dumps(values), "plain,extra,universal")
-    assert list(results) == ["plain", "extra", "universal"]
-    for variant, out in results.items():
-        check_mirrored(hp, values, variant, out)
+    its gradient trains the halting units (mirrored_cases.py, run once for the session)."""
+    values = {"dropout_rate": 0.0}
+    for variant in ("plain", "extra", "universal"):
+        check_mirrored(demo_prepro, values, variant, mirrored[variant])
 
 
 def check_mirrored(hp, values, variant, out):

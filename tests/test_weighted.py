@@ -1,6 +1,5 @@
 """The Weighted Transformer (model_type=weighted; Ahmed et al. 2017, arXiv 1711.02132)."""
 
-import json
 import os
 
 import keras
@@ -23,7 +22,6 @@ from helpers import (
     analytic_count,
     check_cached_equals_full,
     rand_ids,
-    run_json_script,
     tiny,
 )
 from model import Transformer
@@ -535,58 +533,12 @@ def test_weighted_mixed_float16_keeps_the_simplex(tmp_path):
     assert moved > 1e-4
 
 
-MIRRORED_OVERFLOW = r"""
-import json, sys
-import numpy as np
-import tensorflow as tf
-cpu = tf.config.list_physical_devices("CPU")[0]
-tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-import keras
-import data_load, hparams, train
-hp = hparams.apply(hparams.Hparams(), json.loads(sys.argv[1]))
-keras.mixed_precision.set_global_policy("mixed_float16")
-tok = data_load.load_tokenizer(hp)
-data = data_load.TrainData(hp)
-t = train.Trainer(hp, tok, tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]), "mixed_float16")
-t.train_step(*data_load.build_batch(data.corpus, data.batches(0)[0]))
-scale = float(t.optimizer.dynamic_scale.numpy())
-branch = t.group_optimizers["branch"]
-
-def state():
-    kappa = t.model.variant.branch_weights(t.model)["encoder_0/kappa"]
-    return [t.step, int(branch.iterations.numpy()), kappa.tolist(),
-            [float(np.abs(v.numpy()).sum()) for v in branch.variables]]
-
-def step(bad):
-    grads = [tf.fill(v.shape, 1e-3 * scale) for v in t.model.trainable_variables]
-    if bad:
-        grads[0] = grads[0] * float("inf")
-    return t.apply_gradients(grads, tf.constant(1.0))[0]
-
-out = [state()]
-for bad in (True, False):
-    tf.function(lambda: t.strategy.run(step, args=(bad,)))()
-    out.append(state())
-print(json.dumps({"replicas": t.replicas, "states": out}))
-"""
-
-
 @pytest.mark.slow
-def test_overflow_step_with_several_replicas(demo_prepro):
+def test_overflow_step_with_several_replicas(mirrored):
     """With 2 replicas (MirroredStrategy on 2 logical CPUs) the kappa/alpha optimizer
     decides in the cross-replica context: it skips the overflow step with the main one,
-    and a finite step still moves it."""
-    values = dict(
-        prepro_dir=demo_prepro.prepro_dir,
-        vocab_size=demo_prepro.vocab_size,
-        model_type="weighted",
-        d_model=32,
-        d_ff=64,
-        num_blocks=1,
-        num_heads=4,
-        tokens_per_batch=600,
-    )
-    out = run_json_script(MIRRORED_OVERFLOW, json.dumps(values))
+    and a finite step still moves it (mirrored_cases.py, run once for the session)."""
+    out = mirrored["weighted_overflow"]
     assert out["replicas"] == 2
     first, skipped, finite = out["states"]
     assert first[:2] == [1, 1] and skipped == first  # nothing moved on the overflow step
