@@ -754,8 +754,9 @@ class Budget:
     updates, ``max_steps``, or ``max_minutes`` of wall time summed over its resumes,
     dev evaluation included (Trainer.seconds_used). The fraction used is the larger of
     steps / planned steps and seconds / (budget - reserve), where ``reserve`` is the
-    duration of the last evaluation with BLEU (twice that with ``average``): the time
-    the run's final evaluation will take. The wsd and linear schedules read it from
+    time the run's final evaluation will take (twice that with ``average``): before
+    the first dev evaluation with BLEU, :meth:`estimate`; after it, that evaluation's
+    duration. The wsd and linear schedules read the fraction from
     ``trainer.budget_used``, which only ever grows, so the lr never rises on a resume.
     """
 
@@ -766,6 +767,28 @@ class Budget:
         self.seconds = 60.0 * hp.max_minutes
         self.reserve = 0.0
         self.follow = hp.lr_schedule in modules.BUDGET_SCHEDULES
+
+    def estimate(self, dev: Dev, translator: decoding.Translator) -> float:
+        """The seconds a dev evaluation with BLEU takes, before any has run (a run under
+        ``max_minutes`` must keep them back from its first step, or a short run ends its
+        budget before an evaluation that takes as long again). Timed here: the dev loss
+        (all of dev), then one batch of the dev BLEU subset decoded twice (the first call
+        traces the decoder, which this process then keeps), the second call's time
+        scaled to the subset's batches. An untrained model's outputs run to the subset's
+        length limit, so early in a run this is about the most the evaluation takes.
+        The chief's figure, on every worker; the time counts as dev evaluation."""
+        trainer, hp = self.trainer, self.hp
+        t0 = time.time()
+        trainer.dev_loss(dev.corpus, max(1, hp.tokens_per_batch // 64))
+        seconds = time.time() - t0
+        n = min(len(dev.src), hp.eval_batch_size)
+        if n:
+            translator.translate(dev.src[:n], dev.docs[:n])
+            t1 = time.time()
+            translator.translate(dev.src[:n], dev.docs[:n])
+            seconds += (time.time() - t1) * -(-len(dev.src) // n)
+        trainer.eval_seconds.assign_add(time.time() - t0)
+        return trainer.chief_value(seconds)
 
     def fraction(self, step: int) -> float:
         """The fraction of the budget used after ``step`` updates (by the chief's clock
@@ -952,6 +975,12 @@ def train_loop(
         print(
             f"train: {hp.logdir} has already finished {hp.num_epochs} epochs; raise "
             f"--num_epochs to train on"
+        )
+    if budget.seconds and int(trainer.epoch) < hp.num_epochs:
+        budget.reserve = budget.estimate(dev, translator) * (2 if hp.average > 1 else 1)
+        print(
+            f"train: {budget.reserve:.1f} s of max_minutes kept back for the final dev "
+            f"evaluation{' and the average' if hp.average > 1 else ''} (estimated)"
         )
     stop = None
     while int(trainer.epoch) < hp.num_epochs and stop is None:

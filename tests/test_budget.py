@@ -205,11 +205,44 @@ def test_time_budget_is_the_total_over_resumes(demo_prepro, tmp_path, monkeypatc
     assert second["history"][-1]["step"] == second["step"]
     assert second["history"][-1]["dev_bleu"] is not None
     evals = ckpt_tensor(second["checkpoint"], "eval_seconds")
-    assert evals <= 0.3 * total + 0.5  # one evaluation (the final) may pass it
+    # one evaluation (the final) may pass it; each start also timed the evaluation
+    # (Budget.estimate: one dev loss, two translations: 1.1 s)
+    assert evals <= 0.3 * total + 0.5 + 2 * 1.1
     assert second["eval_share"] == pytest.approx(evals / total, rel=1e-3)
     assert f"{total / 60:.1f} min, {evals / total:.1%} of them on dev evaluation" in (
         capsys.readouterr().out
     )
+
+
+def test_a_budget_keeps_back_the_final_evaluation_before_the_first(
+    demo_prepro, tmp_path, monkeypatch, capsys
+):
+    """With no dev BLEU before the end (eval_share 1%), a 3-second budget still ends at
+    3 s, not at 3 s plus the final evaluation: before its first step the run times the
+    dev loss and one batch of the dev BLEU subset (0.1 s and 0.5 s here), keeps that
+    back, and the final evaluation takes what was kept back."""
+    Clock(monkeypatch)
+    hp = tiny(
+        str(tmp_path),
+        data_dir=demo_prepro.data_dir,
+        prepro_dir=demo_prepro.prepro_dir,
+        lr_schedule="wsd",
+        warmup_steps=5,
+        num_epochs=1000,
+        max_minutes=0.05,
+        eval_share=0.01,
+    )
+    summary = train.train(hp)
+    assert "train: 0.6 s of max_minutes kept back for the final dev evaluation (estimated)" in (
+        capsys.readouterr().out
+    )
+    assert [h["dev_bleu"] is None for h in summary["history"][:-1]] == [True] * (
+        len(summary["history"]) - 1
+    )
+    assert summary["history"][-1]["seconds"] == pytest.approx(0.6)
+    seconds = ckpt_tensor(summary["checkpoint"], "seconds")
+    assert 3.0 - 0.2 <= seconds <= 3.0 + 0.05
+    assert ckpt_tensor(summary["checkpoint"], "budget_used") >= 0.98
 
 
 # ---------------------------------------------------------------------------------------
@@ -256,7 +289,7 @@ def test_default_checkpoint_best_json_then_best_then_last(tmp_path):
         checkpoints.choose_checkpoint(logdir)
 
 
-def test_eval_uses_the_default_model_and_ckpt_last(run, capsys):
+def test_eval_uses_the_default_model_and_ckpt_last(run, capsys, tmp_path):
     """The 3-epoch run: best.json names its best checkpoint; eval.py loads it by default
     and says so, --ckpt last loads the newest."""
     hp, summary, result = run
@@ -269,7 +302,7 @@ def test_eval_uses_the_default_model_and_ckpt_last(run, capsys):
     with open(result["results"] + ".json") as f:
         assert json.load(f)["decoding"]["checkpoint"] == best
     capsys.readouterr()
-    last = evaluate(hp.logdir, {"results_dir": hp.results_dir}, "last")
+    last = evaluate(hp.logdir, {"results_dir": str(tmp_path)}, "last")
     with open(last["results"] + ".json") as f:
         assert json.load(f)["decoding"]["checkpoint"] == summary["checkpoint"]
     assert f"eval: model {summary['checkpoint']} (the newest checkpoint)" in capsys.readouterr().err
@@ -337,11 +370,11 @@ def test_runaways_are_outputs_without_end_of_sentence():
     assert decoding.runaways(outs) == [2, 3]
 
 
-def test_eval_counts_runaway_outputs(quick_run):
+def test_eval_counts_runaway_outputs(quick_run, tmp_path):
     """A model trained for 3 steps: eval.py's count equals the outputs without </S>,
     counted here from the decoder's ids, in the results file and its JSON."""
     hp, _ = quick_run
-    result = evaluate(hp.logdir, {"results_dir": hp.results_dir, "max_len_extra": 3}, "last")
+    result = evaluate(hp.logdir, {"results_dir": str(tmp_path), "max_len_extra": 3}, "last")
     with open(result["results"] + ".json") as f:
         figures = json.load(f)
     saved, tok, model, _ = decoding.load_run(hp.logdir, {"max_len_extra": 3}, "last")
