@@ -767,6 +767,11 @@ class Budget:
         self.seconds = 60.0 * hp.max_minutes
         self.reserve = 0.0
         self.follow = hp.lr_schedule in modules.BUDGET_SCHEDULES
+        # wsd with --average N: N - 1 checkpoints inside the cooldown, at the fractions
+        # 1 - cooldown * k / N (k = N - 1, ..., 1), and the run's end saves the last one
+        n = hp.average if hp.lr_schedule == "wsd" else 0
+        self.points = [1.0 - hp.cooldown * k / n for k in range(n - 1, 0, -1)]
+        self.checked = float(trainer.budget_used)  # the fraction at the last check
 
     def estimate(self, dev: Dev, translator: decoding.Translator) -> float:
         """The seconds a dev evaluation with BLEU takes, before any has run (a run under
@@ -798,6 +803,16 @@ class Budget:
             spent = self.trainer.chief_value(self.trainer.seconds_used())
             used = max(used, spent / max(self.seconds - self.reserve, 1.0))
         return min(used, 1.0)
+
+    def checkpoint_due(self, step: int) -> bool:
+        """Whether the update that made ``step`` passed one of :attr:`points`: the run's
+        last ``average`` checkpoints then lie evenly in the cooldown, whatever the number
+        of epochs (a time-bounded run of a few long epochs would otherwise average
+        checkpoints from before the decay)."""
+        if not self.points:
+            return False
+        before, self.checked = self.checked, self.fraction(step)
+        return any(before < p <= self.checked for p in self.points)
 
     def before_update(self) -> None:
         """Set ``budget_used`` for the next update, which the schedule reads."""
@@ -1044,7 +1059,8 @@ def train_epoch(run: Run, data, epoch: int) -> Stop | None:
             step = trainer.step
             if step % 10 == 0 or step == 1:
                 window = log_progress(run, bar, window, stats, step)
-            if hp.ckpt_every_steps and step % hp.ckpt_every_steps == 0:
+            every = hp.ckpt_every_steps and step % hp.ckpt_every_steps == 0
+            if run.budget.checkpoint_due(step) or every:
                 trainer.save()
                 run.saved = trainer.position
             stop = run.budget_stop()

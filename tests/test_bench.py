@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import length_generalisation as lengths
+import search
 import train_throughput as throughput  # bench/ is on the pytest pythonpath (setup.cfg)
 
 
@@ -209,3 +210,116 @@ def test_length_bench_runs_each_family_once_and_prints_the_table(tmp_path, monke
 def test_length_bench_refuses_an_unknown_position(tmp_path):
     with pytest.raises(SystemExit):
         lengths.main(["--positions", "shaw,relative", "--out", str(tmp_path)])
+
+
+# ---------------------------------------------------------------------------------------
+# bench/search.py: successive halving on dev
+# ---------------------------------------------------------------------------------------
+def test_search_draws_distinct_settings_that_train_py_accepts():
+    import cli
+    import hparams
+    import train
+
+    base = hparams.preset("multi30k")
+    drawn = search.draw(base, 30, seed=3)
+    assert len({json.dumps(s, sort_keys=True) for s in drawn}) == 30
+    assert drawn == search.draw(base, 30, seed=3)  # seeded
+    for settings in drawn:
+        axes = [a for a in search.SPACE if set(search.current(base, a)) <= set(settings)]
+        assert 1 <= len(axes) <= 3, settings
+        for axis in axes:  # each changed axis is away from the preset
+            mine = {k: settings[k] for k in search.current(base, axis)}
+            assert mine != search.current(base, axis), (axis, settings)
+    opts = argparse.Namespace(
+        preset="multi30k", data_dir="d", unit="steps", out="/o", train_args=["--seed", "7"]
+    )
+    command = search.train_command(opts, {"vocab_size": 4000, "norm": "pre"}, "c3_r1", 500)
+    hp, _ = cli.parse_args(command[2:], script=train.SCRIPT)
+    assert (hp.vocab_size, hp.norm, hp.max_steps, hp.seed) == (4000, "pre", 500, 7)
+    assert (hp.prepro_dir, hp.logdir, hp.evaldir) == (
+        "/o/prepro_v4000",
+        "/o/c3_r1",
+        "/o/eval/c3_r1",
+    )
+
+
+def _fake_train(calls, bleu_of, status_of=lambda command: 0):
+    """Stands for prepro.py / train.py: records the command; a train.py run writes the
+    best.json and checkpoint files a finished run leaves, its dev BLEU bleu_of(command)."""
+
+    def fake_run(command):
+        calls.append(command)
+        status = status_of(command)
+        if command[1].endswith("train.py") and status == 0:
+            logdir = command[command.index("--logdir") + 1]
+            os.makedirs(logdir, exist_ok=True)
+            with open(os.path.join(logdir, "best.json"), "w") as f:
+                json.dump({"checkpoint": "best/ckpt-7", "dev_bleu": bleu_of(command)}, f)
+            steps = int(float(command[command.index("--max_steps") + 1]))
+            with open(os.path.join(logdir, "checkpoint"), "w") as f:
+                f.write(f'model_checkpoint_path: "ckpt-{steps}"\nall_model_checkpoint_paths: "x"\n')
+        elif command[1].endswith("prepro.py"):
+            folder = command[command.index("--prepro_dir") + 1]
+            os.makedirs(folder, exist_ok=True)
+            open(os.path.join(folder, "hparams.json"), "w").close()
+        return status, "train: error: the last line" if status else ""
+
+    return fake_run
+
+
+def test_search_halves_by_dev_bleu_resumes_and_prints_the_table(tmp_path, monkeypatch, capsys):
+    space = tmp_path / "space.jsonl"
+    lines = [{"norm": "pre"}, {"dropout_rate": 0.3}, {"vocab_size": 4000}, {"lr": 0.01}]
+    space.write_text("".join(json.dumps(s) + "\n" for s in lines))
+    bleu = {"--norm": 30.0, "--dropout_rate": 33.0, "--vocab_size": 31.0}  # c0: 29, c4 fails
+
+    def bleu_of(command):
+        found = [b for flag, b in bleu.items() if flag in command]
+        budget = float(command[command.index("--max_steps") + 1])
+        return (found[0] if found else 29.0) + budget / 100
+
+    calls = []
+    monkeypatch.setattr(search, "run", _fake_train(calls, bleu_of, lambda c: int("--lr" in c)))
+    out = str(tmp_path / "search")
+    argv = ["--space", str(space), "--rungs", "100,200", "--unit", "steps", "--out", out]
+    search.main(argv)
+    trained = [c[c.index("--logdir") + 1] for c in calls if c[1].endswith("train.py")]
+    names = [os.path.basename(p) for p in trained]
+    assert sorted(names[:5]) == ["c0_r0", "c1_r0", "c2_r0", "c3_r0", "c4_r0"]
+    assert sorted(names[5:]) == ["c1_r1", "c2_r1", "c3_r1"]  # ceil(0.5 * 5), by dev BLEU
+    assert sum(c[1].endswith("prepro.py") for c in calls) == 1  # vocab_size 4000, once
+    table = capsys.readouterr().out.strip().splitlines()[-7:]
+    assert table[0] == "| config | settings | dev BLEU, 100 steps | dev BLEU, 200 steps | step |"
+    assert table[2] == "| c2 | dropout_rate=0.3 | 34.00 | 35.00 | 200 |"
+    assert table[3] == "| c3 | vocab_size=4000 | 32.00 | 33.00 | 200 |"
+    assert table[4] == "| c1 | norm=pre | 31.00 | 32.00 | 200 |"
+    assert table[5] == "| c0 | (preset) | 30.00 |  | 100 |"
+    assert table[6] == "| c4 | lr=0.01 | failed |  | 0 |"
+    state = json.loads(open(os.path.join(out, "search.json")).read())
+    assert state["runs"]["c4_r0"]["error"] == "train: error: the last line"
+    # the same command again trains nothing; other rungs for this folder are refused
+    calls.clear()
+    search.main(argv)
+    assert calls == []
+    with pytest.raises(SystemExit, match="holds a search of other settings"):
+        search.main(argv[:3] + ["100,300"] + argv[4:])
+
+
+def test_a_signal_stops_the_search_where_the_same_command_resumes(tmp_path, monkeypatch):
+    calls = []
+    signal_on = {"c0_r0"}
+
+    def status_of(command):
+        logdir = command[command.index("--logdir") + 1] if "--logdir" in command else ""
+        return 130 if os.path.basename(logdir) in signal_on else 0
+
+    monkeypatch.setattr(search, "run", _fake_train(calls, lambda c: 20.0, status_of))
+    argv = ["--configs", "3", "--rungs", "50", "--unit", "steps", "--out", str(tmp_path)]
+    with pytest.raises(SystemExit, match="stopped by a signal; run the same command again"):
+        search.main(argv)
+    finished = json.loads((tmp_path / "search.json").read_text())["runs"]
+    signal_on.clear()
+    calls.clear()
+    search.main(argv)
+    again = [os.path.basename(c[c.index("--logdir") + 1]) for c in calls if "--logdir" in c]
+    assert "c0_r0" in again and not set(again) & set(finished)

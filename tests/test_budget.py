@@ -245,6 +245,33 @@ def test_a_budget_keeps_back_the_final_evaluation_before_the_first(
     assert ckpt_tensor(summary["checkpoint"], "budget_used") >= 0.98
 
 
+def test_wsd_checkpoints_for_the_average_lie_in_the_cooldown(demo_prepro, tmp_path):
+    """wsd with --average 3 over 40 steps (the cooldown: the last 20 %, steps 33-40):
+    besides the epochs' checkpoints, one after each update that passes 1 - 0.2 * 2/3 and
+    1 - 0.2 / 3 of the budget (steps 35 and 38), so that the three averaged checkpoints
+    lie in the cooldown, the last one at the end."""
+    hp = tiny(
+        str(tmp_path),
+        data_dir=demo_prepro.data_dir,
+        prepro_dir=demo_prepro.prepro_dir,
+        lr_schedule="wsd",
+        warmup_steps=5,
+        num_epochs=100,
+        max_steps=40,
+        average=3,
+    )
+    epoch = len(data_load.TrainData(hp).batches(0))
+    summary = train.train(hp)
+    saved = {
+        int(p.rsplit("-", 1)[1])
+        for p in tf.train.get_checkpoint_state(hp.logdir).all_model_checkpoint_paths
+    }
+    assert {35, 38, 40} <= saved
+    assert saved - {35, 38, 40} <= {k * epoch for k in range(1, 40 // epoch + 1)}
+    averaged = [int(p.rsplit("-", 1)[1]) for p in summary["averaged"]["checkpoints"]]
+    assert len(averaged) == 3 and averaged[-1] == 40 and min(averaged) > 0.8 * 40
+
+
 # ---------------------------------------------------------------------------------------
 # the default model
 # ---------------------------------------------------------------------------------------
@@ -320,9 +347,9 @@ def test_average_becomes_the_default_only_where_it_wins(demo_prepro, tmp_path):
     )
     summary = train.train(hp)
     averaged = summary["averaged"]
-    assert [os.path.basename(p) for p in averaged["checkpoints"]] == [
-        f"ckpt-{h['step']}" for h in summary["history"][-3:]
-    ]
+    steps = [int(p.rsplit("-", 1)[1]) for p in averaged["checkpoints"]]
+    # the last three, in the cooldown (test_wsd_checkpoints_for_the_average_lie_in_the_cooldown)
+    assert len(steps) == 3 and steps[-1] == summary["step"] and min(steps) > 0.8 * steps[-1]
     best = max(h["dev_bleu"] for h in summary["history"])
     assert averaged["wins"] == (averaged["dev_bleu"] > best)
     with open(os.path.join(hp.logdir, "best.json")) as f:
