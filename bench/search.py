@@ -44,7 +44,8 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-import hparams  # noqa: E402  (no TensorFlow: the search itself stays light)
+import files  # noqa: E402
+import hparams  # noqa: E402  (neither imports TensorFlow: the search itself stays light)
 
 # the candidates: each axis's values; "shape" trades width against depth (the preset's
 # multi30k shape is 256/1024/3)
@@ -157,10 +158,7 @@ def result(logdir: str) -> dict:
 
 
 def save_state(path: str, state: dict) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(state, f, indent=1)
-    os.replace(tmp, path)
+    files.atomic_write(path, json.dumps(state, indent=1) + "\n")
 
 
 def load_state(opts, configs: list[dict]) -> dict:
