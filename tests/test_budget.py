@@ -168,6 +168,12 @@ class Clock:
         return timed
 
 
+def wsd_run(demo_prepro, tmp_path, **kw) -> hparams.Hparams:
+    """Hparams of a wsd run (warmup 5 steps) on the demo's prepro, bounded by ``kw``."""
+    base = dict(data_dir=demo_prepro.data_dir, prepro_dir=demo_prepro.prepro_dir)
+    return tiny(str(tmp_path), **base, lr_schedule="wsd", warmup_steps=5, **kw)
+
+
 @pytest.mark.slow
 def test_time_budget_is_the_total_over_resumes(demo_prepro, tmp_path, monkeypatch, capsys):
     """max_minutes counts the time of every start: a 6-second wsd budget trained in two
@@ -176,16 +182,7 @@ def test_time_budget_is_the_total_over_resumes(demo_prepro, tmp_path, monkeypatc
     and the final weights get a dev evaluation. (20 batches an epoch: 1 s of training,
     then 0.1 s of dev loss and 0.5 s of dev BLEU.)"""
     Clock(monkeypatch)
-    hp = tiny(
-        str(tmp_path),
-        data_dir=demo_prepro.data_dir,
-        prepro_dir=demo_prepro.prepro_dir,
-        lr_schedule="wsd",
-        warmup_steps=5,
-        num_epochs=1000,
-        max_minutes=0.05,
-        eval_share=0.3,
-    )
+    hp = wsd_run(demo_prepro, tmp_path, num_epochs=1000, max_minutes=0.05, eval_share=0.3)
     first = train.train(hp)
     assert first["stop_reason"] == "max_minutes=0.05 reached"
     seconds = ckpt_tensor(first["checkpoint"], "seconds")
@@ -222,16 +219,7 @@ def test_a_budget_keeps_back_the_final_evaluation_before_the_first(
     dev loss and one batch of the dev BLEU subset (0.1 s and 0.5 s here), keeps that
     back, and the final evaluation takes what was kept back."""
     Clock(monkeypatch)
-    hp = tiny(
-        str(tmp_path),
-        data_dir=demo_prepro.data_dir,
-        prepro_dir=demo_prepro.prepro_dir,
-        lr_schedule="wsd",
-        warmup_steps=5,
-        num_epochs=1000,
-        max_minutes=0.05,
-        eval_share=0.01,
-    )
+    hp = wsd_run(demo_prepro, tmp_path, num_epochs=1000, max_minutes=0.05, eval_share=0.01)
     summary = train.train(hp)
     assert "train: 0.6 s of max_minutes kept back for the final dev evaluation (estimated)" in (
         capsys.readouterr().out
@@ -250,16 +238,7 @@ def test_wsd_checkpoints_for_the_average_lie_in_the_cooldown(demo_prepro, tmp_pa
     besides the epochs' checkpoints, one after each update that passes 1 - 0.2 * 2/3 and
     1 - 0.2 / 3 of the budget (steps 35 and 38), so that the three averaged checkpoints
     lie in the cooldown, the last one at the end."""
-    hp = tiny(
-        str(tmp_path),
-        data_dir=demo_prepro.data_dir,
-        prepro_dir=demo_prepro.prepro_dir,
-        lr_schedule="wsd",
-        warmup_steps=5,
-        num_epochs=100,
-        max_steps=40,
-        average=3,
-    )
+    hp = wsd_run(demo_prepro, tmp_path, num_epochs=100, max_steps=40, average=3)
     epoch = len(data_load.TrainData(hp).batches(0))
     summary = train.train(hp)
     saved = {
