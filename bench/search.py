@@ -137,12 +137,17 @@ def prepro_command(opts, vocab_size: int) -> list[str]:
 
 
 def run(command: list[str]) -> tuple[int, str]:
-    """Run one command (its output passes through); (exit status, its last stderr line)."""
+    """Run one command, its output passing through as it comes (train.py's progress bars
+    included); (exit status, its last stderr line)."""
     print("search: " + " ".join(command[1:]), flush=True)
-    proc = subprocess.run(command, cwd=ROOT, stderr=subprocess.PIPE, text=True)
-    sys.stderr.write(proc.stderr)
-    lines = proc.stderr.strip().splitlines()
-    return proc.returncode, lines[-1] if lines else ""
+    proc = subprocess.Popen(command, cwd=ROOT, stderr=subprocess.PIPE)
+    tail = b""
+    while chunk := proc.stderr.read1(1 << 16):
+        sys.stderr.buffer.write(chunk)
+        sys.stderr.flush()
+        tail = (tail + chunk)[-4096:]
+    lines = tail.decode("utf-8", "replace").replace("\r", "\n").strip().splitlines()
+    return proc.wait(), lines[-1] if lines else ""
 
 
 def result(logdir: str) -> dict:

@@ -34,6 +34,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     tensorflow.config.threading.set_intra_op_parallelism_threads(threads)
     tensorflow.config.threading.set_inter_op_parallelism_threads(threads)
 
+import files
 import prepro
 import train
 from eval import evaluate
@@ -60,9 +61,7 @@ def once(tmp_path_factory, name, build):
     with FileLock(str(root / f"shared-{name}.lock")):
         if not done.exists():
             folder.mkdir(exist_ok=True)
-            result = build(str(folder))
-            done.with_suffix(".tmp").write_bytes(pickle.dumps(result))
-            os.replace(done.with_suffix(".tmp"), done)
+            files.atomic_write(str(done), pickle.dumps(build(str(folder))))
     return pickle.loads(done.read_bytes())
 
 
