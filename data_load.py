@@ -365,10 +365,14 @@ def build_batch(
     budget: int = 0,
     depth: int = 0,
     max_len: int = 0,
+    target_depth: int = 0,
+    target_max_len: int = 0,
 ) -> tuple[np.ndarray, ...]:
     """(source [N, T1], decoder input [N, T2], labels [N, T2]) for the pairs in idx; with
     ``depth`` > 0 also their context [N, depth, T_c], the depth sentences before each in
-    its document, each cut to its last ``max_len`` tokens (:func:`context_batch`).
+    its document, each cut to its last ``max_len`` tokens (:func:`context_batch`); with
+    ``target_depth`` > 0 also the decoder inputs of the last target_depth of them
+    [N, target_depth, T_t], each cut to its first ``target_max_len`` tokens.
 
     budget > 0 gives static shapes for XLA: source and target both padded to the batch's
     width W (the longer side, rounded up to ``multiple``) and all-PAD rows appended up
@@ -387,11 +391,21 @@ def build_batch(
     if not depth:
         return batch
     c_width = round_up(max_len, multiple) if budget else 0
-    return batch + (context_batch(corpus, idx, depth, max_len, c_width, rows),)
+    batch += (context_batch(corpus, idx, depth, max_len, c_width, rows),)
+    if target_depth:
+        t_width = round_up(target_max_len, multiple) if budget else 0
+        batch += (context_batch(corpus, idx, target_depth, target_max_len, t_width, rows, True),)
+    return batch
 
 
 def context_batch(
-    corpus: Corpus, idx: np.ndarray, depth: int, max_len: int = 0, width: int = 0, rows: int = 0
+    corpus: Corpus,
+    idx: np.ndarray,
+    depth: int,
+    max_len: int = 0,
+    width: int = 0,
+    rows: int = 0,
+    target: bool = False,
 ) -> np.ndarray:
     """The ``depth`` source sentences before each pair of idx (N,) in its own document,
     oldest first, as the encoder reads them (</S> at the end): (N, depth, T_c) int32,
@@ -399,17 +413,23 @@ def context_batch(
     sentences before the pair (the start of a document: no context). The corpus holds
     every pair, so a pair left out of training for its length still counts as context.
     ``max_len`` > 0 keeps the last max_len tokens of a longer sentence (the ones nearest
-    the pair). ``rows`` > N appends all-PAD rows (as :func:`build_batch`)."""
+    the pair). ``rows`` > N appends all-PAD rows (as :func:`build_batch`).
+    ``target``: their target sentences instead, as the decoder reads them (<S> first,
+    no </S>: the positions its translation is fed at), ``max_len`` > 0 keeping the first
+    max_len tokens (the positions count from <S>)."""
     out_rows = max(rows, len(idx))
     if not depth:
         return np.zeros((out_rows, 0, max(width, 1)), np.int32)
-    eos, docs = np.array([EOS_ID], np.int32), corpus.docs
+    eos, bos, docs = np.array([EOS_ID], np.int32), np.array([BOS_ID], np.int32), corpus.docs
     sents = []
     for i in idx:
         for j in range(depth, 0, -1):  # the sentence j before the pair, oldest first
             before = int(i) - j
             if before < 0 or docs[before] != docs[i]:
                 sents.append(np.zeros(0, np.int32))
+            elif target:
+                ids = np.concatenate([bos, corpus.tgt(before)])
+                sents.append(ids[:max_len] if max_len else ids)
             else:
                 ids = np.concatenate([corpus.src(before), eos])
                 sents.append(ids[-max_len:] if max_len else ids)
@@ -418,10 +438,22 @@ def context_batch(
     return flat.reshape(out_rows, depth, width)
 
 
-def context_depth(hp: hparams.Hparams) -> int:
-    """How many earlier sentences a training pair carries: num_blocks x memory_sentences,
-    what the encoder's memory depends on (model.Transformer.encode_in_context)."""
-    return hp.num_blocks * hp.memory_sentences
+def context_depths(hp: hparams.Hparams) -> tuple[int, int]:
+    """How many earlier sentences a training pair carries, and of how many of the last
+    of them the targets too: what the encoder's memory (num_blocks x memory_sentences)
+    and the decoder's (num_blocks x target_memory_sentences, each with its source's
+    encoder context) depend on (hparams.context_needs, model.Transformer.forward)."""
+    return hparams.context_depths(hp.num_blocks, hp.memory_sentences, hp.target_memory_sentences)
+
+
+def batch_spec(hp: hparams.Hparams) -> list:
+    """The tensors of a training batch (:func:`build_batch`): source, decoder input and
+    labels (N, T) int32; with document memory the context (N, K, T_c), and with a
+    decoder memory the context's targets (N, K_t, T_t) (:func:`context_depths`)."""
+    depth, target_depth = context_depths(hp)
+    spec = [tf.TensorSpec([None, None], tf.int32)] * 3
+    spec += [tf.TensorSpec([None, depth, None], tf.int32)] * bool(depth)
+    return spec + [tf.TensorSpec([None, target_depth, None], tf.int32)] * bool(target_depth)
 
 
 def padding_fraction(
@@ -451,19 +483,25 @@ class TrainData:
         self.corpus = load_corpus(hp, "train")
         self.keep = keep_by_length(self.corpus, hp)
         docs = self.corpus.documents()
-        if hp.memory_sentences and docs == len(self.corpus):
+        depth, target_depth = context_depths(hp)
+        setting = (
+            f"memory_sentences={hp.memory_sentences}"
+            if hp.memory_sentences
+            else f"target_memory_sentences={hp.target_memory_sentences}"
+        )
+        if depth and docs == len(self.corpus):
             print(
-                f"data: memory_sentences={hp.memory_sentences}, but the training pairs in "
+                f"data: {setting}, but the training pairs in "
                 f"{hp.prepro_dir} have no documents (plain parallel text, or a prepro_dir "
                 "from before documents were kept): every pair is its own, the memory stays "
                 "empty"
             )
-        elif hp.memory_sentences:
-            depth = context_depth(hp)
+        elif depth:
+            targets = f" and the targets of the last {target_depth}" if target_depth else ""
             print(
                 f"data: {len(self.corpus):,} training pairs in {docs:,} documents; each pair "
-                f"carries the {depth} sentence{'s' * (depth > 1)} before it "
-                f"(num_blocks x memory_sentences)"
+                f"carries the {depth} sentence{'s' * (depth > 1)} before it{targets} "
+                f"(hparams.context_needs)"
             )
 
     def batches(self, epoch: int) -> list[np.ndarray]:
@@ -486,14 +524,15 @@ class TrainData:
             self.plan_hp.tokens_per_batch if self.hp.jit_compile and self.hp.batch_size == 0 else 0
         )
 
-        depth, max_len = context_depth(self.hp), self.hp.maxlen1
+        (depth, target_depth), hp = context_depths(self.hp), self.hp
 
         def gen():
             for idx in plan:
-                yield build_batch(corpus, idx, m, budget, depth, max_len)
+                yield build_batch(
+                    corpus, idx, m, budget, depth, hp.maxlen1, target_depth, hp.maxlen2
+                )
 
-        spec = tf.TensorSpec([None, None], tf.int32)
-        specs = (spec,) * 3 + ((tf.TensorSpec([None, depth, None], tf.int32),) if depth else ())
+        specs = tuple(batch_spec(hp))
         ds = tf.data.Dataset.from_generator(gen, output_signature=specs)
         return ds.prefetch(tf.data.AUTOTUNE)
 

@@ -53,7 +53,15 @@ def decode_budgets(model, src, extra, max_len: int = 0):
     return limits, tf.reduce_max(limits)
 
 
-def greedy_loop(model, src, extra, max_len: int = 0, encoded=None):
+def init_cache(model, memory, mask, context=None):
+    """model.init_cache, with the decoder's memory ``context`` when there is one (a model
+    without document memory need not take it)."""
+    if context is None:
+        return model.init_cache(memory, mask)
+    return model.init_cache(memory, mask, context)
+
+
+def greedy_loop(model, src, extra, max_len: int = 0, encoded=None, context=None):
     """Greedy autoregressive decoding of src (N, T1) -> (N, L) ids, PAD after </S>.
 
     Encodes once, computes the cross-attention keys/values once, and appends one
@@ -63,12 +71,13 @@ def greedy_loop(model, src, extra, max_len: int = 0, encoded=None):
     or runaway sentence does not keep the whole batch busy. The loop ends when every
     sentence has stopped. Meant to run inside a tf.function (``model`` needs encode /
     init_cache / decode_step / select_rows / cache_shapes). ``encoded``: src's (memory,
-    mask) when the caller encoded it (in its document's context).
+    mask) when the caller encoded it (in its document's context); ``context``: the
+    decoder's memory of earlier target sentences (Transformer.init_cache).
     """
     memory, mask = model.encode(src) if encoded is None else encoded
     n = tf.shape(src)[0]
     limits, longest = decode_budgets(model, src, extra, max_len)
-    cache = model.init_cache(memory, mask)
+    cache = init_cache(model, memory, mask, context)
     rows = tf.range(n)  # the batch row of each sentence still running
     tokens = tf.fill((n,), data_load.BOS_ID)
     out = tf.TensorArray(tf.int32, size=0, dynamic_size=True, element_shape=[None])
@@ -117,16 +126,18 @@ def greedy_decoder(model, max_len: int = 0):
     )
 
 
-def naive_greedy(model, src, max_len: int, limits=None, encoded=None):
+def naive_greedy(model, src, max_len: int, limits=None, encoded=None, context=None):
     """Reference decoder of the original code: re-runs the full decoder over the whole
     prefix at every step, for max_len steps, without early stopping. (N, max_len) ids.
     ``limits`` (N,), if given, PADs each row past its own budget (as the cached loop);
-    ``encoded`` as in :func:`greedy_loop`."""
+    ``encoded`` and ``context`` (the decoder's, as Transformer.decode takes it) as in
+    :func:`greedy_loop`."""
     memory, mask = model.encode(src) if encoded is None else encoded
     out = np.full((src.shape[0], max_len + 1), data_load.PAD_ID, np.int32)
     out[:, 0] = data_load.BOS_ID
     for t in range(max_len):
-        logits = model.logits(model.decode(tf.constant(out[:, : t + 1]), memory, mask))
+        hidden = model.decode(tf.constant(out[:, : t + 1]), memory, mask, context=context)
+        logits = model.logits(hidden)
         out[:, t + 1] = tf.argmax(logits[:, -1], axis=-1).numpy()
     result = out[:, 1:]
     # PAD everything after the first </S>, as the cached decoder does
@@ -143,7 +154,14 @@ def length_penalty(length, alpha: float):
 
 
 def beam_loop(
-    model, src, extra, beam_size: int, alpha: float = 0.6, max_len: int = 0, encoded=None
+    model,
+    src,
+    extra,
+    beam_size: int,
+    alpha: float = 0.6,
+    max_len: int = 0,
+    encoded=None,
+    context=None,
 ):
     """Batched beam search (Vaswani et al. 7: k = 4, alpha = 0.6) in one tf.while_loop.
 
@@ -156,8 +174,9 @@ def beam_loop(
     sentence's search stops when no alive hypothesis can beat its k-th finished one,
     when none is alive, or after ``its source length + extra`` steps. With k = 1 this is
     exactly greedy decoding. ``model`` needs encode / init_cache / decode_step / reorder_cache;
-    ``encoded`` as in :func:`greedy_loop` (a document's context enters the encoder
-    once per sentence, and the beams share its output).
+    ``encoded`` and ``context`` as in :func:`greedy_loop` (a document's context enters
+    the encoder once per sentence, and the beams share its output; the keys/values of
+    the decoder's memory are computed once per sentence and never reordered).
     """
     k = beam_size
     neg = -1e9
@@ -166,7 +185,9 @@ def beam_loop(
     limits, max_len = decode_budgets(model, src, extra, max_len)
     memory = tf.repeat(memory, k, axis=0)  # (N * k, T1, d_model)
     mask = tf.repeat(mask, k, axis=0)
-    cache = model.init_cache(memory, mask)
+    if context is not None:
+        context = tf.nest.map_structure(lambda t: tf.repeat(t, k, axis=0), context)
+    cache = init_cache(model, memory, mask, context)
     batch_offsets = (tf.range(n) * k)[:, None]  # (N, 1)
 
     alive_seq = tf.zeros((n, k, max_len), tf.int32)
@@ -259,42 +280,73 @@ def beam_decoder(model, beam_size: int, alpha: float = 0.6, max_len: int = 0):
 
 
 def document_decoder(model, beam_size: int = 1, alpha: float = 0.6, max_len: int = 0):
-    """For a model with ``memory_sentences``: a compiled ``fn(src (N, T1) int32, extra
-    int32, states (L, N, T_m, d_model) float32, mask (N, T_m) bool) -> (what
-    :func:`greedy_decoder` or :func:`beam_decoder` returns, src's states (L, N, T1,
-    d_model) float32)``. Each encoder layer l attends also to ``states[l]``, its inputs
-    for the earlier sentences of each row's document (left-padded: real where ``mask``);
-    the states returned are what later sentences keep of src (Transformer.encode's
-    ``layer_inputs``, from the same pass: Transformer-XL's reuse, nothing recomputed).
-    The context enters the encoder once per sentence; the beams share its output."""
+    """For a model with document memory: a compiled ``fn(src (N, T1) int32, extra int32,
+    states (L, N, T_m, d_model) float32, mask (N, T_m) bool, tgt_states (L, N, T_e,
+    d_model) float32, tgt_mask (N, T_e) bool) -> (what :func:`greedy_decoder` or
+    :func:`beam_decoder` returns, src's states (L, N, T1, d_model) float32, its
+    translation's states (L, N, T_t, d_model) float32)``.
 
-    def decode(src, extra, states, mask):
+    With ``memory_sentences``, each encoder layer l attends also to ``states[l]``, its
+    inputs for the earlier sentences of each row's document (left-padded: real where
+    ``mask``); with ``target_memory_sentences``, each decoder layer l attends also to
+    ``tgt_states[l]``, its inputs for the earlier sentences' translations. The states
+    returned are what later sentences keep: src's encoder layer inputs
+    (Transformer.encode's ``layer_inputs``, from the same pass: Transformer-XL's reuse,
+    nothing recomputed), and the decoder layer inputs of <S> and the best translation's
+    tokens before </S> (:func:`translation_states`, one teacher-forced pass; none
+    without a target memory). The context enters the encoder once per sentence; the
+    beams share its output."""
+
+    def decode(src, extra, states, mask, tgt_states, tgt_mask):
         encoded, inputs = encode_in_window(model, src, states, mask)
+        context = None
+        if model.target_memory_sentences:
+            tgt_states = tf.cast(tgt_states, model.compute_dtype)
+            context = [(tgt_states[i], tgt_mask[:, None, None, :]) for i in range(model.num_blocks)]
         if beam_size > 1:
-            out = beam_loop(model, src, extra, beam_size, alpha, max_len, encoded)
+            out = beam_loop(model, src, extra, beam_size, alpha, max_len, encoded, context)
+            best = out[0][:, 0]
         else:
-            out = greedy_loop(model, src, extra, max_len, encoded)
-        return out, inputs
+            out = best = greedy_loop(model, src, extra, max_len, encoded, context)
+        if model.target_memory_sentences:
+            translated = translation_states(model, best, encoded, context)
+        else:
+            translated = tf.zeros((model.num_blocks, tf.shape(src)[0], 0, model.d_model))
+        return out, inputs, translated
 
     return tf.function(decode, input_signature=document_spec(model), autograph=False)
 
 
+def translation_states(model, ids, encoded, context):
+    """The decoder layer inputs (L, N, 1 + T, d_model) float32 of the translations ids
+    (N, T) (PAD after </S>) fed after <S>, </S> left out, as a training pair's context
+    holds its reference (data_load.context_batch): what a later sentence's decoder memory
+    keeps of this one, from one teacher-forced pass under the same ``encoded`` source and
+    ``context`` (Transformer.target_states)."""
+    fed = tf.where(tf.equal(ids, data_load.EOS_ID), data_load.PAD_ID, ids)
+    tgt_in = tf.concat([tf.fill((tf.shape(ids)[0], 1), data_load.BOS_ID), fed], axis=1)
+    states, _ = model.target_states(tgt_in, encoded, context)
+    return tf.cast(tf.stack(states), tf.float32)
+
+
 def document_spec(model) -> list:
     """The input signature of :func:`document_decoder`'s function."""
-    return [
-        tf.TensorSpec([None, None], tf.int32),
-        tf.TensorSpec([], tf.int32),
-        tf.TensorSpec([model.num_blocks, None, None, model.d_model], tf.float32),
-        tf.TensorSpec([None, None], tf.bool),
-    ]
+    window = tf.TensorSpec([model.num_blocks, None, None, model.d_model], tf.float32)
+    mask = tf.TensorSpec([None, None], tf.bool)
+    return [tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([], tf.int32)] + [
+        window,
+        mask,
+    ] * 2
 
 
 def encode_in_window(model, src, states, mask):
     """src (N, T1) encoded with each layer l attending also to ``states[l]`` (N, T_m,
-    d_model), real where ``mask`` (N, T_m): ((memory, key mask), src's layer inputs
-    (L, N, T1, d_model) float32)."""
-    states = tf.cast(states, model.compute_dtype)
-    context = [(states[i], mask[:, None, None, :]) for i in range(model.num_blocks)]
+    d_model), real where ``mask`` (N, T_m) (a model without ``memory_sentences`` reads
+    none): ((memory, key mask), src's layer inputs (L, N, T1, d_model) float32)."""
+    context = None
+    if model.memory_sentences:
+        states = tf.cast(states, model.compute_dtype)
+        context = [(states[i], mask[:, None, None, :]) for i in range(model.num_blocks)]
     inputs = []
     encoded = model.encode(src, context=context, layer_inputs=inputs)
     return encoded, tf.cast(tf.stack(inputs), tf.float32)
@@ -325,12 +377,12 @@ def window_encoder(model):
     """For a model with ``memory_sentences`` (M): a compiled ``fn(context (N, K, T_c)
     int32) -> (states (M, L, N, T_c, d_model) float32, mask (M, N, T_c) bool)``, the
     encoder-layer inputs of the last M of the K sentences, each computed in order under
-    the context of the ones before it (Transformer.memory_window: training's
-    recomputation), for a lane that starts inside a document."""
+    the context of the ones before it (training's recomputation:
+    Transformer.document_windows), for a lane that starts inside a document."""
     spec = [tf.TensorSpec([None, model.num_blocks * model.memory_sentences, None], tf.int32)]
 
     def window(context):
-        sentences = model.memory_window(context, model.memory_sentences)
+        sentences = model.document_windows(context, None, model.memory_sentences, 0)[0]
         states = tf.stack([tf.cast(tf.stack(layers), tf.float32) for layers, _ in sentences])
         return states, tf.stack([mask[:, 0, 0] for _, mask in sentences])
 
@@ -341,23 +393,26 @@ class Lanes:
     """Documents decoded side by side, one lane per document piece, each in its own order
     (Transformer-XL's evaluation, with a sentence as the segment): a round decodes the
     next sentence of every lane in one batch, and each lane keeps the encoder-layer
-    inputs of its last ``sentences`` sentences as the context of its next one. A lane
-    whose piece ends takes the next (longest first, so that the batch stays full).
+    inputs of its last ``sentences`` sentences, and the decoder-layer inputs of its last
+    ``targets`` translations, as the context of its next one. A lane whose piece ends
+    takes the next (longest first, so that the batch stays full).
 
     ``chunk`` > 0 cuts each document into pieces of that many sentences, so that a few
     long documents still fill a batch; a piece that starts inside its document needs the
     states of the sentences before it first (:func:`window_encoder`): ``chunk`` = 1
-    recomputes the context of every sentence, as training does."""
+    recomputes the context of every sentence, as training does. (A decoder memory reads
+    the lane's own earlier translations: its documents are not cut.)"""
 
-    def __init__(self, runs: list, lanes: int, sentences: int, chunk: int = 0):
+    def __init__(self, runs: list, lanes: int, sentences: int, chunk: int = 0, targets: int = 0):
         pieces = [
             (run, start, min(start + (chunk or len(run)), len(run)))
             for run in runs
             for start in range(0, len(run), chunk or len(run))
         ]
         self.todo = sorted(pieces, key=lambda p: p[2] - p[1])  # pop() takes the longest
-        self.size, self.sentences = lanes, sentences
-        self.active: list[list] = []  # [document's sentences, next position, end, window]
+        self.size, self.sentences, self.targets = lanes, sentences, targets
+        # [document's sentences, next position, end, window, translations' window]
+        self.active: list[list] = []
 
     def next_round(self) -> tuple[list | None, list]:
         """(The lanes of the next round, refilled, or None when every piece is done;
@@ -366,31 +421,39 @@ class Lanes:
         inside = []
         while len(self.active) < self.size and self.todo:
             run, start, end = self.todo.pop()
-            self.active.append([run, start, end, []])
+            self.active.append([run, start, end, [], []])
             if start:
                 inside.append(self.active[-1])
         return self.active or None, inside
 
     @staticmethod
-    def context(lanes: list, layers: int, d_model: int):
-        """The lanes' windows as (states (L, N, T_m, d_model), mask (N, T_m)), each row
-        left-padded so that its last context token sits at position -1 (T_m >= 1: a
-        round without context has one masked column)."""
-        widths = [sum(s.shape[1] for s in lane[3]) for lane in lanes]
+    def context(lanes: list, layers: int, d_model: int, slot: int = 3):
+        """The lanes' windows (``slot`` 3: the sources', 4: the translations') as (states
+        (L, N, T_m, d_model), mask (N, T_m)), each row left-padded so that its last
+        context token sits at position -1 (T_m >= 1: a round without context has one
+        masked column)."""
+        widths = [sum(s.shape[1] for s in lane[slot]) for lane in lanes]
         width = max([1] + widths)
         states = np.zeros((layers, len(lanes), width, d_model), np.float32)
         mask = np.zeros((len(lanes), width), bool)
         for r, (lane, w) in enumerate(zip(lanes, widths)):
             if w:
-                states[:, r, width - w :] = np.concatenate(lane[3], axis=1)
+                states[:, r, width - w :] = np.concatenate(lane[slot], axis=1)
                 mask[r, width - w :] = True
         return states, mask
 
-    def advance(self, lanes: list, states: np.ndarray, lengths: list) -> None:
-        """Each lane keeps its sentence's states (L, T_r, d_model; real tokens only) and
-        moves to its next sentence."""
+    def advance(
+        self, lanes: list, states: np.ndarray, lengths: list, translated=None, fed=None
+    ) -> None:
+        """Each lane keeps its sentence's states (L, T_r, d_model; real tokens only) and,
+        with ``targets``, its translation's: ``translated`` (L, N, T_t, d_model), of
+        which each row's first ``fed[r]`` positions are real; then moves to its next
+        sentence."""
         for r, lane in enumerate(lanes):
-            lane[3] = (lane[3] + [states[:, r, : lengths[r]]])[-self.sentences :]
+            if self.sentences:
+                lane[3] = (lane[3] + [states[:, r, : lengths[r]]])[-self.sentences :]
+            if self.targets:
+                lane[4] = (lane[4] + [translated[:, r, : fed[r]]])[-self.targets :]
             lane[1] += 1
 
 
@@ -404,19 +467,22 @@ class Translator:
     A model with ``key_mask_defect`` attends to padding, so its sources are padded as in
     training, to a multiple of ``pad_multiple``.
 
-    A model with ``memory_sentences`` translates documents (``docs``: the document index
-    of each sentence; None: each sentence its own): each in order, as a lane of
-    :class:`Lanes`, its earlier sentences' encoder states reused. ``chunk``: the
-    sentences of a lane (see :meth:`_translate_documents`)."""
+    A model with document memory (``memory_sentences``, ``target_memory_sentences``)
+    translates documents (``docs``: the document index of each sentence; None: each
+    sentence its own): each in order, as a lane of :class:`Lanes`, its earlier
+    sentences' encoder states and its own earlier translations' decoder states reused.
+    ``chunk``: the sentences of a lane (see :meth:`_translate_documents`)."""
 
     def __init__(self, model, tok, hp: hparams.Hparams, chunk: int | None = None):
         self.model, self.tok, self.hp = model, tok, hp
         self.multiple = hp.pad_multiple if model.key_mask_defect else 1
         self.k = max(hp.beam_size, 1)
         self.memory, self.chunk = model.memory_sentences, chunk
-        if self.memory:
+        self.targets = model.target_memory_sentences
+        if self.memory or self.targets:
             self.depth = model.num_blocks * self.memory  # what a sentence's context reads
             self.decode_in_context = document_decoder(model, self.k, hp.length_penalty, hp.max_len)
+        if self.memory:
             self.window = window_encoder(model)
         if self.k > 1:
             self.decode = beam_decoder(model, self.k, hp.length_penalty, hp.max_len)
@@ -449,7 +515,7 @@ class Translator:
         :func:`source_limit`; greedy scores are 0. ``width`` > 0 pads every source to
         that width and decodes empty sources too (from </S> alone), as the TF1 eval.py.
         ``docs``: see the class."""
-        if self.memory:
+        if self.memory or self.targets:
             return self._translate_documents(src_ids, progress, docs)
         out: list = [None] * len(src_ids)
         real = [i for i, s in enumerate(src_ids) if len(s) or width]
@@ -471,8 +537,9 @@ class Translator:
     def _translate_documents(self, src_ids: list, progress: bool, docs) -> list:
         """translate_ids for a model with memory: documents as :class:`Lanes`, cut into
         pieces of ``self.chunk`` sentences (0: whole; None: at least 2 L M sentences and
-        enough pieces to fill a batch). An empty source is encoded as </S> alone (as a
-        training context holds it) and gives None."""
+        enough pieces to fill a batch; always whole with a decoder memory, which reads the
+        lane's own translations). An empty source is encoded as </S> alone (as a training
+        context holds it) and gives None; its translation is empty (<S> alone)."""
         out: list = [None] * len(src_ids)
         limit = source_limit(self.model) - 1
         eos = np.array([data_load.EOS_ID], np.int32)
@@ -480,9 +547,12 @@ class Translator:
         docs = np.arange(len(src_ids)) if docs is None else docs[: len(src_ids)]
         layers, d_model, depth = self.model.num_blocks, self.model.d_model, self.depth
         chunk = self.chunk
-        if chunk is None:
+        if self.targets:
+            chunk = 0
+        elif chunk is None:
             chunk = max(2 * depth, -(-len(seqs) // self.hp.eval_batch_size))
-        lanes = Lanes(document_runs(docs), self.hp.eval_batch_size, self.memory, chunk)
+        runs, size = document_runs(docs), self.hp.eval_batch_size
+        lanes = Lanes(runs, size, self.memory, chunk, self.targets)
         bar = tqdm(total=len(src_ids), disable=not progress, file=sys.stderr, unit="sentence")
         while True:
             active, inside = lanes.next_round()
@@ -492,13 +562,22 @@ class Translator:
                 self._recompute_windows(inside, seqs)
             idx = [lane[0][lane[1]] for lane in active]
             batch = data_load.pad_batch([seqs[i] for i in idx], self.multiple)
-            states, mask = Lanes.context(active, layers, d_model)
-            result, new = self._run(self.decode_in_context, batch, states, mask)
+            windows = [
+                *Lanes.context(active, layers, d_model),
+                *Lanes.context(active, layers, d_model, 4),
+            ]
+            result, new, translated = self._run(self.decode_in_context, batch, *windows)
             ids, scores = self._best(result, len(idx))
+            fed = []  # <S> and the best translation's tokens before </S> (training's context)
             for row, i in enumerate(idx):
+                stops = np.flatnonzero(np.isin(ids[row][0], (data_load.PAD_ID, data_load.EOS_ID)))
+                fed.append(1 + (int(stops[0]) if len(stops) else len(ids[row][0])))
                 if len(src_ids[i]):
                     out[i] = (ids[row], scores[row])
-            lanes.advance(active, new.numpy(), [len(seqs[i]) for i in idx])
+                else:  # an empty line translates to nothing: its context is <S> alone
+                    fed[-1] = 1
+            lengths = [len(seqs[i]) for i in idx]
+            lanes.advance(active, new.numpy(), lengths, translated.numpy(), fed)
             bar.update(len(idx))
         bar.close()
         return out

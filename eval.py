@@ -177,7 +177,7 @@ def evaluate(
         docs = decoding.documents_of_lines(sources)  # blank lines end documents
     else:
         sources, refs = data_load.read_raw(hp, "test")
-        docs = data_load.load_corpus(hp, "test").docs if model.memory_sentences else None
+        docs = data_load.load_corpus(hp, "test").docs if model.reads_documents else None
     if not sources:
         raise UserError(f"the test set is empty ({test_src or hp.prepro_dir + '/test.src'})")
     name = f"{os.path.basename(os.path.normpath(logdir))}_{os.path.basename(path)}"
@@ -234,7 +234,9 @@ def read_contrastive(path: str) -> list[dict]:
     """The items of a contrastive file: one JSON object per line with "context" (the
     sentences before the source, oldest first; may be empty), "source", "reference" (the
     right translation) and "contrastive" (a wrong one, as a rule the reference with one
-    word changed); other keys (e.g. "pronoun", a class to report apart) are kept."""
+    word changed); optional "target_context" (the context's translations, read by a
+    decoder memory; without it, the model's own translations are); other keys (e.g.
+    "pronoun", a class to report apart) are kept."""
     items = []
     for n, line in enumerate(data_load.read_lines(path), 1):
         if not line.strip():
@@ -253,37 +255,54 @@ def read_contrastive(path: str) -> list[dict]:
     return items
 
 
-def forced_scores(model, tok, items: list[dict], candidates: list[list[str]], batch_size: int):
+def forced_scores(
+    model, tok, items: list[dict], candidates: list[list[str]], batch_size: int, targets=None
+):
     """Summed log-probabilities (C, N) float of each of the C candidate lists' targets
-    (</S> included) given its item's source and, for a model with memory_sentences, its
-    context (the last num_blocks x M sentences, as training reads them): each batch of
-    sources encoded once for all the candidates."""
-    depth = model.num_blocks * model.memory_sentences
+    (</S> included) given its item's source and, for a model with document memory, its
+    context as training reads it (model.Transformer.forward): the sentences before it
+    and, for a decoder memory, their translations (``targets``: per item, one per
+    context sentence). Each batch of sources is encoded once for all the candidates."""
+    depth, target_depth = model.context_depths
+    if target_depth and targets is None:
+        raise ValueError("a decoder memory reads the context's translations: give targets")
     eos, bos = np.array([data_load.EOS_ID], np.int32), np.array([data_load.BOS_ID], np.int32)
     src = [np.concatenate([ids, eos]) for ids in tok.encode_src([it["source"] for it in items])]
-    contexts = []
-    if depth:
-        flat = tok.encode_src([s for it in items for s in it["context"][-depth:]])
-        for it in items:
-            before = [np.concatenate([ids, eos]) for ids in flat[: len(it["context"][-depth:])]]
-            flat = flat[len(before) :]
-            contexts.append([np.zeros(0, np.int32)] * (depth - len(before)) + before)
+
+    def earlier(sentences: list[list[str]], n: int, encode, wrap) -> list:
+        """Per item its last n sentences, encoded and wrapped, all-PAD ones first."""
+        if not n:
+            return [None] * len(items)
+        out, flat = [], encode([s for sents in sentences for s in sents[-n:]])
+        for sents in sentences:
+            k = len(sents[-n:])
+            out.append([np.zeros(0, np.int32)] * (n - k) + [wrap(ids) for ids in flat[:k]])
+            flat = flat[k:]
+        return out
+
+    contexts = earlier(
+        [it["context"] for it in items], depth, tok.encode_src, lambda x: np.r_[x, eos]
+    )
+    target_contexts = earlier(targets or [], target_depth, tok.encode_tgt, lambda x: np.r_[bos, x])
     tgts = [tok.encode_tgt(targets) for targets in candidates]
     out = np.zeros((len(candidates), len(items)))
     for start in range(0, len(items), batch_size):
         rows = range(start, min(start + batch_size, len(items)))
         batch = tf.constant(data_load.pad_batch([src[i] for i in rows]))
-        if depth:
-            flat = data_load.pad_batch([s for i in rows for s in contexts[i]])
-            context = tf.constant(flat.reshape(len(rows), depth, -1))
-            memory, mask = model.encode_in_context(batch, context, model.memory_sentences)
-        else:
-            memory, mask = model.encode(batch)
+        window = [None, None]
+        for w, (c, n) in enumerate(((contexts, depth), (target_contexts, target_depth))):
+            if n:
+                flat = [s for i in rows for s in c[i]]
+                flat = data_load.pad_batch(flat, width=max(1, *map(len, flat)))
+                window[w] = tf.constant(flat.reshape(len(rows), n, -1))
+        enc_window, dec_window = model.document_windows(*window)
+        memory, mask = model.encode(batch, context=model.context_of(enc_window))
+        dec_context = model.context_of(dec_window)
         for c, tgt in enumerate(tgts):
             labels = data_load.pad_batch([np.concatenate([tgt[i], eos]) for i in rows])
             dec = data_load.pad_batch([np.concatenate([bos, tgt[i]]) for i in rows])
-            logits = model.logits(model.decode(tf.constant(dec), memory, mask))
-            logp = tf.nn.log_softmax(logits).numpy()
+            hidden = model.decode(tf.constant(dec), memory, mask, context=dec_context)
+            logp = tf.nn.log_softmax(model.logits(hidden)).numpy()
             picked = np.take_along_axis(logp, labels[..., None], axis=-1)[..., 0]
             out[c, start : start + len(rows)] = (picked * (labels != data_load.PAD_ID)).sum(1)
     return out
@@ -307,9 +326,20 @@ def contrastive(logdir: str, overrides: dict, path: str, ckpt: str = "") -> dict
     ``<results_dir>/<run>_<checkpoint>_contrastive.json``."""
     hp, tok, model, ckpt_path = decoding.load_run(logdir, overrides, ckpt)
     items = read_contrastive(path)
+    sentences, docs = [], []
+    for k, it in enumerate(items):  # each item a document: its context, then its source
+        sentences += list(it["context"]) + [it["source"]]
+        docs += [k] * (len(it["context"]) + 1)
+    hyps = decoding.Translator(model, tok, hp).translate(sentences, np.array(docs))
+    last = np.cumsum([len(it["context"]) + 1 for it in items]) - 1
+    # a decoder memory reads the context's translations: the item's, else the model's own
+    targets = [
+        it.get("target_context") or hyps[end - len(it["context"]) : end]
+        for it, end in zip(items, last)
+    ]
     size = hp.eval_batch_size
     candidates = [[it[key] for it in items] for key in ("reference", "contrastive")]
-    right, wrong = forced_scores(model, tok, items, candidates, size)
+    right, wrong = forced_scores(model, tok, items, candidates, size, targets)
     wins = right > wrong
     low, high = wilson(int(wins.sum()), len(items))
     figures = {"items": len(items), "accuracy": float(wins.mean()), "interval95": [low, high]}
@@ -318,21 +348,19 @@ def contrastive(logdir: str, overrides: dict, path: str, ckpt: str = "") -> dict
         c: float(np.mean([w for w, it in zip(wins, items) if str(it.get("pronoun")) == c]))
         for c in classes
     }
-    sentences, docs = [], []
-    for k, it in enumerate(items):  # each item a document: its context, then its source
-        sentences += list(it["context"]) + [it["source"]]
-        docs += [k] * (len(it["context"]) + 1)
-    hyps = decoding.Translator(model, tok, hp).translate(sentences, np.array(docs))
-    last = np.cumsum([len(it["context"]) + 1 for it in items]) - 1
     scores = decoding.scores([hyps[i] for i in last], [it["reference"] for it in items])
-    figures.update(sacrebleu=scores["sacrebleu"], memory_sentences=model.memory_sentences)
+    figures.update(
+        sacrebleu=scores["sacrebleu"],
+        memory_sentences=model.memory_sentences,
+        target_memory_sentences=model.target_memory_sentences,
+    )
     name = f"{os.path.basename(os.path.normpath(logdir))}_{os.path.basename(ckpt_path)}"
     out = os.path.join(hp.results_dir, name + "_contrastive.json")
     files.atomic_write(out, json.dumps({**figures, "file": path}, indent=2) + "\n")
     print(
         f"contrastive: {figures['accuracy']:.1%} of {len(items)} items score the reference "
         f"higher (95% interval {low:.1%} to {high:.1%}; memory_sentences="
-        f"{model.memory_sentences})"
+        f"{model.memory_sentences}, target_memory_sentences={model.target_memory_sentences})"
     )
     for c, acc in figures["by_class"].items():
         print(f"contrastive: {c}: {acc:.1%}")

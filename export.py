@@ -3,10 +3,11 @@
     python export.py --logdir log/demo --export_dir exported/demo
 
 The serving signature ``serving_default`` maps ``sentences`` (a batch of raw strings)
-to ``translations`` (strings). A model with document context (``memory_sentences``) also
-gets ``translate_document``: ``sentences`` are one document's, in order, and each is
-translated with the encoder states of the ones before it, as translate.py translates a
-document (serving_default translates each sentence alone).
+to ``translations`` (strings). A model with document context (``memory_sentences``,
+``target_memory_sentences``) also gets ``translate_document``: ``sentences`` are one
+document's, in order, and each is translated with the encoder states of the ones before
+it and the decoder states of their translations, as translate.py translates a document
+(serving_default translates each sentence alone).
 
 Everything runs inside the graph: tokenization (tensorflow-text's SentencepieceTokenizer
 for BPE; the legacy regex cleaning, whitespace split and a lookup table for word
@@ -120,15 +121,16 @@ def build_module(model, tok, hp: hparams.Hparams):
             )
             return src, empty
 
-        def best(self, src, encoded=None):
-            """The best translation's ids (N, L) of src (N, T), greedy or beam search."""
+        def best(self, src, encoded=None, context=None):
+            """The best translation's ids (N, L) of src (N, T), greedy or beam search;
+            ``encoded`` and ``context`` as decoding.greedy_loop takes them."""
             extra = tf.constant(hp.max_len_extra, tf.int32)
             if beam > 1:
-                alpha = hp.length_penalty
-                return decoding.beam_loop(model, src, extra, beam, alpha, hp.max_len, encoded)[0][
+                alpha, n = hp.length_penalty, hp.max_len
+                return decoding.beam_loop(model, src, extra, beam, alpha, n, encoded, context)[0][
                     :, 0
                 ]
-            return decoding.greedy_loop(model, src, extra, hp.max_len, encoded)
+            return decoding.greedy_loop(model, src, extra, hp.max_len, encoded, context)
 
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
         def translate(self, sentences):
@@ -136,53 +138,84 @@ def build_module(model, tok, hp: hparams.Hparams):
             text = self.decode(self.best(src))
             return {"translations": tf.where(empty, tf.constant(""), text)}
 
-        if model.memory_sentences:  # a document signature for a model with memory
+        if model.reads_documents:  # a document signature for a model with memory
 
             @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
             def translate_document(self, sentences):
                 """The sentences (N,) of one document, in order, each translated with the
-                encoder states of the memory_sentences (M) before it, as translate.py reads
-                a document (:func:`document_loop`)."""
+                encoder states of the memory_sentences (M) before it and the decoder
+                states of the target_memory_sentences translations before it, as
+                translate.py reads a document (:func:`document_loop`)."""
                 src, empty = self.sources(sentences)
-                out = document_loop(model, src, lambda x, enc: self.decode(self.best(x, enc)))
+                out = document_loop(model, src, self.best, self.decode)
                 return {"translations": tf.where(empty, tf.constant(""), out)}
 
     return Translator()
 
 
-def document_loop(model, src, translate):
+def document_loop(model, src, best, to_text):
     """The rows of src (N, T), one document's sentences, translated in order in one
-    tf.while_loop: ``translate(sentence (1, T_i), (memory, mask)) -> strings (1,)``,
-    each sentence encoded with the window of each layer's inputs for the last M
-    (memory_sentences) sentences, after one masked column (decoding.Lanes.context's
-    layout for one lane). Returns the translations (N,)."""
-    layers, d, m = model.num_blocks, model.d_model, model.memory_sentences
+    tf.while_loop: ``best(sentence (1, T_i), (memory, mask), context) -> ids (1, L)``,
+    ``to_text(ids) -> strings (1,)``;
+    each sentence encoded with the window of each encoder layer's inputs for the last M
+    (memory_sentences) sentences, and decoded with the window of each decoder layer's
+    inputs for the last M_t (target_memory_sentences) translations (their <S> and tokens
+    before </S>: decoding.translation_states; an empty sentence's, <S> alone), each
+    window after one masked column (decoding.Lanes.context's layout for one lane).
+    Returns the translations (N,)."""
+    layers, d = model.num_blocks, model.d_model
+    m, mt = model.memory_sentences, model.target_memory_sentences
     lengths = tf.reduce_sum(tf.cast(tf.not_equal(src, data_load.PAD_ID), tf.int32), 1)
     first = tf.zeros((layers, 1, 1, d), model.compute_dtype)
 
-    def body(i, window, sizes, out):
-        context = tf.concat([first, window], axis=2)
+    def context(window):
+        states = tf.concat([first, window], axis=2)
         mask = tf.concat([[False], tf.ones([tf.shape(window)[2]], tf.bool)], 0)[None, None, None]
-        inputs = []
-        sentence = src[i : i + 1, : lengths[i]]
-        encoded = model.encode(
-            sentence, context=[(context[k], mask) for k in range(layers)], layer_inputs=inputs
-        )
-        out = out.write(i, translate(sentence, encoded)[0])
-        window = tf.concat([window[:, :, sizes[0] :], tf.stack(inputs)], axis=2)
-        sizes = tf.reshape(tf.concat([sizes[1:], lengths[i : i + 1]], 0), [m])
-        return i + 1, window, sizes, out
+        return [(states[k], mask) for k in range(layers)]
 
+    def slide(window, sizes, new, size):
+        """The window without its oldest sentence's states, with ``new`` (L, 1, size, d)."""
+        window = tf.concat([window[:, :, sizes[0] :], new[:, :, :size]], axis=2)
+        return window, tf.reshape(tf.concat([sizes[1:], [size]], 0), tf.shape(sizes))
+
+    def body(i, window, sizes, tgt_window, tgt_sizes, out):
+        sentence = src[i : i + 1, : lengths[i]]
+        inputs = []
+        encoded = model.encode(
+            sentence, context=context(window) if m else None, layer_inputs=inputs
+        )
+        tgt_context = context(tgt_window) if mt else None
+        ids = best(sentence, encoded, tgt_context)
+        out = out.write(i, to_text(ids)[0])
+        if m:
+            window, sizes = slide(window, sizes, tf.stack(inputs), lengths[i])
+        if mt:
+            states = decoding.translation_states(model, ids, encoded, tgt_context)
+            stops = tf.logical_or(
+                tf.equal(ids[0], data_load.EOS_ID), tf.equal(ids[0], data_load.PAD_ID)
+            )
+            fed = 1 + tf.reduce_min(tf.where(stops, tf.range(tf.shape(ids)[1]), tf.shape(ids)[1]))
+            fed = tf.where(lengths[i] > 1, fed, 1)  # an empty sentence: </S> alone
+            states = tf.cast(states, model.compute_dtype)
+            tgt_window, tgt_sizes = slide(tgt_window, tgt_sizes, states, fed)
+        return i + 1, window, sizes, tgt_window, tgt_sizes, out
+
+    empty = tf.zeros((layers, 1, 0, d), model.compute_dtype)
     loop = (
         tf.constant(0),
-        tf.zeros((layers, 1, 0, d), model.compute_dtype),
-        tf.zeros([m], tf.int32),
+        empty,
+        tf.zeros([max(m, 1)], tf.int32),
+        empty,
+        tf.zeros([max(mt, 1)], tf.int32),
         tf.TensorArray(tf.string, size=tf.shape(src)[0]),
     )
+    window = tf.TensorShape([layers, 1, None, d])
     shapes = (
         tf.TensorShape([]),
-        tf.TensorShape([layers, 1, None, d]),
-        tf.TensorShape([m]),
+        window,
+        tf.TensorShape([max(m, 1)]),
+        window,
+        tf.TensorShape([max(mt, 1)]),
         tf.TensorShape(None),
     )
     *_, out = tf.while_loop(lambda i, *_: i < tf.shape(src)[0], body, loop, shape_invariants=shapes)
@@ -199,7 +232,7 @@ def export(logdir: str, export_dir: str, overrides: dict, ckpt: str = "") -> str
     module = build_module(model, tok, hp)
     signatures = {"serving_default": module.translate}
     said = "signature serving_default: sentences -> translations"
-    if model.memory_sentences:
+    if model.reads_documents:
         signatures["translate_document"] = module.translate_document
         said += "; translate_document: the sentences of one document -> translations"
     with files.atomic_path(export_dir) as tmp:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import math
 import os
 import sys
 from typing import Any
@@ -73,6 +74,7 @@ class Hparams:
     position_add_absolute: bool = False  # relative families: also add the sinusoid (3.5)
     norm: str = "post"  # post (paper) | pre (LayerNorm before each sublayer)
     memory_sentences: int = 0  # M > 0: the encoder also reads the M sentences before (docs)
+    target_memory_sentences: int = 0  # > 0: the decoder also reads the target sentences before
     share_embeddings: bool = True  # tie source and target embeddings (joint BPE vocab only)
     ut_max_steps: int = 6  # universal: the most recurrent steps of each shared block
     act: bool = True  # universal: Adaptive Computation Time per position (false: fixed depth)
@@ -175,6 +177,7 @@ class ModelConfig:
     position_add_absolute: bool = False
     norm: str = "post"
     memory_sentences: int = 0
+    target_memory_sentences: int = 0
     share_embeddings: bool = True
     qkv_activation: str = "none"
     qkv_bias: bool = False
@@ -463,6 +466,7 @@ def apply(hp: Hparams, overrides: dict[str, Any]) -> Hparams:
         "dev_bleu_sents",
         "max_bad_steps",
         "memory_sentences",
+        "target_memory_sentences",
     ):
         if values[key] < 0:
             raise UserError(f"--{key} must not be negative; got {values[key]}")
@@ -525,6 +529,42 @@ def check_t5(values: dict) -> None:
 # Checks of a whole set of values that modules above this one add (positions.py adds
 # each position family's): each raises UserError.
 CHECKS: list = []
+
+
+def context_needs(num_blocks: int, memory: int, target_memory: int) -> tuple[list, list]:
+    """What a sentence's document context needs of each earlier sentence, for a model of
+    ``num_blocks`` (L) layers per stack whose encoder reads the ``memory`` (M) sentences
+    before and whose decoder reads the ``target_memory`` (M_t) target sentences before
+    (Transformer-XL's recurrence, Dai et al. 2019, 3.2): per earlier sentence, index
+    ``back`` - 1 (1: the sentence just before), the number of encoder layer inputs (L + 1:
+    the encoder output too) and decoder layer inputs its states must give. Layer l of a
+    sentence reads layer l's inputs of the M (M_t) before it, so a sentence ``back``
+    before gives L - ceil(back / M) + 1 of them to the encoder chain; a target sentence
+    whose decoder runs a layer cross-attends to its source's encoder output, which then
+    needs its own encoder chain. The list's length is the context depth (0: none)."""
+
+    def chain(back: int, per: int) -> int:
+        return num_blocks - math.ceil(back / per) + 1 if per and back <= num_blocks * per else 0
+
+    depth = num_blocks * target_memory + num_blocks * memory
+    enc = [chain(b, memory) for b in range(1, depth + 1)]
+    dec = [chain(b, target_memory) for b in range(1, depth + 1)]
+    for b in range(1, depth + 1):
+        if dec[b - 1] >= 2:  # its decoder runs a layer: its source's encoder output
+            enc[b - 1] = num_blocks + 1
+            for b2 in range(1, num_blocks * memory + 1):
+                if b + b2 <= depth:
+                    enc[b + b2 - 1] = max(enc[b + b2 - 1], chain(b2, memory))
+    while depth and not (enc[depth - 1] or dec[depth - 1]):
+        depth -= 1
+    return enc[:depth], dec[:depth]
+
+
+def context_depths(num_blocks: int, memory: int, target_memory: int) -> tuple[int, int]:
+    """How many earlier sentences a sentence's context reads (:func:`context_needs`), and
+    of how many of the last of them the targets too."""
+    enc, dec = context_needs(num_blocks, memory, target_memory)
+    return len(enc), sum(1 for d in dec if d)
 
 
 def dropout(hp: Hparams, where: str) -> float:

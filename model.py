@@ -9,7 +9,6 @@ them are in decoding.py). ``model_type`` picks a :class:`modules.Variant` from
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import keras
 import tensorflow as tf
@@ -29,26 +28,28 @@ CONFIG_FIELDS = frozenset(f.name for f in dataclasses.fields(hparams.ModelConfig
 
 def memory_problem(values: dict) -> str | None:
     """Why settings (an Hparams or ModelConfig as a dict) cannot have ``memory_sentences``
-    > 0, or None: the earlier sentences' keys sit at negative positions, which only a
-    relative family places, and the variant's layers must take a memory."""
-    if values.get("memory_sentences", 0) <= 0:
+    or ``target_memory_sentences`` > 0, or None: the earlier sentences' keys sit at
+    negative positions, which only a relative family places, and the variant's layers
+    must take a memory."""
+    wanted = [k for k in ("memory_sentences", "target_memory_sentences") if values.get(k, 0) > 0]
+    if not wanted:
         return None
+    setting = f"{wanted[0]}={values[wanted[0]]}"
     family, variant = positions.get(values["position"]), VARIANTS[values["model_type"]]
     if not family.relative:
         relative = ", ".join(n for n, f in positions.REGISTRY.items() if f.relative)
         return (
-            f"memory_sentences={values['memory_sentences']} places the earlier sentences at "
-            f"negative relative positions; position={values['position']} is absolute: pick "
-            f"one of {relative}"
+            f"{setting} places the earlier sentences at negative relative positions; "
+            f"position={values['position']} is absolute: pick one of {relative}"
         )
     if values["key_mask_defect"]:
         return (
             "key_mask_defect=true attends to padding, and the memory is padded: use "
-            "memory_sentences=0 with it"
+            f"{wanted[0]}=0 with it"
         )
     if not variant.document_memory:
         return (
-            f"model_type={variant.name} has no document memory; use memory_sentences=0 or "
+            f"model_type={variant.name} has no document memory; use {wanted[0]}=0 or "
             "another model_type"
         )
     return None
@@ -72,6 +73,11 @@ def check_config(c: hparams.ModelConfig) -> None:
     problem = memory_problem(dataclasses.asdict(c))
     if problem:
         raise ValueError(problem)
+
+
+def sentences_of(context) -> list:
+    """Earlier sentences as a list of (N, T) tensors, from a list or one (N, K, T) tensor."""
+    return list(context) if isinstance(context, (list, tuple)) else tf.unstack(context, axis=1)
 
 
 @keras.saving.register_keras_serializable(package="transformer")
@@ -123,6 +129,12 @@ class Transformer(keras.Model):
         self.model_type = c.model_type
         self.variant = VARIANTS[c.model_type]
         self.memory_sentences = c.memory_sentences
+        self.target_memory_sentences = c.target_memory_sentences
+        # the sentences before a sentence that its context reads, and their targets
+        self.context_depths = hparams.context_depths(
+            c.num_blocks, c.memory_sentences, c.target_memory_sentences
+        )
+        self.reads_documents = bool(c.memory_sentences or c.target_memory_sentences)
         self.d_model, self.norm, self.position = c.d_model, c.norm, c.position
         self.max_position = c.max_position
         self.query_masking, self.key_mask_defect = c.query_masking, c.key_mask_defect
@@ -303,9 +315,13 @@ class Transformer(keras.Model):
 
     # -- document context (Transformer-XL's segment-level recurrence) ---------------------
     @staticmethod
-    def _earlier(context, i: int) -> dict:
-        """Encoder layer i's keyword arguments for the earlier sentences of ``context``."""
-        return {} if context is None else dict(zip(("memory", "memory_mask"), context[i]))
+    def _earlier(context, i: int, names=("memory", "memory_mask")) -> dict:
+        """Layer i's keyword arguments (``names``) for the earlier sentences of ``context``."""
+        return {} if context is None else dict(zip(names, context[i]))
+
+    def _check_memory(self):
+        if not self.variant.document_memory:
+            raise ValueError(f"model_type={self.model_type} has no document memory")
 
     def sentence_states(self, src, context=None, layers: int | None = None):
         """What a later sentence's context keeps of the sentences src (N, T): the inputs of
@@ -313,8 +329,7 @@ class Transformer(keras.Model):
         without dropout (Dai et al. 2019, 3.2: the memory is not trained through),
         computed under their own ``context``. Returns (per layer (N, T, d_model), key
         mask (N, 1, 1, T))."""
-        if not self.variant.document_memory:
-            raise ValueError(f"model_type={self.model_type} has no document memory")
+        self._check_memory()
         layers = self.num_blocks if layers is None else layers
         mask, query_mask = self.masks(src)
         x = self._embed(src, self.src_embedding, self.src_position, self.src_dropout, False)
@@ -324,14 +339,41 @@ class Transformer(keras.Model):
             states.append(tf.stop_gradient(x))
         return states, mask
 
+    def target_states(self, tgt_in, encoded, context=None, layers: int | None = None):
+        """The decoder's counterpart of :meth:`sentence_states` for the target sentences
+        tgt_in (N, T2) (<S> and the tokens, teacher-forced: the reference in training, the
+        model's own translation in decoding), each under its source's ``encoded`` (output,
+        mask) and its own ``context`` of earlier target sentences: the inputs of the first
+        ``layers`` decoder layers under stop-gradient, without dropout, and the key mask
+        (N, 1, 1, T2)."""
+        self._check_memory()
+        layers = self.num_blocks if layers is None else layers
+        x = self._embed(tgt_in, self.tgt_embedding, self.tgt_position, self.tgt_dropout, False)
+        causal, query_mask = modules.causal_mask(tf.shape(tgt_in)[1]), self.masks(tgt_in)[1]
+        states = [tf.stop_gradient(x)]
+        for i, layer in enumerate(self.decoder_layers[: layers - 1]):
+            x = layer(
+                x,
+                *encoded[:1],
+                causal,
+                encoded[1],
+                query_mask=query_mask,
+                **self._earlier(context, i, self.DECODER_MEMORY),
+            )
+            states.append(tf.stop_gradient(x))
+        return states, modules.padding_mask(tgt_in)
+
+    # the decoder layers' keyword arguments for the earlier target sentences
+    DECODER_MEMORY = ("earlier", "earlier_mask")
+
     @staticmethod
     def context_of(window):
-        """The context of the next sentence from ``window``, the :meth:`sentence_states` of
-        its earlier sentences (oldest first): per layer, their states side by side, the
-        real tokens of each row moved to the right end in order (left padding), so the last
-        token of the previous sentence sits at position -1 whatever the padding: per layer
-        (states (N, T_m, d_model), mask (N, 1, 1, T_m)), for the layers every sentence of
-        the window has; None for an empty window."""
+        """The context of the next sentence from ``window``, the :meth:`sentence_states` (or
+        :meth:`target_states`) of its earlier sentences (oldest first): per layer, their
+        states side by side, the real tokens of each row moved to the right end in order
+        (left padding), so the last token of the previous sentence sits at position -1
+        whatever the padding: per layer (states (N, T_m, d_model), mask (N, 1, 1, T_m)),
+        for the layers every sentence of the window has; None for an empty window."""
         if not window:
             return None
         mask = tf.concat([m for _, m in window], axis=-1)  # (N, 1, 1, T_m)
@@ -347,7 +389,8 @@ class Transformer(keras.Model):
     def encode_in_context(self, src, context_ids, sentences: int, training=False, **kwargs):
         """src (N, T1) encoded with each encoder layer attending also to that layer's inputs
         for the last ``sentences`` (M) sentences before it in its document, as
-        Transformer-XL's recurrence (Dai et al. 2019, 3.2) with a sentence as the segment.
+        Transformer-XL's recurrence (Dai et al. 2019, 3.2) with a sentence as the segment
+        (the encoder's memory alone: :meth:`forward` reads the decoder's too).
 
         ``context_ids``: the earlier sentences, oldest first, each (N, T_c) ids, or one
         (N, K, T_c) tensor of K of them (a training batch's); a row whose document has
@@ -360,35 +403,93 @@ class Transformer(keras.Model):
         M * L * (L - 1) / 2 layer passes, under half of encoding its L * M sentences
         whole; sentences before those count for nothing.
         Returns what :meth:`encode` returns (``kwargs`` go to it)."""
-        window = self.memory_window(context_ids, sentences)
+        window, _ = self.document_windows(context_ids, None, sentences, 0)
         return self.encode(src, training=training, context=self.context_of(window), **kwargs)
 
-    def memory_window(self, context_ids, sentences: int) -> list:
-        """The :meth:`sentence_states` of the last ``sentences`` of ``context_ids`` (as in
-        :meth:`encode_in_context`, which reads them), each computed in order under the
-        context of the ones before it; every layer's for those last ones."""
-        window = []
-        if sentences > 0:
-            if not isinstance(context_ids, (list, tuple)):
-                context_ids = tf.unstack(context_ids, axis=1)
-            context_ids = list(context_ids)[-self.num_blocks * sentences :]
-            for k, ids in enumerate(context_ids):
-                back = len(context_ids) - k  # sentences between this one and src, plus one
-                layers = self.num_blocks - math.ceil(back / sentences) + 1
-                states = self.sentence_states(ids, self.context_of(window), layers)
-                window = (window + [states])[-sentences:]
-        return window
+    def document_windows(
+        self, context_ids, context_tgt=None, memory: int | None = None, target: int | None = None
+    ) -> tuple[list, list]:
+        """The windows a sentence reads: the :meth:`sentence_states` of its last ``memory``
+        (M; the model's by default) earlier sentences and the :meth:`target_states` of the
+        last ``target`` (M_t) earlier target sentences, each computed in order under the
+        context of the ones before it, each giving what hparams.context_needs asks of it
+        (the encoder output of a sentence whose decoder states are needed, its source's
+        context with it). ``context_ids``: as in :meth:`encode_in_context`;
+        ``context_tgt``: the decoder inputs (<S> and the tokens) of the last of them, each
+        (N, T_t) or one (N, K_t, T_t); needed when ``target`` > 0."""
+        memory = self.memory_sentences if memory is None else memory
+        target = self.target_memory_sentences if target is None else target
+        enc_need, dec_need = hparams.context_needs(self.num_blocks, memory, target)
+        if not enc_need or context_ids is None:
+            return [], []
+        self._check_memory()
+        sources = sentences_of(context_ids)[-len(enc_need) :]
+        targets = sentences_of(context_tgt) if target else []
+        wanted = min(len(sources), sum(1 for d in dec_need if d))
+        if len(targets) < wanted:
+            raise ValueError(
+                f"the decoder's memory reads the targets of the last {wanted} earlier "
+                f"sentences; context_tgt holds {len(targets)}"
+            )
+        enc_window, dec_window = [], []
+        for k, ids in enumerate(sources):
+            back = len(sources) - k  # sentences between this one and src, plus one
+            e, d = enc_need[back - 1], dec_need[back - 1]
+            context = self.context_of(enc_window) if e >= 2 else None
+            states = encoded = None
+            if e > self.num_blocks:  # its output too, for its decoder states
+                inputs = []
+                output, mask = self.encode(ids, context=context, layer_inputs=inputs)
+                states, encoded = (inputs, mask), (tf.stop_gradient(output), mask)
+            elif e:
+                states = self.sentence_states(ids, context, e)
+            if memory:
+                enc_window = (enc_window + [states])[-memory:]
+            if target:
+                tgt_states = None
+                if d:
+                    tgt_context = self.context_of(dec_window) if d >= 2 else None
+                    tgt_states = self.target_states(targets[-back], encoded, tgt_context, d)
+                dec_window = (dec_window + [tgt_states])[-target:]
+        return enc_window, dec_window
+
+    def forward(self, src, tgt_in, context_ids=None, context_tgt=None, training=False, extras=None):
+        """The teacher-forced pass: decoder output (N, T2, d_model) before the projection,
+        with the document context of :meth:`document_windows` for a model with memory
+        (``context_ids`` (N, K, T_c) sources and ``context_tgt`` (N, K_t, T_t) decoder
+        inputs of the sentences before, as data_load.context_batch builds them)."""
+        enc_window, dec_window = self.document_windows(context_ids, context_tgt)
+        memory, mask = self.encode(
+            src, training=training, extras=extras, context=self.context_of(enc_window)
+        )
+        return self.decode(
+            tgt_in,
+            memory,
+            mask,
+            training=training,
+            extras=extras,
+            context=self.context_of(dec_window),
+        )
 
     def decode(
-        self, tgt_in, memory, memory_mask, training=False, return_attention=False, extras=None
+        self,
+        tgt_in,
+        memory,
+        memory_mask,
+        training=False,
+        return_attention=False,
+        extras=None,
+        context=None,
     ):
         """tgt_in (N, T2) ids -> decoder output (N, T2, d_model) before the projection
-        [, weights]; ``extras`` as in :meth:`encode`."""
+        [, weights]; ``extras`` as in :meth:`encode`. ``context``: per decoder layer, the
+        (states, mask) of earlier target sentences (:meth:`target_states`, through
+        :meth:`context_of`), which that layer's self-attention attends to as well."""
         x = self._embed(tgt_in, self.tgt_embedding, self.tgt_position, self.tgt_dropout, training)
         self_mask = modules.causal_mask(tf.shape(tgt_in)[1])
         query_mask = self.masks(tgt_in)[1]
         weights = []
-        for layer in self.decoder_layers:
+        for i, layer in enumerate(self.decoder_layers):
             x, w = self._run_layer(
                 layer,
                 extras,
@@ -398,6 +499,7 @@ class Transformer(keras.Model):
                 memory_mask,
                 training=training,
                 query_mask=query_mask,
+                **self._earlier(context, i, self.DECODER_MEMORY),
             )
             weights.append(w)
         if self.norm == "pre":
@@ -414,32 +516,31 @@ class Transformer(keras.Model):
 
     def call(self, inputs, training=False):
         """inputs = (src (N, T1), tgt_in (N, T2)) -> logits (N, T2, V) float32; with
-        ``memory_sentences`` > 0 also (..., context (N, K, T_c)), the K sentences before
-        each source in its document (:meth:`encode_in_context`)."""
-        src, tgt_in, *context = inputs
-        if context:
-            memory, mask = self.encode_in_context(
-                src, context[0], self.memory_sentences, training=training
-            )
-        else:
-            memory, mask = self.encode(src, training=training)
-        return self.logits(self.decode(tgt_in, memory, mask, training=training))
+        document memory also (..., context (N, K, T_c)[, context_tgt (N, K_t, T_t)]), the
+        K sentences before each source in its document and the decoder inputs of the last
+        K_t of them (:meth:`forward`)."""
+        return self.logits(self.forward(*inputs, training=training))
 
     # -- incremental decoding ------------------------------------------------------------
-    def init_cache(self, memory, memory_mask):
+    def init_cache(self, memory, memory_mask, context=None):
         """The decoding cache, a plain dict: ``step`` (scalar int32), ``memory_mask``
         (N, 1, 1, T1), ``output`` (the tied output matrix as (d_model, V8), transposed
         once for all the steps, or a (0,) placeholder) and ``layers``, one dict per decoder
         layer made by its ``init_cache`` (for the paper's layer: the self-attention
         keys/values of the positions decoded so far (N, h, step, d_k) and the
-        cross-attention keys/values (N, h, T1, d_k)). ``memory_mask`` and every layer
-        entry have the batch on axis 0."""
+        cross-attention keys/values (N, h, T1, d_k); with ``context``, the decoder's
+        memory as :meth:`decode` takes it, also the earlier target sentences' keys/values).
+        ``memory_mask`` and every layer entry have the batch on axis 0."""
         output = self.tgt_embedding.transposed() if self.tie_softmax else tf.zeros((0,))
+        layers = [
+            layer.init_cache(memory, **({} if context is None else {"earlier": context[i]}))
+            for i, layer in enumerate(self.decoder_layers)
+        ]
         return {
             "step": tf.constant(0, tf.int32),
             "memory_mask": memory_mask,
             "output": output,
-            "layers": [layer.init_cache(memory) for layer in self.decoder_layers],
+            "layers": layers,
         }
 
     def reorder_cache(self, cache, index):

@@ -229,6 +229,10 @@ class DecoderLayer(_Block):
     call: x (N, T2, d_model), memory (N, T1, d_model), self_mask (1, 1, T2, T2),
     memory_mask (N, 1, 1, T1) -> (N, T2, d_model) [, (self weights, cross weights)]. See 3.1.
     ``query_mask`` (N, 1, T2, 1), if given, zeroes the attention weights of PAD queries.
+    ``earlier`` (N, T_e, d_model) with ``earlier_mask`` (N, 1, 1, T_e): this layer's inputs
+    for the earlier target sentences of the document (the decoder's memory, as
+    Transformer-XL's language model), left-aligned as the encoder's ``memory``: the
+    masked self-attention's keys come from [earlier; x] at positions -T_e .. T2 - 1.
     :meth:`step` runs one position with a key/value cache for incremental decoding.
     """
 
@@ -256,12 +260,26 @@ class DecoderLayer(_Block):
         training=False,
         return_attention=False,
         query_mask=None,
+        earlier=None,
+        earlier_mask=None,
     ):
         found = {}
         options = dict(training=training, return_attention=True, query_mask=query_mask)
 
         def self_attend(h):
-            out, found["self"] = self.self_attn(h, h, self_mask, **options)
+            keys, mask, k_offset = h, self_mask, 0
+            if earlier is not None:
+                keys = tf.concat([self.res1.normalize(cast(earlier, h.dtype)), h], axis=1)
+                n, t, t_e = tf.shape(h)[0], tf.shape(h)[1], tf.shape(earlier)[1]
+                mask = tf.concat(
+                    [
+                        tf.broadcast_to(earlier_mask, (n, 1, t, t_e)),
+                        tf.broadcast_to(self_mask, (n, 1, t, t)),
+                    ],
+                    axis=-1,
+                )
+                k_offset = -t_e
+            out, found["self"] = self.self_attn(h, keys, mask, k_offset=k_offset, **options)
             return out
 
         def cross_attend(h):
@@ -273,21 +291,31 @@ class DecoderLayer(_Block):
         x = self.feed_forward(x, self.res3, training)
         return (x, (found["self"], found["cross"])) if return_attention else x
 
-    def init_cache(self, memory) -> dict:
+    def init_cache(self, memory, earlier=None) -> dict:
         """Cache for :meth:`step`: the self-attention keys/values of the positions decoded
         so far, (N, h, 0, d_k) at first and one position longer after each step (a step
         copies and attends over the filled part only, not a max-length buffer), and the
         cross-attention keys/values of the memory (N, h, T1, d_k), computed once per
-        source. Every entry has the batch on axis 0."""
+        source. ``earlier``: (states (N, T_e, d_model), mask (N, 1, 1, T_e)) of the
+        earlier target sentences (see the class), whose keys/values (N, h, T_e, d_k, at
+        positions -T_e ..) are also computed once per sentence, like the cross-attention's,
+        and shared by a sentence's beams (never reordered). Every entry has the batch on
+        axis 0."""
         cross_k, cross_v = self.cross_attn.keys_values(cast(memory, self.compute_dtype))
         n, a = tf.shape(memory)[0], self.self_attn
         empty = tf.zeros((n, a.num_heads, 0, a.d_k), self.compute_dtype)
-        return {"k": empty, "v": empty, "cross_k": cross_k, "cross_v": cross_v}
+        cache = {"k": empty, "v": empty, "cross_k": cross_k, "cross_v": cross_v}
+        if earlier is not None:
+            states, mask = earlier
+            h = self.res1.normalize(cast(states, self.compute_dtype))
+            cache["earlier_k"], cache["earlier_v"] = a.keys_values(h, -tf.shape(h)[1])
+            cache["earlier_mask"] = mask
+        return cache
 
     def reorder_cache(self, cache: dict, index) -> dict:
         """The cache of the rows ``index`` (N',) after a beam-search step: the
-        self-attention keys/values follow their hypotheses (the cross-attention ones are
-        the same for every hypothesis of a sentence)."""
+        self-attention keys/values follow their hypotheses (the cross-attention ones and
+        the earlier sentences' are the same for every hypothesis of a sentence)."""
         return dict(cache, k=tf.gather(cache["k"], index), v=tf.gather(cache["v"], index))
 
     def step(self, x, cache, step, memory_mask, query_mask=None):
@@ -302,9 +330,16 @@ class DecoderLayer(_Block):
             k, v = self.self_attn.keys_values(h, offset=step)
             new["k"] = tf.concat([cache["k"], k], axis=2)
             new["v"] = tf.concat([cache["v"], v], axis=2)
-            # every cached key is at or before this position: no mask
+            keys, values, mask, k_offset = new["k"], new["v"], None, 0
+            if "earlier_k" in cache:  # the earlier sentences' keys, then this one's
+                keys = tf.concat([cache["earlier_k"], keys], axis=2)
+                values = tf.concat([cache["earlier_v"], values], axis=2)
+                k_offset = -tf.shape(cache["earlier_k"])[2]
+                own = tf.ones_like(new["k"][:, :1, None, :, 0], tf.bool)  # (N, 1, 1, step + 1)
+                mask = tf.concat([cache["earlier_mask"], own], axis=-1)
+            # every key is at or before this position: no causal mask
             return self.self_attn.attend(
-                h, new["k"], new["v"], None, query_mask=query_mask, offset=step
+                h, keys, values, mask, query_mask=query_mask, offset=step, k_offset=k_offset
             )[0]
 
         def cross_attend(h):
@@ -501,10 +536,10 @@ class MultiHeadAttention(keras.layers.Layer):
         out = self._merge(heads)
         return (out, weights) if return_attention else out
 
-    def attend(self, query, k, v, mask=None, bias=None, query_mask=None, offset=0):
+    def attend(self, query, k, v, mask=None, bias=None, query_mask=None, offset=0, k_offset=0):
         """Attention of query (N, T_q, d_model) at positions offset, ... over precomputed
-        heads k, v of positions 0, 1, ... (inference)."""
-        heads, weights = self._heads(query, k, v, mask, False, bias, query_mask, offset, 0)
+        heads k, v of positions k_offset, k_offset + 1, ... (inference)."""
+        heads, weights = self._heads(query, k, v, mask, False, bias, query_mask, offset, k_offset)
         return self._merge(heads), weights
 
     def get_config(self):

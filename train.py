@@ -394,11 +394,8 @@ class Trainer:
             self._apply_fn = tf.function(self._apply_accumulated, autograph=False)
 
     def batch_spec(self) -> list:
-        """The tensors of a batch (data_load.build_batch): source, decoder input and
-        labels (N, T) int32, and with memory_sentences the context (N, K, T_c)."""
-        spec = [tf.TensorSpec([None, None], tf.int32)] * 3
-        depth = data_load.context_depth(self.hp)
-        return spec + [tf.TensorSpec([None, depth, None], tf.int32)] * bool(depth)
+        """The tensors of a batch: data_load.batch_spec."""
+        return data_load.batch_spec(self.hp)
 
     @property
     def step(self) -> int:
@@ -449,15 +446,9 @@ class Trainer:
         """Label-smoothed loss (5.4), cross-entropy and correct tokens summed over the
         non-PAD targets of ``batch`` (:meth:`batch_spec`), and their count; ``extras``
         receives what the layers report. With a context, the encoder reads the sources in
-        it (Transformer.encode_in_context)."""
+        it, and the decoder the targets (Transformer.forward)."""
         src, dec_in, labels, *context = batch
-        if context:
-            memory, mask = self.model.encode_in_context(
-                src, context[0], self.model.memory_sentences, training, extras=extras
-            )
-        else:
-            memory, mask = self.model.encode(src, training=training, extras=extras)
-        hidden = self.model.decode(dec_in, memory, mask, training=training, extras=extras)
+        hidden = self.model.forward(src, dec_in, *context, training=training, extras=extras)
         real = tf.not_equal(labels, data_load.PAD_ID)
         if self.hp.jit_compile:  # XLA needs static shapes: every position, PAD weighted 0
             hidden = tf.reshape(hidden, (-1, self.model.d_model))
@@ -687,10 +678,12 @@ class Trainer:
             )
         order = np.argsort(corpus.src_lens, kind="stable")
         total = np.zeros(4)
-        depth, max_len = data_load.context_depth(self.hp), self.hp.maxlen1
+        (depth, target_depth), hp = data_load.context_depths(self.hp), self.hp
         for start in range(0, len(order), batch_size):
             idx = order[start : start + batch_size]
-            batch = data_load.build_batch(corpus, idx, depth=depth, max_len=max_len)
+            batch = data_load.build_batch(
+                corpus, idx, 1, 0, depth, hp.maxlen1, target_depth, hp.maxlen2
+            )
             with out_of_memory(self.hp, "a dev batch", batch[0].shape, batch[1].shape):
                 total += fn(*batch).numpy()
         return total[0] / max(total[2], 1), total[1] / max(total[2], 1)

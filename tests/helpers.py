@@ -146,11 +146,12 @@ def check_greedy_and_beam(model, src, extra: int = 4, k: int = 3):
     check_beam_scores(model, src, ids, scores, (src.numpy() != 0).sum(1) + extra)
 
 
-def check_beam_scores(model, src, ids, scores, limits, context=None):
+def check_beam_scores(model, src, ids, scores, limits, context=None, target_context=None):
     """Every hypothesis ids[i][j] of every sentence i of src (N, T1), re-scored token by
-    token by the full teacher-forced pass (with ``context`` (N, K, T_c), if given, as
-    training reads it), has the beam's score scores[i][j]: the sum of log-probabilities
-    over the length penalty of its length (cut at limits[i] tokens)."""
+    token by the full teacher-forced pass (with ``context`` (N, K, T_c), if given, and
+    ``target_context`` (N, K_t, T_t), as training reads them), has the beam's score
+    scores[i][j]: the sum of log-probabilities over the length penalty of its length (cut
+    at limits[i] tokens)."""
     eos = data_load.EOS_ID
     # every hypothesis of every sentence in one teacher-forced pass: row (i, j) is
     # hypothesis j of sentence i after BOS, PADs after its </S> (the causal mask keeps
@@ -168,6 +169,8 @@ def check_beam_scores(model, src, ids, scores, limits, context=None):
     inputs = (tf.gather(src, rows), tf.constant(dec))
     if context is not None:
         inputs += (tf.gather(context, rows),)
+    if target_context is not None:
+        inputs += (tf.gather(target_context, rows),)
     logp = tf.nn.log_softmax(model(inputs)).numpy()
     for r, (hyp, score) in enumerate(zip(hyps, want)):
         total = logp[r, np.arange(len(hyp)), hyp].sum()

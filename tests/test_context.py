@@ -233,8 +233,9 @@ def test_documents_decode_in_lanes_as_recomputed(kind, norm):
 def test_memory_run_trains_evaluates_and_resumes_exactly(
     demo_prepro, tmp_path, capsys, monkeypatch
 ):
-    """A memory model (xl, M = 1) on the demo's talks, trained for one epoch on the wsd
-    schedule: each training pair carries the sentence before it, and a run stopped by
+    """A memory model (xl, M = 1 and a decoder memory M_t = 1) on the demo's talks,
+    trained for one epoch on the wsd schedule: each training pair carries the sentence
+    before it and its target (num_blocks 1), and a run stopped by
     SIGTERM in its cooldown and resumed to the end of the epoch (where dev loss and dev
     BLEU read the dev talks in order) ends with the weights, Adam slots and budget
     fraction of the run never stopped, with dropout; its last update ran at
@@ -247,6 +248,7 @@ def test_memory_run_trains_evaluates_and_resumes_exactly(
         prepro_dir=demo_prepro.prepro_dir,
         position="xl",
         memory_sentences=1,
+        target_memory_sentences=1,
         dropout_rate=0.3,
         lr_schedule="wsd",
         warmup_steps=5,
@@ -256,7 +258,10 @@ def test_memory_run_trains_evaluates_and_resumes_exactly(
     straight = train.train(hparams.apply(hp, {"max_steps": epoch}))
     out = capsys.readouterr().out
     docs = data_load.load_corpus(hp, "train").documents()
-    assert f"in {docs} documents; each pair carries the 1 sentence before it" in out
+    assert (
+        f"in {docs} documents; each pair carries the 1 sentence before it and the targets "
+        "of the last 1" in out
+    )
     assert 1 < docs < 300
     assert [h["dev_bleu"] is not None for h in straight["history"]] == [True]
     half = tiny(str(tmp_path / "resumed"), **base, max_steps=epoch)
@@ -308,7 +313,8 @@ def test_memory_run_trains_evaluates_and_resumes_exactly(
     path.write_text("".join(json.dumps(it) + "\n" for it in items), encoding="utf-8")
     figures = contrastive(half.logdir, {"results_dir": str(tmp_path)}, str(path))
     candidates = [[it[key] for it in items] for key in ("reference", "contrastive")]
-    right, wrong = forced_scores(model, tok, items, candidates, 2)
+    # the decoder's memory reads the context's own translations, as eval.py gives them
+    right, wrong = forced_scores(model, tok, items, candidates, 2, [got[:k] for k in range(3)])
     assert figures["accuracy"] == pytest.approx(np.mean(right > wrong))
     assert figures["sacrebleu"] == pytest.approx(100.0)  # the sources in context, as above
     assert json.loads(open(figures["results"]).read())["items"] == 3

@@ -260,6 +260,7 @@ CHANGES = {
     "position_add_absolute": (True, {"position": "alibi"}),
     "norm": ("pre", {}),
     "memory_sentences": (1, {"position": "xl"}),
+    "target_memory_sentences": (1, {"position": "xl"}),
     "share_embeddings": (False, {}),
     "qkv_activation": ("relu", {}),
     "qkv_bias": (True, {}),
