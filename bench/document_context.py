@@ -50,8 +50,11 @@ def main() -> None:
     import decoding
 
     hp, tok, model, path = decoding.load_run(args.logdir, {}, who="bench")
-    if not model.memory_sentences:
-        sys.exit(f"{args.logdir} holds a model without memory_sentences: train one first")
+    if not model.memory_sentences or model.target_memory_sentences:
+        sys.exit(
+            f"{args.logdir}: this bench compares the encoder's memory reused and recomputed; "
+            "train a model with memory_sentences and without target_memory_sentences"
+        )
     sources, _ = data_load.read_raw(hp, "test")
     docs = data_load.load_corpus(hp, "test").docs
     n = len(sources) if args.sents <= 0 else min(args.sents, len(sources))
@@ -101,8 +104,9 @@ def encoder_only(model):
 
     import decoding
 
-    def encode(src, extra, states, mask):
-        return tf.zeros_like(src[:, :1]), decoding.encode_in_window(model, src, states, mask)[1]
+    def encode(src, extra, states, mask, tgt_states, tgt_mask):
+        inputs = decoding.encode_in_window(model, src, states, mask)[1]
+        return tf.zeros_like(src[:, :1]), inputs, tf.zeros_like(tgt_states[:, :, :1])
 
     spec = decoding.document_spec(model)
     return tf.function(encode, input_signature=spec, autograph=False)

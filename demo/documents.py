@@ -116,7 +116,8 @@ def episode(rng: random.Random, gender: str = "", person: bool | None = None) ->
 
 def contrastive_item(ep: dict) -> dict:
     """The line of a contrastive file (eval.py --contrastive) for an episode."""
-    return {k: ep[k] for k in ("context", "source", "reference", "contrastive", "pronoun")}
+    item = {k: ep[k] for k in ("context", "source", "reference", "contrastive", "pronoun")}
+    return {**item, "target_context": [ep["pairs"][0][1]]}  # read by a decoder memory
 
 
 def mixed_pairs(share: float, n: int, rng: random.Random, regular, seen: set | None = None):

@@ -108,24 +108,33 @@ class Ids:
     encode_tgt = encode_src
 
 
-def test_forced_scores_are_the_cached_decoders_log_probabilities():
-    """A memory model's forced score of a target, with the item's context, is the sum of
-    the log-probabilities that the cached decoder gives its tokens step by step after
-    encoding the source in that context."""
-    model = relative_model("xl", seed=11, memory_sentences=1)
+@pytest.mark.parametrize("target_memory", [0, 1])
+def test_forced_scores_are_the_cached_decoders_log_probabilities(target_memory):
+    """A memory model's forced score of a target, with the item's context (and, for a
+    decoder memory, the context's translations), is the sum of the log-probabilities
+    that the cached decoder gives its tokens step by step after encoding the source in
+    that context."""
+    model = relative_model(
+        "xl", seed=11, memory_sentences=1, target_memory_sentences=target_memory
+    )
     items = [
         {"context": ["5 6 7", "8 9"], "source": "10 11 12"},
         {"context": [], "source": "13 14"},
         {"context": ["15 16 17 18"], "source": "19"},
     ]
+    translations = [["20 21", "22"], [], ["4 4 4"]]
     targets = ["4 5 6", "7", "8 9 10 11"]
-    got = evaluation.forced_scores(model, Ids(), items, [targets], batch_size=2)[0]
-    eos = data_load.EOS_ID
-    for item, target, score in zip(items, targets, got):
+    got = evaluation.forced_scores(
+        model, Ids(), items, [targets], batch_size=2, targets=translations
+    )[0]
+    eos, bos = data_load.EOS_ID, data_load.BOS_ID
+    for item, before, target, score in zip(items, translations, targets, got):
         src = tf.constant([[int(t) for t in item["source"].split()] + [eos]])
         context = [tf.constant([[int(t) for t in s.split()] + [eos]]) for s in item["context"]]
-        memory, mask = model.encode_in_context(src, context, 1)
-        cache = model.init_cache(memory, mask)
+        tgt_context = [tf.constant([[bos] + [int(t) for t in s.split()]]) for s in before]
+        enc_window, dec_window = model.document_windows(context, tgt_context)
+        memory, mask = model.encode(src, context=model.context_of(enc_window))
+        cache = model.init_cache(memory, mask, model.context_of(dec_window))
         total, token = 0.0, data_load.BOS_ID
         for nxt in [int(t) for t in target.split()] + [eos]:
             logits, cache = model.decode_step(tf.constant([token]), cache)
