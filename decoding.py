@@ -374,17 +374,31 @@ def document_runs(docs) -> list[np.ndarray]:
 
 
 def window_encoder(model):
-    """For a model with ``memory_sentences`` (M): a compiled ``fn(context (N, K, T_c)
-    int32) -> (states (M, L, N, T_c, d_model) float32, mask (M, N, T_c) bool)``, the
-    encoder-layer inputs of the last M of the K sentences, each computed in order under
-    the context of the ones before it (training's recomputation:
-    Transformer.document_windows), for a lane that starts inside a document."""
-    spec = [tf.TensorSpec([None, model.num_blocks * model.memory_sentences, None], tf.int32)]
+    """For a model with document memory: a compiled ``fn(context (N, K, T_c) int32,
+    context_tgt (N, K_t, T_t) int32) -> (states (M, L, N, T_c, d_model) float32, mask
+    (M, N, T_c) bool, tgt_states (M_t, L, N, T_t, d_model) float32, tgt_mask (M_t, N,
+    T_t) bool)``: the encoder-layer inputs of the last M of the K sentences and the
+    decoder-layer inputs of the last M_t of their targets (K, K_t:
+    Transformer.context_depths), each computed in order under the context of the ones
+    before it, as training computes them (Transformer.document_windows): for a lane that
+    starts inside a document, or that recomputes every sentence's context."""
+    depth, target_depth = model.context_depths
+    spec = [
+        tf.TensorSpec([None, depth, None], tf.int32),
+        tf.TensorSpec([None, target_depth, None], tf.int32),
+    ]
 
-    def window(context):
-        sentences = model.document_windows(context, None, model.memory_sentences, 0)[0]
-        states = tf.stack([tf.cast(tf.stack(layers), tf.float32) for layers, _ in sentences])
-        return states, tf.stack([mask[:, 0, 0] for _, mask in sentences])
+    def stacked(window, n):
+        if not window:
+            shape = (0, model.num_blocks, n, 1, model.d_model)
+            return tf.zeros(shape), tf.zeros(shape[:1] + shape[2:4], tf.bool)
+        states = tf.stack([tf.cast(tf.stack(layers), tf.float32) for layers, _ in window])
+        return states, tf.stack([mask[:, 0, 0] for _, mask in window])
+
+    def window(context, context_tgt):
+        enc, dec = model.document_windows(context, context_tgt if target_depth else None)
+        n = tf.shape(context)[0]
+        return (*stacked(enc, n), *stacked(dec, n))
 
     return tf.function(window, input_signature=spec, autograph=False)
 
@@ -482,7 +496,6 @@ class Translator:
         if self.memory or self.targets:
             self.depth = model.num_blocks * self.memory  # what a sentence's context reads
             self.decode_in_context = document_decoder(model, self.k, hp.length_penalty, hp.max_len)
-        if self.memory:
             self.window = window_encoder(model)
         if self.k > 1:
             self.decode = beam_decoder(model, self.k, hp.length_penalty, hp.max_len)
@@ -537,16 +550,18 @@ class Translator:
     def _translate_documents(self, src_ids: list, progress: bool, docs) -> list:
         """translate_ids for a model with memory: documents as :class:`Lanes`, cut into
         pieces of ``self.chunk`` sentences (0: whole; None: at least 2 L M sentences and
-        enough pieces to fill a batch; always whole with a decoder memory, which reads the
-        lane's own translations). An empty source is encoded as </S> alone (as a training
-        context holds it) and gives None; its translation is empty (<S> alone)."""
+        enough pieces to fill a batch). With a decoder memory, which reads the lane's own
+        translations, documents stay whole, and ``chunk`` = 1 recomputes every sentence's
+        context (sources and own translations) as training does. An empty source is
+        encoded as </S> alone (as a training context holds it) and gives None; its
+        translation is empty (<S> alone)."""
         out: list = [None] * len(src_ids)
         limit = source_limit(self.model) - 1
         eos = np.array([data_load.EOS_ID], np.int32)
         seqs = [np.concatenate([np.asarray(s[:limit], np.int32), eos]) for s in src_ids]
         docs = np.arange(len(src_ids)) if docs is None else docs[: len(src_ids)]
         layers, d_model, depth = self.model.num_blocks, self.model.d_model, self.depth
-        chunk = self.chunk
+        chunk, recompute = self.chunk, self.targets and self.chunk == 1
         if self.targets:
             chunk = 0
         elif chunk is None:
@@ -554,12 +569,16 @@ class Translator:
         runs, size = document_runs(docs), self.hp.eval_batch_size
         lanes = Lanes(runs, size, self.memory, chunk, self.targets)
         bar = tqdm(total=len(src_ids), disable=not progress, file=sys.stderr, unit="sentence")
+        # each sentence's translation as the decoder's memory reads it: the best
+        # hypothesis's tokens before </S> (training's context holds the reference), none
+        # for an empty line
+        translations: list = [None] * len(src_ids)
         while True:
             active, inside = lanes.next_round()
             if active is None:
                 break
-            if inside:
-                self._recompute_windows(inside, seqs)
+            if recompute or inside:
+                self._recompute_windows(active if recompute else inside, seqs, translations)
             idx = [lane[0][lane[1]] for lane in active]
             batch = data_load.pad_batch([seqs[i] for i in idx], self.multiple)
             windows = [
@@ -568,32 +587,45 @@ class Translator:
             ]
             result, new, translated = self._run(self.decode_in_context, batch, *windows)
             ids, scores = self._best(result, len(idx))
-            fed = []  # <S> and the best translation's tokens before </S> (training's context)
             for row, i in enumerate(idx):
-                stops = np.flatnonzero(np.isin(ids[row][0], (data_load.PAD_ID, data_load.EOS_ID)))
-                fed.append(1 + (int(stops[0]) if len(stops) else len(ids[row][0])))
+                best = ids[row][0]
+                stops = np.flatnonzero(np.isin(best, (data_load.PAD_ID, data_load.EOS_ID)))
+                translations[i] = best[: stops[0] if len(stops) else len(best)]
                 if len(src_ids[i]):
                     out[i] = (ids[row], scores[row])
-                else:  # an empty line translates to nothing: its context is <S> alone
-                    fed[-1] = 1
+                else:
+                    translations[i] = best[:0]
+            fed = [1 + len(translations[i]) for i in idx]  # <S> and the tokens
             lengths = [len(seqs[i]) for i in idx]
             lanes.advance(active, new.numpy(), lengths, translated.numpy(), fed)
             bar.update(len(idx))
         bar.close()
         return out
 
-    def _recompute_windows(self, lanes: list, seqs: list) -> None:
-        """The windows of lanes that start inside their document, from the L M sentences
-        before each (all-PAD ones where the document has fewer), as training reads them."""
-        depth, empty = self.depth, np.zeros(0, np.int32)
-        flat = []
-        for lane in lanes:
-            before = [seqs[i] for i in lane[0][max(0, lane[1] - depth) : lane[1]]]
+    def _recompute_windows(self, lanes: list, seqs: list, translations: list) -> None:
+        """The windows of ``lanes`` (that start inside their document, or every lane when
+        the context of every sentence is recomputed) from the sentences before each, and
+        for a decoder memory their ``translations``, all-PAD ones where the document has
+        fewer, as training reads them (:func:`window_encoder`)."""
+        (depth, target_depth), empty = self.model.context_depths, np.zeros(0, np.int32)
+        bos = np.array([data_load.BOS_ID], np.int32)
+        flat, flat_tgt = [], []
+        for run, pos, *_ in lanes:
+            before = [seqs[i] for i in run[max(0, pos - depth) : pos]]
             flat += [empty] * (depth - len(before)) + before
+            if target_depth:
+                own = [np.r_[bos, translations[i]] for i in run[max(0, pos - target_depth) : pos]]
+                flat_tgt += [empty] * (target_depth - len(own)) + own
         context = data_load.pad_batch(flat).reshape(len(lanes), depth, -1)
-        states, mask = (x.numpy() for x in self.window(tf.constant(context)))
+        tgt = np.zeros((len(lanes), 0, 1), np.int32)
+        if target_depth:
+            tgt = data_load.pad_batch(flat_tgt).reshape(len(lanes), target_depth, -1)
+        states, mask, tgt_states, tgt_mask = (
+            x.numpy() for x in self.window(tf.constant(context), tf.constant(tgt))
+        )
         for r, lane in enumerate(lanes):
             lane[3] = [states[j][:, r, :n] for j, n in enumerate(mask[:, r].sum(1)) if n]
+            lane[4] = [tgt_states[j][:, r, :n] for j, n in enumerate(tgt_mask[:, r].sum(1)) if n]
 
     def translate_nbest(
         self,

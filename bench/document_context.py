@@ -14,14 +14,18 @@ lanes. Every row is the median of ``--repeats`` timed passes after one untimed p
   sentence attends to them (decoding.Translator; documents cut into pieces so that the
   batch stays full, a piece's first window recomputed);
 * recompute: every sentence's context encoded again from its L M sentences before
-  (chunk = 1: what training does for each pair);
-and both again without the decoder (encoder only: where the two differ).
+  (chunk = 1: what training does for each pair), and with a decoder memory
+  (``target_memory_sentences``) the decoder states of the lane's own earlier
+  translations too (documents then stay whole in both rows);
+and, for an encoder memory alone, both again without the decoder (encoder only: where the
+two differ).
 Prints source tokens/s and sentences/s of each, the ratios, and whether reuse and
 recompute give the same translations (they should, up to float rounding in near ties).
 
-``--train``: the run's settings with memory_sentences 0 and with the run's M, two fresh
-Trainers on the same first ``--steps`` batches of epoch 0 (after 5 untimed ones), taken
-in turn batch by batch; prints the median target tokens/s of each and their ratio.
+``--train``: the run's settings without memory and with the run's memory_sentences and
+target_memory_sentences, two fresh Trainers on the same first ``--steps`` batches of
+epoch 0 (after 5 untimed ones), taken in turn batch by batch; prints the median target
+tokens/s of each and their ratio.
 """
 
 import argparse
@@ -50,11 +54,8 @@ def main() -> None:
     import decoding
 
     hp, tok, model, path = decoding.load_run(args.logdir, {}, who="bench")
-    if not model.memory_sentences or model.target_memory_sentences:
-        sys.exit(
-            f"{args.logdir}: this bench compares the encoder's memory reused and recomputed; "
-            "train a model with memory_sentences and without target_memory_sentences"
-        )
+    if not model.reads_documents:
+        sys.exit(f"{args.logdir} holds a model without document memory: train one first")
     sources, _ = data_load.read_raw(hp, "test")
     docs = data_load.load_corpus(hp, "test").docs
     n = len(sources) if args.sents <= 0 else min(args.sents, len(sources))
@@ -63,13 +64,16 @@ def main() -> None:
     tokens = sum(len(x) + 1 for x in ids)
     print(
         f"bench: {path}: position={hp.position}, memory_sentences={hp.memory_sentences}, "
-        f"num_blocks={hp.num_blocks}, d_model={hp.d_model}; {n} test sentences in "
+        f"target_memory_sentences={hp.target_memory_sentences}, num_blocks={hp.num_blocks}, "
+        f"d_model={hp.d_model}; {n} test sentences in "
         f"{len(decoding.document_runs(docs))} documents, {tokens} source tokens, "
         f"eval_batch_size={hp.eval_batch_size}"
     )
     rows = {"reuse": None, "recompute": 1}
     translators = {name: decoding.Translator(model, tok, hp, chunk) for name, chunk in rows.items()}
     for name, chunk in rows.items():  # the same passes without the decoder: the encoder's share
+        if model.target_memory_sentences:
+            break  # (a decoder memory reads the translations: no encoder-only pass)
         tr = decoding.Translator(model, tok, hp, chunk)
         tr.decode_in_context = encoder_only(model)
         translators[f"{name}, encoder only"] = tr
@@ -90,10 +94,13 @@ def main() -> None:
             + " s)"
         )
     same = sum(a == b for a, b in zip(outputs["reuse"], outputs["recompute"]))
-    enc = median["recompute, encoder only"] / median["reuse, encoder only"]
+    enc = ""
+    if "reuse, encoder only" in median:
+        ratio = median["recompute, encoder only"] / median["reuse, encoder only"]
+        enc = f", {ratio:.2f}x encoding alone"
     print(
-        f"reuse / recompute: {median['recompute'] / median['reuse']:.2f}x translating, "
-        f"{enc:.2f}x encoding alone; identical translations: {same} of {n}"
+        f"reuse / recompute: {median['recompute'] / median['reuse']:.2f}x translating{enc}; "
+        f"identical translations: {same} of {n}"
     )
 
 
@@ -124,8 +131,8 @@ def train_cost(logdir: str, steps: int) -> None:
     hp = hparams.load(os.path.join(logdir, "hparams.json"))
     tok = data_load.load_tokenizer(hp)
     trainers, batches = {}, {}
-    for m in (0, hp.memory_sentences):
-        run = hparams.apply(hp, {"memory_sentences": m})
+    for m in ((0, 0), (hp.memory_sentences, hp.target_memory_sentences)):
+        run = hparams.apply(hp, {"memory_sentences": m[0], "target_memory_sentences": m[1]})
         strategy, precision = devices.setup_devices(run)
         keras.utils.set_random_seed(run.seed)
         trainers[m] = train.Trainer(run, tok, strategy, precision)
@@ -138,16 +145,19 @@ def train_cost(logdir: str, steps: int) -> None:
             trainer.train_batch(*batches[m][i])  # numbers: waits for the step
             if i >= 5:
                 seconds[m].append(time.perf_counter() - t0)
-    tokens = [float(np.sum(b[2].numpy() != 0)) for b in batches[0][5:]]
+    tokens = [float(np.sum(b[2].numpy() != 0)) for b in batches[(0, 0)][5:]]
     rate = {m: statistics.median(np.array(tokens) / np.array(s)) for m, s in seconds.items()}
     print(
         f"bench: {hp.position}, num_blocks={hp.num_blocks}, d_model={hp.d_model}, "
         f"tokens_per_batch={hp.tokens_per_batch}, precision={precision}; {steps} batches"
     )
     for m, r in rate.items():
-        print(f"memory_sentences={m}: {r:,.0f} target tokens/s (median over the batches)")
-    m = hp.memory_sentences
-    print(f"memory_sentences={m} / 0: {rate[m] / rate[0]:.2f}x the tokens/s")
+        print(
+            f"memory_sentences={m[0]}, target_memory_sentences={m[1]}: {r:,.0f} target "
+            "tokens/s (median over the batches)"
+        )
+    m = (hp.memory_sentences, hp.target_memory_sentences)
+    print(f"memory {m} / (0, 0): {rate[m] / rate[(0, 0)]:.2f}x the tokens/s")
 
 
 if __name__ == "__main__":

@@ -342,8 +342,10 @@ def test_a_config_field_changes_the_function_iff_it_is_a_model_key(name):
             a.assign(drawn)
             b.assign(drawn)
         tgt = PROBE_SRC[:, ::-1].copy()
-        # a context of num_blocks earlier sentences, which only a memory model reads
-        probe = (PROBE_SRC, tgt, np.stack([tgt, PROBE_SRC], axis=1)[:, -base.num_blocks :])
+        # a context of num_blocks earlier sentences, and their targets, which only a
+        # memory model reads
+        context = np.stack([tgt, PROBE_SRC], axis=1)[:, -base.num_blocks :]
+        probe = (PROBE_SRC, tgt, context, context[:, ::-1])
         out = base(probe, training=False).numpy()
         same = np.allclose(out, other(probe, training=False).numpy(), atol=1e-6)
     assert same == (name in TRAINING_ONLY)

@@ -195,3 +195,29 @@ def test_documents_decode_with_own_translations_as_recomputed(kind, norm):
     ids, scores = [b[0] for b in beams], [b[1] for b in beams]
     tgt_context = own_targets([list(b[0]) for b in ids])
     check_beam_scores(model, src, ids, scores, limits, context, tgt_context)
+
+
+def test_recomputing_every_context_translates_as_reusing_the_states():
+    """A decoder-memory model's documents translated with the states kept (reuse) and
+    with every sentence's context recomputed from the sources and the lanes' own
+    translations (chunk 1, as training reads a pair) give the same translations, and
+    scores to 1e-4 in beam search; an empty line in a document stays empty."""
+    model = relative_model("t5", seed=12, memory_sentences=1, target_memory_sentences=1)
+    rng = np.random.default_rng(13)
+    docs = [[rand_ids(rng, (int(rng.integers(2, 7)),), 23) for _ in range(n)] for n in (5, 2, 3)]
+    docs[0][2] = docs[0][2][:0]  # an empty line inside a document
+    corpus = corpus_of([[s if len(s) else np.array([4]) for s in d] for d in docs])
+    src_ids = [s for d in docs for s in d]
+    for beam in (1, 3):
+        hp = hparams.apply(
+            hparams.Hparams(), {"eval_batch_size": 2, "max_len_extra": 4, "beam_size": beam}
+        )
+        reuse, again = (
+            decoding.Translator(model, None, hp, chunk).translate_ids(src_ids, docs=corpus.docs)
+            for chunk in (None, 1)
+        )
+        assert reuse[2] is None and again[2] is None
+        for i, (a, b) in enumerate(zip(reuse, again)):
+            if a is not None:
+                np.testing.assert_array_equal(a[0], b[0], err_msg=f"sentence {i}")
+                np.testing.assert_allclose(a[1], b[1], atol=1e-4)
