@@ -616,10 +616,13 @@ class Translator:
             if target_depth:
                 own = [np.r_[bos, translations[i]] for i in run[max(0, pos - target_depth) : pos]]
                 flat_tgt += [empty] * (target_depth - len(own)) + own
-        context = data_load.pad_batch(flat).reshape(len(lanes), depth, -1)
+        # at least one column: every lane may be at its document's start
+        width = max(1, *map(len, flat))
+        context = data_load.pad_batch(flat, width=width).reshape(len(lanes), depth, -1)
         tgt = np.zeros((len(lanes), 0, 1), np.int32)
         if target_depth:
-            tgt = data_load.pad_batch(flat_tgt).reshape(len(lanes), target_depth, -1)
+            width = max(1, *map(len, flat_tgt))
+            tgt = data_load.pad_batch(flat_tgt, width=width).reshape(len(lanes), target_depth, -1)
         states, mask, tgt_states, tgt_mask = (
             x.numpy() for x in self.window(tf.constant(context), tf.constant(tgt))
         )

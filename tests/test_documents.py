@@ -114,9 +114,7 @@ def test_forced_scores_are_the_cached_decoders_log_probabilities(target_memory):
     decoder memory, the context's translations), is the sum of the log-probabilities
     that the cached decoder gives its tokens step by step after encoding the source in
     that context."""
-    model = relative_model(
-        "xl", seed=11, memory_sentences=1, target_memory_sentences=target_memory
-    )
+    model = relative_model("xl", seed=11, memory_sentences=1, target_memory_sentences=target_memory)
     items = [
         {"context": ["5 6 7", "8 9"], "source": "10 11 12"},
         {"context": [], "source": "13 14"},
