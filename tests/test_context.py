@@ -191,6 +191,23 @@ def corpus_of(docs_sentences: list[list[np.ndarray]]) -> data_load.Corpus:
     return data_load.Corpus(np.concatenate(flat), src_off, ones, np.arange(len(flat) + 1), doc)
 
 
+def three_documents(depth: int, extra: int = 4):
+    """Three documents of 4, 1 and 3 random sentences for the lanes tests: (corpus, the
+    source ids, hparams of 2 lanes and ``extra`` tokens of budget, the sources (N, T1),
+    their context of ``depth`` sentences (data_load.context_batch), each sentence's
+    decoding budget)."""
+    rng = np.random.default_rng(10)
+    docs = [[rand_ids(rng, (int(rng.integers(2, 7)),), 23) for _ in range(n)] for n in (4, 1, 3)]
+    corpus = corpus_of(docs)
+    src_ids = [corpus.src(i) for i in range(len(corpus))]
+    hp = hparams.apply(hparams.Hparams(), {"eval_batch_size": 2, "max_len_extra": extra})
+    idx = np.arange(len(corpus))
+    src = tf.constant(data_load.build_batch(corpus, idx)[0])
+    context = tf.constant(data_load.context_batch(corpus, idx, depth))
+    limits = (src.numpy() != 0).sum(1) + extra
+    return corpus, src_ids, hp, src, context, limits
+
+
 # every family once, the norms in turn (the encoder's states are compared under both
 # norms for every family above; what this adds, the lanes and the caches, is the same)
 @pytest.mark.parametrize("kind,norm", [(k, ("post", "pre")[i % 2]) for i, k in enumerate(RELATIVE)])
@@ -203,18 +220,10 @@ def test_documents_decode_in_lanes_as_recomputed(kind, norm):
     encoded under its num_blocks x M sentences before (data_load.context_batch, empty
     across document boundaries), greedy by the naive full-pass decoder, and every beam
     hypothesis re-scored by the teacher-forced pass with that context, to 1e-4."""
-    m, extra = 1, 4
+    m = 1
     model = relative_model(kind, seed=9, norm=norm, memory_sentences=m)
-    rng = np.random.default_rng(10)
-    docs = [[rand_ids(rng, (int(rng.integers(2, 7)),), 23) for _ in range(n)] for n in (4, 1, 3)]
-    corpus = corpus_of(docs)
-    src_ids = [corpus.src(i) for i in range(len(corpus))]
-    hp = hparams.apply(hparams.Hparams(), {"eval_batch_size": 2, "max_len_extra": extra})
-    idx = np.arange(len(corpus))
-    src = tf.constant(data_load.build_batch(corpus, idx)[0])
-    context = tf.constant(data_load.context_batch(corpus, idx, LAYERS * m))
+    corpus, src_ids, hp, src, context, limits = three_documents(LAYERS * m)
     encoded = model.encode_in_context(src, context, m)
-    limits = (src.numpy() != 0).sum(1) + extra
     pieces = decoding.Translator(model, None, hp, chunk=2)
     greedy = pieces.translate_ids(src_ids, docs=corpus.docs)
     naive = decoding.naive_greedy(model, src, int(limits.max()), limits, encoded=encoded)

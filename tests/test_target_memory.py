@@ -11,7 +11,7 @@ import data_load
 import decoding
 import hparams
 from helpers import check_beam_scores, rand_ids, relative_model
-from test_context import RELATIVE, corpus_of, document
+from test_context import RELATIVE, corpus_of, document, three_documents
 
 PAIRS = [(k, norm) for k in RELATIVE for norm in ("pre", "post")]
 
@@ -151,19 +151,10 @@ def test_documents_decode_with_own_translations_as_recomputed(kind, norm):
     equal training's recomputation from those translations: greedy by the naive
     full-pass decoder, and every beam hypothesis re-scored by the teacher-forced pass
     with the beam run's own earlier translations as the targets' context, to 1e-4."""
-    m, mt, extra = 1, 1, 4
-    model = relative_model(kind, seed=9, norm=norm, memory_sentences=m, target_memory_sentences=mt)
+    model = relative_model(kind, seed=9, norm=norm, memory_sentences=1, target_memory_sentences=1)
     depth, target_depth = model.context_depths
-    rng = np.random.default_rng(10)
-    docs = [[rand_ids(rng, (int(rng.integers(2, 7)),), 23) for _ in range(n)] for n in (4, 1, 3)]
-    corpus = corpus_of(docs)
-    src_ids = [corpus.src(i) for i in range(len(corpus))]
-    hp = hparams.apply(hparams.Hparams(), {"eval_batch_size": 2, "max_len_extra": extra})
-    idx = np.arange(len(corpus))
-    src = tf.constant(data_load.build_batch(corpus, idx)[0])
-    context = tf.constant(data_load.context_batch(corpus, idx, depth))
-    limits = (src.numpy() != 0).sum(1) + extra
-    eos = data_load.EOS_ID
+    corpus, src_ids, hp, src, context, limits = three_documents(depth)
+    idx, eos = np.arange(len(corpus)), data_load.EOS_ID
 
     def own_targets(best: list) -> tf.Tensor:
         """The context's targets from the translations ``best`` (</S> and after dropped),
