@@ -195,7 +195,7 @@ def document_loop(model, src, best, to_text):
                 tf.equal(ids[0], data_load.EOS_ID), tf.equal(ids[0], data_load.PAD_ID)
             )
             fed = 1 + tf.reduce_min(tf.where(stops, tf.range(tf.shape(ids)[1]), tf.shape(ids)[1]))
-            fed = tf.where(lengths[i] > 1, fed, 1)  # an empty sentence: </S> alone
+            fed = tf.where(lengths[i] > 1, fed, 1)  # an empty line: <S> alone (as Translator)
             states = tf.cast(states, model.compute_dtype)
             tgt_window, tgt_sizes = slide(tgt_window, tgt_sizes, states, fed)
         return i + 1, window, sizes, tgt_window, tgt_sizes, out
