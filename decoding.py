@@ -245,8 +245,15 @@ def beam_loop(
     i, _, alive_seq, alive_logp, fin_seq, fin_score, _ = tf.while_loop(
         cond, body, loop_vars, shape_invariants=shapes
     )
-    # sentences with fewer than k finished hypotheses are completed from the alive
-    # (unfinished) ones, which always rank after every finished hypothesis
+    return final_beams(i, limits, alpha, k, alive_seq, alive_logp, fin_seq, fin_score)
+
+
+def final_beams(i, limits, alpha: float, k: int, alive_seq, alive_logp, fin_seq, fin_score):
+    """The k best of a beam search that ran i steps (:func:`beam_loop`): (ids (N, k, i),
+    PAD after </S>; scores (N, k)). Sentences with fewer than k finished hypotheses are
+    completed from the alive (unfinished) ones, which always rank after every finished
+    hypothesis, each scored at its length (at most its sentence's limit)."""
+    neg = -1e9
     alive_len = tf.minimum(i, limits)[:, None]
     alive_score = tf.where(alive_logp > neg / 2, alive_logp / length_penalty(alive_len, alpha), neg)
     all_score = tf.concat([fin_score, alive_score], axis=1)
