@@ -306,10 +306,9 @@ def document_decoder(model, beam_size: int = 1, alpha: float = 0.6, max_len: int
 
     def decode(src, extra, states, mask, tgt_states, tgt_mask):
         encoded, inputs = encode_in_window(model, src, states, mask)
-        context = None
-        if model.target_memory_sentences:
-            tgt_states = tf.cast(tgt_states, model.compute_dtype)
-            context = [(tgt_states[i], tgt_mask[:, None, None, :]) for i in range(model.num_blocks)]
+        context = (
+            window_context(model, tgt_states, tgt_mask) if model.target_memory_sentences else None
+        )
         if beam_size > 1:
             out = beam_loop(model, src, extra, beam_size, alpha, max_len, encoded, context)
             best = out[0][:, 0]
@@ -346,14 +345,18 @@ def document_spec(model) -> list:
     ] * 2
 
 
+def window_context(model, states, mask) -> list:
+    """A lanes' window (states (L, N, T_m, d_model) float32, mask (N, T_m) bool) as the
+    per-layer context a stack takes (Transformer.encode / decode ``context``)."""
+    states = tf.cast(states, model.compute_dtype)
+    return [(states[i], mask[:, None, None, :]) for i in range(model.num_blocks)]
+
+
 def encode_in_window(model, src, states, mask):
     """src (N, T1) encoded with each layer l attending also to ``states[l]`` (N, T_m,
     d_model), real where ``mask`` (N, T_m) (a model without ``memory_sentences`` reads
     none): ((memory, key mask), src's layer inputs (L, N, T1, d_model) float32)."""
-    context = None
-    if model.memory_sentences:
-        states = tf.cast(states, model.compute_dtype)
-        context = [(states[i], mask[:, None, None, :]) for i in range(model.num_blocks)]
+    context = window_context(model, states, mask) if model.memory_sentences else None
     inputs = []
     encoded = model.encode(src, context=context, layer_inputs=inputs)
     return encoded, tf.cast(tf.stack(inputs), tf.float32)
@@ -500,7 +503,7 @@ class Translator:
         self.k = max(hp.beam_size, 1)
         self.memory, self.chunk = model.memory_sentences, chunk
         self.targets = model.target_memory_sentences
-        if self.memory or self.targets:
+        if model.reads_documents:
             self.depth = model.num_blocks * self.memory  # what a sentence's context reads
             self.decode_in_context = document_decoder(model, self.k, hp.length_penalty, hp.max_len)
             self.window = window_encoder(model)
@@ -535,7 +538,7 @@ class Translator:
         :func:`source_limit`; greedy scores are 0. ``width`` > 0 pads every source to
         that width and decodes empty sources too (from </S> alone), as the TF1 eval.py.
         ``docs``: see the class."""
-        if self.memory or self.targets:
+        if self.model.reads_documents:
             return self._translate_documents(src_ids, progress, docs)
         out: list = [None] * len(src_ids)
         real = [i for i, s in enumerate(src_ids) if len(s) or width]
