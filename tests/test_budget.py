@@ -401,7 +401,10 @@ def test_dev_bleu_subset_has_one_length_limit(demo_prepro):
     assert len(dev.src) == demo_prepro.dev_bleu_sents == 8
     assert dev.max_len == max(len(ids) for ids in tok.encode_tgt(dev.ref)) + 10
     model = types.SimpleNamespace(
-        key_mask_defect=False, memory_sentences=0, target_memory_sentences=0
+        key_mask_defect=False,
+        memory_sentences=0,
+        target_memory_sentences=0,
+        reads_documents=False,
     )
     translator = dev.translator(model, tok, demo_prepro)
     assert translator.hp.max_len == dev.max_len
