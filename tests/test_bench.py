@@ -134,11 +134,16 @@ def test_a_row_per_position_family_against_the_sinusoid_row():
 # --- bench/length_generalisation.py: its commands, its resume and its table -----------
 
 
-def _fake_stages():
+def _fake_stages(prepro_dir=""):
     calls = []
 
     def fake_run(command, log):  # stands for train.py / eval.py: records, writes the JSON
         calls.append(command)
+        if command[1].endswith("train.py"):  # the run's hparams.json names its prepro folder
+            logdir = command[command.index("--logdir") + 1]
+            os.makedirs(logdir, exist_ok=True)
+            with open(os.path.join(logdir, "hparams.json"), "w") as f:
+                json.dump({"prepro_dir": prepro_dir}, f)
         if command[1].endswith("eval.py"):
             logdir = command[command.index("--logdir") + 1]
             results = command[command.index("--results_dir") + 1]
@@ -165,12 +170,12 @@ def test_length_bench_train_command_keeps_short_pairs_and_trained_relative_setti
     import train
 
     opts = argparse.Namespace(
-        preset="multi30k", data_dir="d", minutes=20.0, max_tokens=16, out="/o",
+        preset="multi30k", data_dir="d", steps=2000, minutes=0.0, max_tokens=16, out="/o",
         train_args=["--seed", "7"],
     )  # fmt: skip
     command = lengths.train_command("t5", opts)
     hp, _ = cli.parse_args(command[2:], script=train.SCRIPT)  # train.py accepts every option
-    assert (hp.position, hp.max_minutes, hp.seed) == ("t5", 20.0, 7)
+    assert (hp.position, hp.max_steps, hp.max_minutes, hp.seed) == ("t5", 2000, 0.0, 7)
     assert (hp.maxlen1, hp.maxlen2) == (17, 17)  # </S> counted: pairs of <= 16 tokens
     assert hp.max_relative_position == 15 and hp.t5_buckets == 16 and hp.t5_max_distance == 16
     assert hp.logdir == "/o/t5" and hp.data_dir == "d"
@@ -182,13 +187,44 @@ def test_length_bench_train_command_keeps_short_pairs_and_trained_relative_setti
         ("/o/t5", "/o/sinusoid"),
         ("/o/eval_t5", "/o/eval_sinusoid"),
     ]
+    opts.steps, opts.minutes = 0, 20.0  # or a wall-clock budget
+    hp, _ = cli.parse_args(lengths.train_command("t5", opts)[2:], script=train.SCRIPT)
+    assert (hp.max_steps, hp.max_minutes) == (0, 20.0)
+
+
+def test_length_bench_scores_dev_then_test_on_the_last_checkpoint(tmp_path, monkeypatch):
+    prepro = tmp_path / "prepro"
+    prepro.mkdir()
+    for split, lines in (("dev", ["d1", "d2"]), ("test", ["t1", "t2", "t3"])):
+        (prepro / f"{split}.src").write_text("".join(f"{x} de\n" for x in lines))
+        (prepro / f"{split}.tgt").write_text("".join(f"{x} en\n" for x in lines))
+    calls, fake_run = _fake_stages(str(prepro))
+    monkeypatch.setattr(lengths, "run", fake_run)
+    out = tmp_path / "lengths"
+    lengths.main(["--positions", "xl", "--out", str(out)])
+    train_cmd, eval_cmd = calls
+    assert train_cmd[train_cmd.index("--max_steps") + 1] == "2000"  # the default budget
+    assert eval_cmd[eval_cmd.index("--ckpt") + 1] == "last"
+    src = eval_cmd[eval_cmd.index("--test_src") + 1]
+    ref = eval_cmd[eval_cmd.index("--test_ref") + 1]
+    assert open(src).read() == "d1 de\nd2 de\nt1 de\nt2 de\nt3 de\n"
+    assert open(ref).read() == "d1 en\nd2 en\nt1 en\nt2 en\nt3 en\n"
+    # the test split alone: no files named
+    calls.clear()
+    lengths.main(["--positions", "xl", "--out", str(tmp_path / "t"), "--score", "test"])
+    assert "--test_src" not in calls[1] and "--ckpt" in calls[1]
+    # another budget in the same folder would not compare: refused
+    with pytest.raises(SystemExit, match="other settings"):
+        lengths.main(["--positions", "xl", "--out", str(out), "--steps", "500"])
+    with pytest.raises(SystemExit):
+        lengths.main(["--positions", "xl", "--out", str(out), "--steps", "5", "--minutes", "1"])
 
 
 def test_length_bench_runs_each_family_once_and_prints_the_table(tmp_path, monkeypatch, capsys):
     calls, fake_run = _fake_stages()
     monkeypatch.setattr(lengths, "run", fake_run)
     out = str(tmp_path / "lengths")
-    lengths.main(["--positions", "shaw,t5", "--out", out, "--minutes", "1"])
+    lengths.main(["--positions", "shaw,t5", "--out", out, "--minutes", "1", "--score", "test"])
     assert [os.path.basename(c[1]) for c in calls] == ["train.py", "eval.py"] * 2
     table = capsys.readouterr().out.strip().splitlines()[-4:]
     assert (
@@ -202,7 +238,9 @@ def test_length_bench_runs_each_family_once_and_prints_the_table(tmp_path, monke
     assert table[3].startswith("| t5 |") and table[3].endswith("| 32.00 | 104 |")
     # a second start finds both JSONs and trains nothing; a new family is the only run
     calls.clear()
-    lengths.main(["--positions", "shaw,t5,alibi", "--out", out])
+    lengths.main(
+        ["--positions", "shaw,t5,alibi", "--out", out, "--minutes", "1", "--score", "test"]
+    )
     assert [c[c.index("--position") + 1] for c in calls if "--position" in c] == ["alibi"]
     assert capsys.readouterr().out.strip().splitlines()[-1].startswith("| alibi |")
 
