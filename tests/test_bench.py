@@ -8,6 +8,7 @@ import os
 import numpy as np
 import pytest
 
+import ab
 import length_generalisation as lengths
 import search
 import train_throughput as throughput  # bench/ is on the pytest pythonpath (setup.cfg)
@@ -361,3 +362,95 @@ def test_a_signal_stops_the_search_where_the_same_command_resumes(tmp_path, monk
     search.main(argv)
     again = [os.path.basename(c[c.index("--logdir") + 1]) for c in calls if "--logdir" in c]
     assert "c0_r0" in again and not set(again) & set(finished)
+
+
+# ---------------------------------------------------------------------------------------
+# bench/ab.py: two setups at an equal budget, interleaved
+# ---------------------------------------------------------------------------------------
+def test_ab_commands_run_each_arm_with_its_tree_settings_and_seed():
+    import cli
+    import train
+
+    opts = argparse.Namespace(
+        preset="multi30k", data_dir="d", old_tree="/t/old", old_args="",
+        new_args="--norm pre --lr 0.003", minutes=30.0, steps=0, beam=4, out="/o",
+    )  # fmt: skip
+    old, new = ab.train_command(opts, "old", 1), ab.train_command(opts, "new", 2)
+    assert old[1] == "/t/old/train.py" and new[1] == os.path.join(ab.ROOT, "train.py")
+    hp, _ = cli.parse_args(new[2:], script=train.SCRIPT)  # train.py accepts every option
+    assert (hp.norm, hp.lr, hp.seed, hp.max_minutes) == ("pre", 0.003, 2, 30.0)
+    assert (hp.logdir, hp.prepro_dir) == ("/o/new_s2", "/o/new/prepro")
+    hp, _ = cli.parse_args(old[2:], script=train.SCRIPT)
+    assert (hp.norm, hp.seed, hp.logdir, hp.prepro_dir) == ("post", 1, "/o/old_s1", "/o/old/prepro")
+    beam = ab.eval_command(opts, "old", 1, beam=True)
+    assert beam[1] == "/t/old/eval.py" and beam[-2:] == ["--beam_size", "4"]
+    assert beam[beam.index("--results_dir") + 1] == "/o/beam"
+
+
+def _fake_ab(calls, fail_on=""):
+    def fake_run(command, log, cwd):  # stands for prepro.py / train.py / eval.py
+        calls.append((os.path.basename(command[1]), cwd, command))
+        if fail_on and fail_on in command:
+            raise SystemExit("ab: train.py failed (exit 143)")
+        if command[1].endswith("prepro.py"):
+            folder = command[command.index("--prepro_dir") + 1]
+            os.makedirs(folder, exist_ok=True)
+            open(os.path.join(folder, "hparams.json"), "w").write("{}")
+            return
+        logdir = command[command.index("--logdir") + 1]
+        run = os.path.basename(logdir)
+        arm, seed = run.split("_s")
+        bonus = (2.0 if arm == "new" else 0.0) + int(seed)
+        if command[1].endswith("train.py"):
+            os.makedirs(logdir, exist_ok=True)
+            json.dump({"dev_bleu": 30.0 + bonus}, open(os.path.join(logdir, "best.json"), "w"))
+        else:
+            results = command[command.index("--results_dir") + 1]
+            os.makedirs(results, exist_ok=True)
+            beam = "--beam_size" in command
+            data = {
+                "sacrebleu": 35.0 + bonus + (0.5 if beam else 0.0),
+                "runaways": 3,
+                "decoding": {"checkpoint": os.path.join(logdir, "best", "ckpt-900")},
+            }
+            json.dump(data, open(os.path.join(results, f"{run}_ckpt-900.json"), "w"))
+
+    return fake_run
+
+
+def test_ab_interleaves_old_and_new_resumes_and_prints_the_means(tmp_path, monkeypatch, capsys):
+    calls = []
+    monkeypatch.setattr(ab, "run", _fake_ab(calls, fail_on=str(tmp_path / "old_s2")))
+    old_tree = tmp_path / "old_tree"
+    old_tree.mkdir()
+    (old_tree / "train.py").write_text("")
+    argv = ["--old_tree", str(old_tree), "--new_args", "--norm pre", "--out", str(tmp_path)]
+    with pytest.raises(SystemExit):  # the third run is cut off
+        ab.main(argv)
+    trains = [c for name, _, c in calls if name == "train.py"]
+    assert [os.path.basename(c[c.index("--logdir") + 1]) for c in trains] == [
+        "old_s1", "new_s1", "old_s2",
+    ]  # fmt: skip
+    assert [name for name, _, _ in calls].count("prepro.py") == 2  # once per arm
+    assert all(cwd == str(old_tree) for name, cwd, c in calls if "old_s1" in " ".join(c))
+    # the same command again goes on from the cut run; finished ones are left alone
+    calls.clear()
+    monkeypatch.setattr(ab, "run", _fake_ab(calls))
+    ab.main(argv)
+    runs = [os.path.basename(c[c.index("--logdir") + 1]) for name, _, c in calls]
+    assert runs == ["old_s2"] * 3 + ["new_s2"] * 3  # train, greedy, beam
+    table = capsys.readouterr().out.strip().splitlines()[-9:]
+    assert table[2] == "| old, seed 1 | 31.00 | 36.00 | 36.50 | 3 | ckpt-900 |"
+    assert table[5] == "| new, seed 2 | 34.00 | 39.00 | 39.50 | 3 | ckpt-900 |"
+    assert table[6] == "| old, mean | 31.50 | 36.50 | 37.00 | | |"
+    assert table[7] == "| new, mean | 33.50 | 38.50 | 39.00 | | |"
+    assert capsys.readouterr().out == ""
+    calls.clear()
+    ab.main(argv)
+    assert calls == []
+    assert (
+        capsys.readouterr().out.strip().splitlines()[-1]
+        == "| new − old | +2.00 | +2.00 | +2.00 | | |"
+    )
+    with pytest.raises(SystemExit, match="another plan"):
+        ab.main(argv + ["--minutes", "10"])
