@@ -30,12 +30,13 @@ def test_all_presets_exist_and_validate():
         assert set(hparams.PRESETS[name]) <= set(hparams.FIELDS), name
 
 
-def test_demo_preset_is_the_dataclass_default():
+def test_demo_preset_is_the_dataclass_default_with_xl_positions():
     hp = hparams.preset("demo")
-    assert hp == hparams.Hparams()
+    assert hp == hparams.apply(hparams.Hparams(), {"position": "xl"})
+    assert hparams.Hparams().position == "sinusoid"  # the paper's, for the other presets
     assert (hp.corpus, hp.vocab_type, hp.vocab_size) == ("demo", "bpe", 1000)
     assert (hp.d_model, hp.d_ff, hp.num_blocks, hp.num_heads) == (128, 512, 2, 4)
-    assert hp.position == "sinusoid" and hp.norm == "post" and hp.share_embeddings is True
+    assert hp.position == "xl" and hp.norm == "post" and hp.share_embeddings is True
     assert hp.lr_schedule == "wsd" and hp.lr == 0.003 and hp.cooldown == 0.2
     assert hp.warmup_steps == 400 and hp.num_epochs == 8 and hp.average == 3
     assert hp.precision == "auto" and hp.eval_share == 0.1
@@ -196,7 +197,7 @@ def test_parse_args_preset_and_overrides():
 
 def test_parse_args_defaults_to_demo_and_empty_set():
     hp, extra = cli.parse_args([])
-    assert hp == hparams.Hparams()
+    assert hp == hparams.preset("demo") and hp.position == "xl"
     assert extra == {"_preset": "demo", "_set": set()}
 
 
