@@ -2,6 +2,7 @@
 decoder, and beam 4 vs greedy.
 
     pip install -e ".[bench]"     # keras-hub, for the keras-hub row
+    python train.py --preset multi30k --position sinusoid --norm post --max_steps 1240
     python bench/decode.py --preset multi30k [--sents 1000] [--naive_sents 200]
         [--naive_extra 50] [--repeats 3] [--profile]
 

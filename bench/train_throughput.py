@@ -66,9 +66,15 @@ import numpy as np
 import cli
 import hparams
 
+# the model keras-hub's row mirrors: the paper's sinusoid and post-norm, whatever the preset
+MIRRORED = dict(position="sinusoid", norm="post")
 SIZES = {
-    "small": dict(d_model=256, d_ff=1024, num_blocks=3, num_heads=4, tokens_per_batch=2048),
-    "base": dict(d_model=512, d_ff=2048, num_blocks=6, num_heads=8, tokens_per_batch=4096),
+    "small": dict(
+        d_model=256, d_ff=1024, num_blocks=3, num_heads=4, tokens_per_batch=2048, **MIRRORED
+    ),
+    "base": dict(
+        d_model=512, d_ff=2048, num_blocks=6, num_heads=8, tokens_per_batch=4096, **MIRRORED
+    ),
 }
 WARMUP, WINDOWS = 6, 3
 # the position families after the sinusoid ("ours float32"): one float32 row each

@@ -123,7 +123,9 @@ def test_a_row_per_position_family_against_the_sinusoid_row():
     for kind in ("learned", "shaw", "t5", "xl", "alibi", "alibi_dir", "rotary"):
         cfg = rows[f"ours {kind} float32"]
         assert cfg["hparams"]["position"] == kind and cfg["hparams"]["precision"] == "float32"
-    assert "position" not in rows["ours float32"]["hparams"]  # the sinusoid default
+    # the rows keras-hub's mirrors: the sinusoid and post-norm, whatever the preset says
+    assert rows["ours float32"]["hparams"]["position"] == "sinusoid"
+    assert rows["ours mixed_bfloat16"]["hparams"]["norm"] == "post"
     results = [
         dict(cfg=rows["ours float32"], tok_s=1000.0),
         dict(cfg=rows["ours shaw float32"], tok_s=800.0),
