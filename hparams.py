@@ -253,7 +253,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     # The dataclass defaults with Transformer-XL positions (chosen on dev: README "Choosing
     # the defaults").
     "demo": dict(position="xl"),
-    # A small model sized for Multi30k (29k pairs).
+    # A small model sized for Multi30k (29k pairs); pre-norm, lr 0.003 and xl positions
+    # chosen on dev (README "Choosing the defaults").
     "multi30k": dict(
         corpus="parallel",
         data_dir="data/multi30k",
@@ -266,8 +267,10 @@ PRESETS: dict[str, dict[str, Any]] = {
         num_blocks=3,
         num_heads=8,
         dropout_rate=0.1,
+        position="xl",
+        norm="pre",
         lr_schedule="wsd",
-        lr=0.0015,
+        lr=0.003,
         warmup_steps=400,
         num_epochs=30,
         tokens_per_batch=2048,

@@ -374,7 +374,7 @@ def test_ab_commands_run_each_arm_with_its_tree_settings_and_seed():
     import train
 
     opts = argparse.Namespace(
-        preset="multi30k", data_dir="d", old_tree="/t/old", old_args="",
+        preset="multi30k", data_dir="d", old_tree="/t/old", old_args="--norm post",
         new_args="--norm pre --lr 0.003", minutes=30.0, steps=0, beam=4, out="/o",
     )  # fmt: skip
     old, new = ab.train_command(opts, "old", 1), ab.train_command(opts, "new", 2)

@@ -52,10 +52,11 @@ def test_multi30k_preset():
     assert hp.dropout_rate == 0.1 and hp.num_epochs == 30 and hp.dev_bleu_sents == 500
     assert (hp.lr_schedule, hp.lr, hp.warmup_steps, hp.tokens_per_batch) == (
         "wsd",
-        0.0015,
+        0.003,
         400,
         2048,
     )
+    assert (hp.position, hp.norm) == ("xl", "pre")  # chosen on dev (bench/search.py)
     assert hp.average == 3 and hp.eval_share == 0.1  # (README "Training on a budget")
 
 
