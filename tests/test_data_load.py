@@ -459,6 +459,8 @@ def test_train_dataset_matches_plan(prepped):
         assert np.array_equal(src, src2) and np.array_equal(lab, lab2)
     spec = td.dataset(0).element_spec
     assert all(s.dtype == tf.int32 and s.shape.rank == 2 for s in spec)
+    # a fixed prefetch buffer, no autotuning: its model thread held finished epochs open
+    assert td.dataset(0).options().autotune.enabled is False
 
 
 def test_xla_batches_have_one_shape_per_width(prepped):
