@@ -36,7 +36,6 @@ import json
 import os
 import shlex
 import statistics
-import subprocess
 import sys
 import time
 
@@ -44,6 +43,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import files  # noqa: E402  (no TensorFlow: the benchmark itself stays light)
+import stages  # noqa: E402
 
 ARMS = ("old", "new")
 
@@ -119,14 +119,8 @@ def figures(opts, arm: str, seed: int) -> dict | None:
 
 
 def run(command: list[str], log: str, cwd: str) -> None:
-    """One stage, its output appended to ``log``; a failure stops the A/B, naming the log
-    (the same command again resumes)."""
-    with open(log, "a", encoding="utf-8") as f:
-        f.write("$ " + shlex.join(command) + "\n")
-        f.flush()
-        code = subprocess.call(command, stdout=f, stderr=subprocess.STDOUT, cwd=cwd)
-    if code:
-        sys.exit(f"ab: {os.path.basename(command[1])} failed (exit {code}); see {log}")
+    """One stage in ``cwd`` (the arm's tree), its output appended to ``log``."""
+    stages.run_logged("ab", command, log, cwd)
 
 
 def check_plan(opts) -> None:

@@ -43,7 +43,6 @@ bootstrap interval, the whole scored set's sacreBLEU, and the training steps.
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 
@@ -51,6 +50,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import files  # noqa: E402  (no TensorFlow: the benchmark itself stays light)
+import stages  # noqa: E402
 
 POSITIONS = ("sinusoid", "learned", "shaw", "t5", "xl", "rotary", "alibi", "alibi_dir")
 
@@ -191,14 +191,8 @@ def table(rows: list[tuple[str, dict]]) -> str:
 
 
 def run(command: list[str], log: str) -> None:
-    """Runs one stage with its output in ``log``; a failure stops the benchmark, naming the
-    stage and its log (the same command again resumes)."""
-    with open(log, "a", encoding="utf-8") as f:
-        f.write("$ " + " ".join(command) + "\n")
-        f.flush()
-        code = subprocess.call(command, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT)
-    if code:
-        sys.exit(f"length_generalisation: {' '.join(command[1:3])} failed (exit {code}); see {log}")
+    """One stage in this checkout, its output appended to ``log``."""
+    stages.run_logged("length_generalisation", command, log, ROOT)
 
 
 def main(argv: list[str] | None = None) -> None:

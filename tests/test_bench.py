@@ -4,6 +4,7 @@ and the peak-RSS reset (no timing here: timed figures live in bench/ only)."""
 import argparse
 import json
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ import pytest
 import ab
 import length_generalisation as lengths
 import search
+import stages
 import train_throughput as throughput  # bench/ is on the pytest pythonpath (setup.cfg)
 
 
@@ -132,6 +134,18 @@ def test_a_row_per_position_family_against_the_sinusoid_row():
         dict(cfg=rows["ours xl float32"], tok_s=600.0),
     ]
     assert throughput.family_ratios(results) == [("shaw", 800.0, 0.8), ("xl", 600.0, 0.6)]
+
+
+def test_a_stage_logs_its_command_and_output_and_a_failure_names_the_log(tmp_path):
+    log = str(tmp_path / "stage.log")
+    script = tmp_path / "train.py"
+    script.write_text("import sys\nprint('step 1')\nsys.exit(int(sys.argv[1]))\n")
+    stages.run_logged("bench", [sys.executable, str(script), "0"], log, str(tmp_path))
+    with pytest.raises(SystemExit, match=r"^bench: train.py failed \(exit 3\); see .*stage.log$"):
+        stages.run_logged("bench", [sys.executable, str(script), "3"], log, str(tmp_path))
+    lines = open(log, encoding="utf-8").read().splitlines()
+    assert lines[0].startswith("$ ") and lines[0].endswith("train.py 0")
+    assert lines[1] == "step 1" and lines[2].endswith("train.py 3") and lines[3] == "step 1"
 
 
 # --- bench/length_generalisation.py: its commands, its resume and its table -----------
