@@ -34,10 +34,10 @@ progress lines; the last checkpoint is not chosen by it.
 
 A family whose eval JSON exists is not run again, and train.py resumes a run that was
 cut off (a budget counts over all starts), so an interrupted benchmark goes on where it
-stopped; ``OUT/bench.json`` records the budget and the scored set, and another one for
-the same OUT is refused. The end prints one table: sacreBLEU of each source-length
-bucket (source BPE tokens, ``</S>`` not counted) with its sentence count and 95 %
-bootstrap interval, the whole scored set's sacreBLEU, and the training steps.
+stopped; ``OUT/bench.json`` records the budget, the scored set and the train.py options,
+and other ones for the same OUT are refused. The end prints one table: sacreBLEU of each
+source-length bucket (source BPE tokens, ``</S>`` not counted) with its sentence count and
+95 % bootstrap interval, the whole scored set's sacreBLEU, and the training steps.
 """
 
 import argparse
@@ -128,16 +128,21 @@ def write_score_set(position: str, opts: argparse.Namespace) -> None:
 
 
 def check_plan(opts: argparse.Namespace) -> None:
-    """OUT/bench.json holds the budget and the scored set; an OUT of other ones is refused
-    (its figures would not compare)."""
+    """OUT/bench.json holds the budget, the scored set and the options passed on to train.py;
+    an OUT of other ones is refused (its figures would not compare)."""
     path = os.path.join(opts.out, "bench.json")
-    plan = {"budget": budget_args(opts), "score": opts.score, "max_tokens": opts.max_tokens}
+    plan = {
+        "budget": budget_args(opts),
+        "score": opts.score,
+        "max_tokens": opts.max_tokens,
+        "train_args": opts.train_args,
+    }
     if os.path.exists(path):
         with open(path, encoding="utf-8") as f:
             if json.load(f) != plan:
                 sys.exit(
-                    f"length_generalisation: {path} holds other settings (budget, --score or "
-                    f"--max_tokens); pass another --out or the same options"
+                    f"length_generalisation: {path} holds other settings (budget, --score, "
+                    f"--max_tokens or train.py options); pass another --out or the same options"
                 )
         return
     files.atomic_write(path, json.dumps(plan) + "\n")

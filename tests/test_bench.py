@@ -233,6 +233,8 @@ def test_length_bench_scores_dev_then_test_on_the_last_checkpoint(tmp_path, monk
     # another budget in the same folder would not compare: refused
     with pytest.raises(SystemExit, match="other settings"):
         lengths.main(["--positions", "xl", "--out", str(out), "--steps", "500"])
+    with pytest.raises(SystemExit, match="train.py options"):  # or another train.py option
+        lengths.main(["--positions", "xl", "--out", str(out), "--precision", "float32"])
     with pytest.raises(SystemExit):
         lengths.main(["--positions", "xl", "--out", str(out), "--steps", "5", "--minutes", "1"])
 
