@@ -5,7 +5,7 @@ scored on dev, test greedy and test beam search.
     git worktree add /tmp/old 511a2f2          # the tree before the change
     python bench/ab.py --preset multi30k --data_dir ../shared/data/multi30k \\
         --old_tree /tmp/old [--old_args "..."] [--new_args "..."] \\
-        [--minutes 30 | --steps N] [--seeds 1,2] [--beam 4] [--out runs/ab]
+        [--minutes 30 | --steps N] [--seeds 1,2] [--beam 4] [--arms old,new] [--out runs/ab]
 
 Arms: ``old`` runs the code at ``--old_tree`` (default: this checkout) with
 ``--old_args``; ``new`` runs this checkout with ``--new_args``. Each arm preprocesses
@@ -29,6 +29,8 @@ A run whose two eval JSONs exist is not run again, a run whose train.py ended we
 off (``max_minutes`` counts over all starts), so the same command goes on where it
 stopped; OUT/ab.json records the plan, and another plan for the same OUT is refused.
 The end prints one row per run, the mean of each arm and new minus old.
+``--arms new`` runs (and prints) one arm alone: the absolute figure of a setup on another
+machine; the same OUT later runs the other arm beside it, as the plan is the same.
 """
 
 import argparse
@@ -173,8 +175,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--steps", type=int, default=0, help="or training steps per run")
     ap.add_argument("--seeds", default="1,2")
     ap.add_argument("--beam", type=int, default=4, help="the beam size of the second eval")
+    ap.add_argument("--arms", default=",".join(ARMS), help="the arms to run: old,new, old or new")
     ap.add_argument("--out", default=os.path.join("runs", "ab"))
     opts = ap.parse_args(argv)
+    arms = [a.strip() for a in opts.arms.split(",") if a.strip()]
+    if not arms or set(arms) - set(ARMS):
+        ap.error(f"--arms takes old, new or both, not {opts.arms!r}")
     if opts.minutes and opts.steps:
         ap.error("--minutes and --steps are two budgets; give one")
     if opts.minutes < 0 or opts.steps < 0 or opts.beam < 2:
@@ -184,7 +190,7 @@ def main(argv: list[str] | None = None) -> None:
         seeds = [int(s) for s in opts.seeds.split(",") if s.strip()]
     except ValueError:
         ap.error(f"--seeds takes integers separated by commas, not {opts.seeds!r}")
-    for arm in ARMS:
+    for arm in arms:
         if not os.path.exists(os.path.join(tree_of(opts, arm), "train.py")):
             ap.error(f"{tree_of(opts, arm)} has no train.py; --old_tree names a checkout")
     opts.out = os.path.abspath(opts.out)
@@ -192,7 +198,7 @@ def main(argv: list[str] | None = None) -> None:
     check_plan(opts)
     rows = []
     for seed in seeds:
-        for arm in ARMS:
+        for arm in (a for a in ARMS if a in arms):
             done = figures(opts, arm, seed)
             if done is None:
                 tree, log = tree_of(opts, arm), os.path.join(opts.out, "logs", f"{arm}_s{seed}.log")

@@ -472,3 +472,27 @@ def test_ab_interleaves_old_and_new_resumes_and_prints_the_means(tmp_path, monke
     )
     with pytest.raises(SystemExit, match="another plan"):
         ab.main(argv + ["--minutes", "10"])
+
+
+def test_ab_runs_one_arm_alone_and_the_other_later_beside_it(tmp_path, monkeypatch, capsys):
+    calls = []
+    monkeypatch.setattr(ab, "run", _fake_ab(calls))
+    argv = ["--new_args", "--norm pre", "--out", str(tmp_path), "--seeds", "1,2"]
+    ab.main(argv + ["--arms", "new"])
+    trains = [c for name, _, c in calls if name == "train.py"]
+    assert [os.path.basename(c[c.index("--logdir") + 1]) for c in trains] == ["new_s1", "new_s2"]
+    table = capsys.readouterr().out.strip().splitlines()[-3:]
+    assert table == [
+        "| new, seed 1 | 33.00 | 38.00 | 38.50 | 3 | ckpt-900 |",
+        "| new, seed 2 | 34.00 | 39.00 | 39.50 | 3 | ckpt-900 |",
+        "| new, mean | 33.50 | 38.50 | 39.00 | | |",
+    ]
+    calls.clear()
+    ab.main(argv)  # the same plan: the old arm joins, the new runs are left alone
+    runs = {os.path.basename(c[c.index("--logdir") + 1]) for n, _, c in calls if n != "prepro.py"}
+    assert runs == {"old_s1", "old_s2"}
+    assert capsys.readouterr().out.strip().splitlines()[-1] == (
+        "| new − old | +2.00 | +2.00 | +2.00 | | |"
+    )
+    with pytest.raises(SystemExit):
+        ab.main(argv + ["--arms", "newer"])
