@@ -19,12 +19,16 @@ through TensorFlow's fused ResourceApplyAdam kernel (+3.0 %).
 
 from __future__ import annotations
 
+import keras
 import tensorflow as tf
 
 # name -> use the rewrite (True) or the standard op (False)
 ENABLED = {
     "dense2d": True,
     "xent_grad": True,
+    "fused_adam": True,
+    "pad_rows": True,
+    "dropout16": True,
     "f32_scores": True,
     "f32_logits": True,
 }
@@ -116,6 +120,30 @@ def _xent_custom_gradient(logits, labels, epsilon: float):
 
 
 # ---------------------------------------------------------------------------------------
+# pad_rows: the loss over every target position, PAD weighted 0
+# ---------------------------------------------------------------------------------------
+def target_rows(hidden, labels, pad_id: int = 0, every: bool = False):
+    """The rows the loss reads: hidden (N, T, d) and labels (N, T) -> (hidden (M, d),
+    labels (M,), weight (M,) float32), the weight 1.0 for a real target and 0.0 for PAD.
+
+    Rewrite (or ``every``, which XLA's static shapes need): every position, M = N T, PAD
+    weighted 0. The standard op keeps the real positions only (tf.boolean_mask, all
+    weights 1), whose row count changes with every batch: each new M is a new shape for
+    the output projection (an XLA compile of fast_ops' float32-output product under
+    mixed precision) and its gradient scatters the rows back. The length-bucketed
+    batches pad about 0.1 % of the target positions, which the rewrite computes for
+    nothing. Measured gain: see the README's fast_ops rows (``python
+    bench/train_throughput.py --preset multi30k --ablate pad_rows --paired``).
+    """
+    real = tf.not_equal(labels, pad_id)
+    if every or ENABLED["pad_rows"]:
+        hidden = tf.reshape(hidden, (-1, tf.shape(hidden)[-1]))
+        return hidden, tf.reshape(labels, (-1,)), tf.cast(tf.reshape(real, (-1,)), tf.float32)
+    labels = tf.boolean_mask(labels, real)
+    return tf.boolean_mask(hidden, real), labels, tf.ones_like(labels, tf.float32)
+
+
+# ---------------------------------------------------------------------------------------
 # f32_scores, f32_logits: products that become softmax logits, computed in float32
 # ---------------------------------------------------------------------------------------
 def logits_product(a, b, transpose_b: bool = False, switch: str = "f32_scores"):
@@ -194,3 +222,86 @@ def _float32_out(a, b, transpose_b):
     """a (M, d) @ b (d, n) (or b (n, d) if ``transpose_b``) of 16-bit operands, accumulated
     and returned in float32 -> (M, n): XLA compiles it once per shape (milliseconds)."""
     return tf.linalg.matmul(a, b, transpose_b=transpose_b, output_type=tf.float32)
+
+
+# ---------------------------------------------------------------------------------------
+# dropout16: dropout from 16 random bits per element
+# ---------------------------------------------------------------------------------------
+@keras.saving.register_keras_serializable(package="transformer")
+class Dropout(keras.layers.Dropout):
+    """keras.layers.Dropout (5.4: inverted dropout, P_drop = rate) whose mask, when
+    ``dropout16`` is on (read when the train step is traced), comes from 16 random bits
+    per element. x: any shape -> the same shape and dtype.
+
+    Rewrite: one 32-bit Philox draw feeds two elements (the rate rounded to 1/65536: 0.1
+    keeps 58982 of 65536 values, scaled by 65536/58982), and the mask is one multiplier
+    (0 or the scale) that the gradient reuses. Keras draws a uniform number of x's dtype
+    per element and applies it through a select in each pass. The same layer, seed
+    generator and checkpoints; the masks are other draws. Measured gain: see the README's
+    fast_ops rows (``python bench/train_throughput.py --preset multi30k --ablate dropout16
+    --paired``).
+    """
+
+    def call(self, inputs, training=False):
+        rate = float(self.rate)
+        if not (ENABLED["dropout16"] and training and 0.0 < rate < 1.0) or self.noise_shape:
+            return super().call(inputs, training=training)
+        drop = round(rate * 65536)
+        seed = tf.cast(self.seed_generator.next(), tf.int32)
+        n = tf.size(inputs)
+        bits = tf.random.stateless_uniform(
+            ((n + 1) // 2,), seed, minval=None, maxval=None, dtype=tf.uint32
+        )
+        draws = tf.reshape(tf.bitcast(bits, tf.uint16), (-1,))[:n]
+        keep = tf.reshape(draws >= drop, tf.shape(inputs))
+        scale = tf.constant(65536.0 / (65536 - drop), inputs.dtype)
+        return inputs * tf.where(keep, scale, tf.zeros((), inputs.dtype))
+
+
+# ---------------------------------------------------------------------------------------
+# fused_adam: Adam's dense update in TensorFlow's fused kernel
+# ---------------------------------------------------------------------------------------
+@keras.saving.register_keras_serializable(package="transformer")
+class Adam(keras.optimizers.Adam):
+    """keras.optimizers.Adam (5.3) whose dense update is TensorFlow's fused
+    ResourceApplyAdam kernel when ``fused_adam`` is on (read when the train step is
+    traced).
+
+    Rewrite: one pass over (variable, m, v, gradient) instead of the ten elementwise ops
+    and three assignments of Keras' update, each a pass over the whole tensor; the same
+    arithmetic (m += (g - m)(1 - beta_1); v += (g^2 - v)(1 - beta_2);
+    w -= lr sqrt(1 - beta_2^t) / (1 - beta_1^t) m / (sqrt(v) + epsilon)), the same slot
+    variables, so the same checkpoints. Sparse gradients and amsgrad take Keras' path.
+    Measured gain: see the README's "fast_ops" rows (``python bench/train_throughput.py
+    --preset multi30k --ablate fused_adam --paired``, float32 and mixed_bfloat16).
+
+    It reads Keras' ``_momentums``, ``_velocities`` and ``_get_variable_index``;
+    tests/test_fast_ops.py fails loudly if a Keras upgrade renames them.
+    """
+
+    def __init__(self, *args, name: str = "adam", **kwargs):
+        super().__init__(*args, name=name, **kwargs)
+
+    def update_step(self, gradient, variable, learning_rate):
+        var = variable.value if isinstance(variable, keras.Variable) else variable
+        fused = ENABLED["fused_adam"] and not self.amsgrad and hasattr(var, "handle")
+        if not fused or isinstance(gradient, tf.IndexedSlices):
+            return super().update_step(gradient, variable, learning_rate)
+        index = self._get_variable_index(variable)
+        m, v = self._momentums[index].value, self._velocities[index].value
+        dtype = var.dtype
+        step = tf.cast(self.iterations + 1, dtype)
+        beta_1, beta_2 = tf.cast(self.beta_1, dtype), tf.cast(self.beta_2, dtype)
+        tf.raw_ops.ResourceApplyAdam(
+            var=var.handle,
+            m=m.handle,
+            v=v.handle,
+            beta1_power=tf.pow(beta_1, step),
+            beta2_power=tf.pow(beta_2, step),
+            lr=tf.cast(learning_rate, dtype),
+            beta1=beta_1,
+            beta2=beta_2,
+            epsilon=tf.cast(self.epsilon, dtype),
+            grad=tf.cast(gradient, dtype),
+            use_locking=False,
+        )

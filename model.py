@@ -13,6 +13,7 @@ import dataclasses
 import keras
 import tensorflow as tf
 
+import fast_ops
 import hparams
 import modules
 import positions
@@ -169,8 +170,8 @@ class Transformer(keras.Model):
                 position, d_model, num_heads, causal=True, **rel, name="tgt_relative"
             )
         rate = c.rate("embedding")
-        self.src_dropout = keras.layers.Dropout(rate)
-        self.tgt_dropout = keras.layers.Dropout(rate)
+        self.src_dropout = fast_ops.Dropout(rate)
+        self.tgt_dropout = fast_ops.Dropout(rate)
         layer_args = dict(
             d_model=d_model,
             num_heads=num_heads,

@@ -57,7 +57,7 @@ class Residual(keras.layers.Layer):
     ):
         super().__init__(**kwargs)
         self.dropout_rate, self.norm, self.epsilon = dropout_rate, norm, epsilon
-        self.dropout = keras.layers.Dropout(dropout_rate)
+        self.dropout = fast_ops.Dropout(dropout_rate)
         self.ln = layer_norm("layer_norm", epsilon)
 
     def build(self, input_shape):
@@ -452,7 +452,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.scale = scale
         self.activation, self.use_bias = activation, use_bias
         self.output_projection = output_projection
-        self.dropout = keras.layers.Dropout(dropout_rate) if dropout_rate > 0 else None
+        self.dropout = fast_ops.Dropout(dropout_rate) if dropout_rate > 0 else None
         self.relative = None if position is None else positions.LayerPosition(position)
 
     def build(self, query_shape=None, memory_shape=None):

@@ -5,6 +5,7 @@ False through monkeypatch, which restores it) on the same inputs and compares va
 gradients.
 """
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -38,7 +39,9 @@ def values_and_grads(fn, *inputs):
 
 
 def test_switches_cover_every_rewrite():
-    assert set(fast_ops.ENABLED) == {"dense2d", "xent_grad", "f32_scores", "f32_logits"}
+    assert set(fast_ops.ENABLED) == {
+        "dense2d", "xent_grad", "fused_adam", "pad_rows", "dropout16", "f32_scores", "f32_logits",
+    }  # fmt: skip
     assert set(fast_ops.PRECISION) <= set(fast_ops.ENABLED)
 
 
@@ -88,6 +91,106 @@ def test_dense2d_transpose_b_is_the_tied_output_projection(monkeypatch, shape):
     np.testing.assert_allclose(y_fast, x @ emb.T, rtol=1e-5, atol=1e-4)
     for a, b in zip(g_fast, g_std):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-4)
+
+
+# ---------------------------------------------------------------------------------------
+# fused_adam
+# ---------------------------------------------------------------------------------------
+def adam_run(steps: int = 5):
+    """Weights and slots after ``steps`` compiled updates of fast_ops.Adam on a quadratic
+    loss: two dense weights and a sparse (embedding-row) one, under a schedule."""
+    rng = np.random.default_rng(4)
+    dense = [tf.Variable(rng.normal(size=s).astype(np.float32)) for s in ((3, 4), (4,))]
+    table = tf.Variable(rng.normal(size=(6, 2)).astype(np.float32))
+    variables = dense + [table]
+    lr = keras.optimizers.schedules.ExponentialDecay(0.05, 1, 0.9)
+    opt = fast_ops.Adam(lr, beta_1=0.8, beta_2=0.95, epsilon=1e-6)
+    opt.build(variables)
+
+    @tf.function(autograph=False)
+    def step():
+        with tf.GradientTape() as tape:
+            rows = tf.gather(table, [1, 3, 3])
+            loss = tf.reduce_sum(dense[0] ** 3) + tf.reduce_sum(dense[1] ** 2)
+            loss += tf.reduce_sum(rows**2)
+        grads = tape.gradient(loss, variables)
+        assert isinstance(grads[-1], tf.IndexedSlices)  # Keras' path for sparse gradients
+        opt.apply_gradients(zip(grads, variables))
+
+    for _ in range(steps):
+        step()
+    graph = step.get_concrete_function().graph
+    fused = sum(
+        n.op == "ResourceApplyAdam"
+        for f in graph._functions.values()
+        for n in f.definition.node_def
+    )
+    fused += sum(op.type == "ResourceApplyAdam" for op in graph.get_operations())
+    slots = [s.numpy() for s in opt._momentums + opt._velocities]
+    return [v.numpy() for v in variables] + slots, int(opt.iterations.numpy()), fused
+
+
+def test_fused_adam_makes_keras_adams_updates(monkeypatch):
+    (fused, n, kernels), (standard, m, none) = both_ways(monkeypatch, "fused_adam", adam_run)
+    assert n == m == 5
+    assert (kernels, none) == (2, 0)  # the two dense weights; the sparse one took Keras' path
+    assert len(fused) == 3 + 6  # variables, then their momentums and velocities
+    for a, b in zip(fused, standard):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert np.abs(fused[0] - adam_run(0)[0][0]).max() > 0.1  # the weights moved
+
+
+# ---------------------------------------------------------------------------------------
+# dropout16
+# ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_dropout16_drops_at_the_rate_scales_the_rest_and_reuses_its_mask(monkeypatch, dtype):
+    x = tf.ones((50, 41, 49), dtype)  # 100,450 elements: an odd count
+    drops = {}
+    for on in (True, False):
+        monkeypatch.setitem(fast_ops.ENABLED, "dropout16", on)
+        layer = fast_ops.Dropout(0.1, seed=3)
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = layer.call(x, training=True)  # call: the layer's compute dtype is x's
+            total = tf.reduce_sum(y)
+        g = tape.gradient(total, x)
+        kept = y.numpy().astype(np.float32) != 0
+        drops[on] = 1 - kept.mean()
+        assert y.dtype == x.dtype and y.shape == x.shape
+        scale = 65536 / 58982 if on else 1 / 0.9
+        np.testing.assert_allclose(y.numpy().astype(np.float32)[kept], scale, rtol=1e-2)
+        np.testing.assert_array_equal(g.numpy(), y.numpy())  # d y / d x is the mask
+        assert layer.call(x, training=False) is x
+        again = layer.call(x, training=True).numpy()  # the seed generator moves on
+        assert (again != y.numpy()).any()
+    for rate in drops.values():  # 100,450 draws: the standard error is 0.001
+        assert abs(rate - 0.1) < 0.005
+
+
+# ---------------------------------------------------------------------------------------
+# pad_rows
+# ---------------------------------------------------------------------------------------
+def test_pad_rows_gives_the_loss_and_gradients_of_the_real_positions(monkeypatch):
+    rng = np.random.default_rng(5)
+    hidden = rng.normal(size=(3, 4, 6)).astype(np.float32)
+    labels = np.array([[3, 1, 0, 0], [2, 2, 4, 1], [5, 0, 0, 0]], np.int32)  # 0 is PAD
+    w = tf.constant(rng.normal(size=(6, 7)).astype(np.float32))
+
+    def sums(h):  # train.Trainer.loss_sums on these rows: loss, nll, tokens, correct
+        rows, y, weight = fast_ops.target_rows(h, tf.constant(labels))
+        loss, nll, correct = fast_ops.cross_entropy_terms(fast_ops.dense(rows, w), y, 0.1)
+        return tf.stack([tf.reduce_sum(x * weight) for x in (loss, nll, weight, correct)])
+
+    (fast, g_fast), (standard, g_std) = both_ways(
+        monkeypatch, "pad_rows", lambda: values_and_grads(sums, hidden)
+    )
+    assert fast[2] == standard[2] == 7  # the real targets
+    np.testing.assert_allclose(fast, standard, rtol=1e-6)
+    np.testing.assert_allclose(g_fast[0], g_std[0], rtol=1e-5, atol=1e-7)
+    assert np.all(g_fast[0][labels == 0] == 0) and np.all(g_fast[0][labels != 0] != 0)
+    rows, y, weight = fast_ops.target_rows(tf.constant(hidden), tf.constant(labels))
+    assert rows.shape == (12, 6) and y.shape == weight.shape == (12,)  # every position
 
 
 # ---------------------------------------------------------------------------------------
