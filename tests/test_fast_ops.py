@@ -40,7 +40,8 @@ def values_and_grads(fn, *inputs):
 
 def test_switches_cover_every_rewrite():
     assert set(fast_ops.ENABLED) == {
-        "dense2d", "xent_grad", "fused_adam", "pad_rows", "dropout16", "f32_scores", "f32_logits",
+        "dense2d", "xent_grad", "fused_adam", "pad_rows", "dropout16", "row_blocks",
+        "f32_scores", "f32_logits",
     }  # fmt: skip
     assert set(fast_ops.PRECISION) <= set(fast_ops.ENABLED)
 
@@ -166,6 +167,37 @@ def test_dropout16_drops_at_the_rate_scales_the_rest_and_reuses_its_mask(monkeyp
         assert (again != y.numpy()).any()
     for rate in drops.values():  # 100,450 draws: the standard error is 0.001
         assert abs(rate - 0.1) < 0.005
+
+
+# ---------------------------------------------------------------------------------------
+# row_blocks
+# ---------------------------------------------------------------------------------------
+def test_row_blocks_give_the_same_float32_logits_from_few_programs(monkeypatch):
+    rng = np.random.default_rng(6)
+    b = tf.constant(rng.normal(size=(11, 8)), tf.bfloat16)  # (V, d): the tied projection
+    rows = (3, 64, 65, 100)
+    inputs = [tf.constant(rng.normal(size=(m, 8)), tf.bfloat16) for m in rows]
+
+    compiled = fast_ops._float32_out  # XLA compiles one program per row count it sees
+
+    def products():
+        seen = []
+
+        def recorded(a, b, transpose_b):
+            seen.append(int(a.shape[0]))
+            return compiled(a, b, transpose_b)
+
+        monkeypatch.setattr(fast_ops, "_float32_out", recorded)
+        out = [fast_ops.logits_product(a, b, transpose_b=True, switch="f32_logits") for a in inputs]
+        return [z.numpy() for z in out], seen
+
+    (fast, fast_rows), (standard, standard_rows) = both_ways(monkeypatch, "row_blocks", products)
+    assert (fast_rows, standard_rows) == ([64, 64, 128, 128], list(rows))
+    for m, z, y, a in zip(rows, fast, standard, inputs):
+        assert z.shape == y.shape == (m, 11) and z.dtype == np.float32
+        np.testing.assert_array_equal(z, y)
+        exact = a.numpy().astype(np.float64) @ b.numpy().astype(np.float64).T
+        np.testing.assert_allclose(z, exact, rtol=1e-5, atol=1e-5)
 
 
 # ---------------------------------------------------------------------------------------
