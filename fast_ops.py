@@ -26,10 +26,7 @@ import tensorflow as tf
 ENABLED = {
     "dense2d": True,
     "xent_grad": True,
-    "fused_adam": True,
-    "pad_rows": True,
     "dropout16": True,
-    "row_blocks": True,
     "f32_scores": True,
     "f32_logits": True,
 }
@@ -121,30 +118,6 @@ def _xent_custom_gradient(logits, labels, epsilon: float):
 
 
 # ---------------------------------------------------------------------------------------
-# pad_rows: the loss over every target position, PAD weighted 0
-# ---------------------------------------------------------------------------------------
-def target_rows(hidden, labels, pad_id: int = 0, every: bool = False):
-    """The rows the loss reads: hidden (N, T, d) and labels (N, T) -> (hidden (M, d),
-    labels (M,), weight (M,) float32), the weight 1.0 for a real target and 0.0 for PAD.
-
-    Rewrite (or ``every``, which XLA's static shapes need): every position, M = N T, PAD
-    weighted 0. The standard op keeps the real positions only (tf.boolean_mask, all
-    weights 1), whose row count changes with every batch: each new M is a new shape for
-    the output projection (an XLA compile of fast_ops' float32-output product under
-    mixed precision) and its gradient scatters the rows back. The length-bucketed
-    batches pad about 0.1 % of the target positions, which the rewrite computes for
-    nothing. Measured gain: see the README's fast_ops rows (``python
-    bench/train_throughput.py --preset multi30k --ablate pad_rows --paired``).
-    """
-    real = tf.not_equal(labels, pad_id)
-    if every or ENABLED["pad_rows"]:
-        hidden = tf.reshape(hidden, (-1, tf.shape(hidden)[-1]))
-        return hidden, tf.reshape(labels, (-1,)), tf.cast(tf.reshape(real, (-1,)), tf.float32)
-    labels = tf.boolean_mask(labels, real)
-    return tf.boolean_mask(hidden, real), labels, tf.ones_like(labels, tf.float32)
-
-
-# ---------------------------------------------------------------------------------------
 # f32_scores, f32_logits: products that become softmax logits, computed in float32
 # ---------------------------------------------------------------------------------------
 def logits_product(a, b, transpose_b: bool = False, switch: str = "f32_scores"):
@@ -200,7 +173,7 @@ def _float32_matmul(a, b, transpose_b: bool, switch: str):
     @tf.custom_gradient
     def fn(a, b):
         if switch == "f32_logits" and a.dtype in (tf.bfloat16, tf.float16):
-            z = _float32_out_rows(a, cast(b, a.dtype), transpose_b)
+            z = _float32_out(a, cast(b, a.dtype), transpose_b)
         else:
             z = tf.matmul(cast(a, tf.float32), cast(b, tf.float32), transpose_b=transpose_b)
 
@@ -216,29 +189,6 @@ def _float32_matmul(a, b, transpose_b: bool, switch: str):
         return z, grad
 
     return fn(a, b)
-
-
-ROW_BLOCK = 64  # row_blocks: the XLA product's row count is a multiple of this
-
-
-def _float32_out_rows(a, b, transpose_b):
-    """:func:`_float32_out` of a (M, d), its rows padded with zeros to a multiple of
-    ROW_BLOCK and the result's first M rows returned (a slice of the leading axis, which
-    TensorFlow takes without a copy) -> (M, n) float32.
-
-    Rewrite (``row_blocks``): XLA compiles a program for every new shape, and M, the
-    target positions of a batch, changes with nearly every batch shape: a compile at
-    almost every step of a short run, or of the first epoch. In blocks of 64 rows a
-    2,048-token batch needs at most 32 programs, for at most 63 rows computed for
-    nothing. Measured gain: see the README's fast_ops rows (``python
-    bench/train_throughput.py --preset multi30k --ablate row_blocks --precision
-    mixed_bfloat16 --paired``).
-    """
-    if not ENABLED["row_blocks"]:
-        return _float32_out(a, b, transpose_b)
-    m = tf.shape(a)[0]
-    padded = tf.pad(a, [[0, (-m) % ROW_BLOCK], [0, 0]])
-    return _float32_out(padded, b, transpose_b)[:m]
 
 
 @tf.function(jit_compile=True, autograph=False, reduce_retracing=True)
@@ -261,9 +211,11 @@ class Dropout(keras.layers.Dropout):
     keeps 58982 of 65536 values, scaled by 65536/58982), and the mask is one multiplier
     (0 or the scale) that the gradient reuses. Keras draws a uniform number of x's dtype
     per element and applies it through a select in each pass. The same layer, seed
-    generator and checkpoints; the masks are other draws. Measured gain: see the README's
-    fast_ops rows (``python bench/train_throughput.py --preset multi30k --ablate dropout16
-    --paired``).
+    generator and checkpoints; the masks are other draws. Measured gain (Intel Xeon with
+    AMX, 2 cores; ``python bench/train_throughput.py --preset multi30k --ablate dropout16
+    --paired [--precision mixed_bfloat16]``, 3 paired windows): +5.4 % training tokens/s
+    under mixed_bfloat16 (+0.7, +6.1, +5.4 %), where Keras draws bfloat16 uniforms, and
+    +1.6 % in float32 (+2.1, +1.6, +1.4 %).
     """
 
     def call(self, inputs, training=False):
@@ -280,52 +232,3 @@ class Dropout(keras.layers.Dropout):
         keep = tf.reshape(draws >= drop, tf.shape(inputs))
         scale = tf.constant(65536.0 / (65536 - drop), inputs.dtype)
         return inputs * tf.where(keep, scale, tf.zeros((), inputs.dtype))
-
-
-# ---------------------------------------------------------------------------------------
-# fused_adam: Adam's dense update in TensorFlow's fused kernel
-# ---------------------------------------------------------------------------------------
-@keras.saving.register_keras_serializable(package="transformer")
-class Adam(keras.optimizers.Adam):
-    """keras.optimizers.Adam (5.3) whose dense update is TensorFlow's fused
-    ResourceApplyAdam kernel when ``fused_adam`` is on (read when the train step is
-    traced).
-
-    Rewrite: one pass over (variable, m, v, gradient) instead of the ten elementwise ops
-    and three assignments of Keras' update, each a pass over the whole tensor; the same
-    arithmetic (m += (g - m)(1 - beta_1); v += (g^2 - v)(1 - beta_2);
-    w -= lr sqrt(1 - beta_2^t) / (1 - beta_1^t) m / (sqrt(v) + epsilon)), the same slot
-    variables, so the same checkpoints. Sparse gradients and amsgrad take Keras' path.
-    Measured gain: see the README's "fast_ops" rows (``python bench/train_throughput.py
-    --preset multi30k --ablate fused_adam --paired``, float32 and mixed_bfloat16).
-
-    It reads Keras' ``_momentums``, ``_velocities`` and ``_get_variable_index``;
-    tests/test_fast_ops.py fails loudly if a Keras upgrade renames them.
-    """
-
-    def __init__(self, *args, name: str = "adam", **kwargs):
-        super().__init__(*args, name=name, **kwargs)
-
-    def update_step(self, gradient, variable, learning_rate):
-        var = variable.value if isinstance(variable, keras.Variable) else variable
-        fused = ENABLED["fused_adam"] and not self.amsgrad and hasattr(var, "handle")
-        if not fused or isinstance(gradient, tf.IndexedSlices):
-            return super().update_step(gradient, variable, learning_rate)
-        index = self._get_variable_index(variable)
-        m, v = self._momentums[index].value, self._velocities[index].value
-        dtype = var.dtype
-        step = tf.cast(self.iterations + 1, dtype)
-        beta_1, beta_2 = tf.cast(self.beta_1, dtype), tf.cast(self.beta_2, dtype)
-        tf.raw_ops.ResourceApplyAdam(
-            var=var.handle,
-            m=m.handle,
-            v=v.handle,
-            beta1_power=tf.pow(beta_1, step),
-            beta2_power=tf.pow(beta_2, step),
-            lr=tf.cast(learning_rate, dtype),
-            beta1=beta_1,
-            beta2=beta_2,
-            epsilon=tf.cast(self.epsilon, dtype),
-            grad=tf.cast(gradient, dtype),
-            use_locking=False,
-        )

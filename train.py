@@ -64,7 +64,6 @@ import checkpoints
 import data_load
 import decoding
 import devices
-import fast_ops
 import files
 import modules
 import summaries
@@ -288,7 +287,7 @@ class Trainer:
         self.schedule = modules.TransformerSchedule(
             hp.lr_schedule, hp.d_model, hp.warmup_steps, hp.lr, hp.cooldown
         )
-        self.optimizer = fast_ops.Adam(self.schedule, **adam)
+        self.optimizer = keras.optimizers.Adam(self.schedule, **adam)
         if loss_scaling:
             self.optimizer = keras.optimizers.LossScaleOptimizer(self.optimizer)
         self.loss_scale = LossScale(self.optimizer, loss_scaling)
@@ -297,7 +296,7 @@ class Trainer:
         self.group_of = {id(v): name for name, (vs, _) in groups.items() for v in vs}
         self.group_optimizers = {}
         for name, (variables, schedule) in groups.items():
-            self.group_optimizers[name] = fast_ops.Adam(schedule, **adam)
+            self.group_optimizers[name] = keras.optimizers.Adam(schedule, **adam)
             self.group_optimizers[name].build(variables)
         main = [v for v in model.trainable_variables if id(v) not in self.group_of]
         self.optimizer.build(main)
@@ -450,10 +449,13 @@ class Trainer:
         it, and the decoder the targets (Transformer.forward)."""
         src, dec_in, labels, *context = batch
         hidden = self.model.forward(src, dec_in, *context, training=training, extras=extras)
-        # XLA needs static shapes: every position, PAD weighted 0 (fast_ops.target_rows)
-        hidden, labels, weight = fast_ops.target_rows(
-            hidden, labels, data_load.PAD_ID, every=self.hp.jit_compile
-        )
+        real = tf.not_equal(labels, data_load.PAD_ID)
+        if self.hp.jit_compile:  # XLA needs static shapes: every position, PAD weighted 0
+            hidden = tf.reshape(hidden, (-1, self.model.d_model))
+            labels, weight = tf.reshape(labels, (-1,)), tf.cast(tf.reshape(real, (-1,)), tf.float32)
+        else:  # logits only for the real target positions
+            hidden, labels = tf.boolean_mask(hidden, real), tf.boolean_mask(labels, real)
+            weight = tf.ones_like(labels, tf.float32)
         eps = self.hp.label_smoothing
         losses, nll, correct = modules.cross_entropy_terms(self.model.logits(hidden), labels, eps)
         return StepStats(*[tf.reduce_sum(x * weight) for x in (losses, nll, weight, correct)])

@@ -5,7 +5,6 @@ False through monkeypatch, which restores it) on the same inputs and compares va
 gradients.
 """
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -39,10 +38,8 @@ def values_and_grads(fn, *inputs):
 
 
 def test_switches_cover_every_rewrite():
-    assert set(fast_ops.ENABLED) == {
-        "dense2d", "xent_grad", "fused_adam", "pad_rows", "dropout16", "row_blocks",
-        "f32_scores", "f32_logits",
-    }  # fmt: skip
+    names = {"dense2d", "xent_grad", "dropout16", "f32_scores", "f32_logits"}
+    assert set(fast_ops.ENABLED) == names
     assert set(fast_ops.PRECISION) <= set(fast_ops.ENABLED)
 
 
@@ -95,53 +92,6 @@ def test_dense2d_transpose_b_is_the_tied_output_projection(monkeypatch, shape):
 
 
 # ---------------------------------------------------------------------------------------
-# fused_adam
-# ---------------------------------------------------------------------------------------
-def adam_run(steps: int = 5):
-    """Weights and slots after ``steps`` compiled updates of fast_ops.Adam on a quadratic
-    loss: two dense weights and a sparse (embedding-row) one, under a schedule."""
-    rng = np.random.default_rng(4)
-    dense = [tf.Variable(rng.normal(size=s).astype(np.float32)) for s in ((3, 4), (4,))]
-    table = tf.Variable(rng.normal(size=(6, 2)).astype(np.float32))
-    variables = dense + [table]
-    lr = keras.optimizers.schedules.ExponentialDecay(0.05, 1, 0.9)
-    opt = fast_ops.Adam(lr, beta_1=0.8, beta_2=0.95, epsilon=1e-6)
-    opt.build(variables)
-
-    @tf.function(autograph=False)
-    def step():
-        with tf.GradientTape() as tape:
-            rows = tf.gather(table, [1, 3, 3])
-            loss = tf.reduce_sum(dense[0] ** 3) + tf.reduce_sum(dense[1] ** 2)
-            loss += tf.reduce_sum(rows**2)
-        grads = tape.gradient(loss, variables)
-        assert isinstance(grads[-1], tf.IndexedSlices)  # Keras' path for sparse gradients
-        opt.apply_gradients(zip(grads, variables))
-
-    for _ in range(steps):
-        step()
-    graph = step.get_concrete_function().graph
-    fused = sum(
-        n.op == "ResourceApplyAdam"
-        for f in graph._functions.values()
-        for n in f.definition.node_def
-    )
-    fused += sum(op.type == "ResourceApplyAdam" for op in graph.get_operations())
-    slots = [s.numpy() for s in opt._momentums + opt._velocities]
-    return [v.numpy() for v in variables] + slots, int(opt.iterations.numpy()), fused
-
-
-def test_fused_adam_makes_keras_adams_updates(monkeypatch):
-    (fused, n, kernels), (standard, m, none) = both_ways(monkeypatch, "fused_adam", adam_run)
-    assert n == m == 5
-    assert (kernels, none) == (2, 0)  # the two dense weights; the sparse one took Keras' path
-    assert len(fused) == 3 + 6  # variables, then their momentums and velocities
-    for a, b in zip(fused, standard):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
-    assert np.abs(fused[0] - adam_run(0)[0][0]).max() > 0.1  # the weights moved
-
-
-# ---------------------------------------------------------------------------------------
 # dropout16
 # ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -167,62 +117,6 @@ def test_dropout16_drops_at_the_rate_scales_the_rest_and_reuses_its_mask(monkeyp
         assert (again != y.numpy()).any()
     for rate in drops.values():  # 100,450 draws: the standard error is 0.001
         assert abs(rate - 0.1) < 0.005
-
-
-# ---------------------------------------------------------------------------------------
-# row_blocks
-# ---------------------------------------------------------------------------------------
-def test_row_blocks_give_the_same_float32_logits_from_few_programs(monkeypatch):
-    rng = np.random.default_rng(6)
-    b = tf.constant(rng.normal(size=(11, 8)), tf.bfloat16)  # (V, d): the tied projection
-    rows = (3, 64, 65, 100)
-    inputs = [tf.constant(rng.normal(size=(m, 8)), tf.bfloat16) for m in rows]
-
-    compiled = fast_ops._float32_out  # XLA compiles one program per row count it sees
-
-    def products():
-        seen = []
-
-        def recorded(a, b, transpose_b):
-            seen.append(int(a.shape[0]))
-            return compiled(a, b, transpose_b)
-
-        monkeypatch.setattr(fast_ops, "_float32_out", recorded)
-        out = [fast_ops.logits_product(a, b, transpose_b=True, switch="f32_logits") for a in inputs]
-        return [z.numpy() for z in out], seen
-
-    (fast, fast_rows), (standard, standard_rows) = both_ways(monkeypatch, "row_blocks", products)
-    assert (fast_rows, standard_rows) == ([64, 64, 128, 128], list(rows))
-    for m, z, y, a in zip(rows, fast, standard, inputs):
-        assert z.shape == y.shape == (m, 11) and z.dtype == np.float32
-        np.testing.assert_array_equal(z, y)
-        exact = a.numpy().astype(np.float64) @ b.numpy().astype(np.float64).T
-        np.testing.assert_allclose(z, exact, rtol=1e-5, atol=1e-5)
-
-
-# ---------------------------------------------------------------------------------------
-# pad_rows
-# ---------------------------------------------------------------------------------------
-def test_pad_rows_gives_the_loss_and_gradients_of_the_real_positions(monkeypatch):
-    rng = np.random.default_rng(5)
-    hidden = rng.normal(size=(3, 4, 6)).astype(np.float32)
-    labels = np.array([[3, 1, 0, 0], [2, 2, 4, 1], [5, 0, 0, 0]], np.int32)  # 0 is PAD
-    w = tf.constant(rng.normal(size=(6, 7)).astype(np.float32))
-
-    def sums(h):  # train.Trainer.loss_sums on these rows: loss, nll, tokens, correct
-        rows, y, weight = fast_ops.target_rows(h, tf.constant(labels))
-        loss, nll, correct = fast_ops.cross_entropy_terms(fast_ops.dense(rows, w), y, 0.1)
-        return tf.stack([tf.reduce_sum(x * weight) for x in (loss, nll, weight, correct)])
-
-    (fast, g_fast), (standard, g_std) = both_ways(
-        monkeypatch, "pad_rows", lambda: values_and_grads(sums, hidden)
-    )
-    assert fast[2] == standard[2] == 7  # the real targets
-    np.testing.assert_allclose(fast, standard, rtol=1e-6)
-    np.testing.assert_allclose(g_fast[0], g_std[0], rtol=1e-5, atol=1e-7)
-    assert np.all(g_fast[0][labels == 0] == 0) and np.all(g_fast[0][labels != 0] != 0)
-    rows, y, weight = fast_ops.target_rows(tf.constant(hidden), tf.constant(labels))
-    assert rows.shape == (12, 6) and y.shape == weight.shape == (12,)  # every position
 
 
 # ---------------------------------------------------------------------------------------
