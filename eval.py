@@ -322,7 +322,7 @@ def contrastive(logdir: str, overrides: dict, path: str, ckpt: str = "") -> dict
     """Accuracy on a contrastive set: the share of items whose reference scores higher
     than the contrastive translation (summed log-probabilities, forced decoding), with its
     95% interval, overall and per "pronoun" class (where the items have one); and
-    sacreBLEU of the sources translated in their context (a document each). Writes
+    sacreBLEU and chrF of the sources translated in their context (a document each). Writes
     ``<results_dir>/<run>_<checkpoint>_contrastive.json``."""
     hp, tok, model, ckpt_path = decoding.load_run(logdir, overrides, ckpt)
     items = read_contrastive(path)
@@ -351,6 +351,7 @@ def contrastive(logdir: str, overrides: dict, path: str, ckpt: str = "") -> dict
     scores = decoding.scores([hyps[i] for i in last], [it["reference"] for it in items])
     figures.update(
         sacrebleu=scores["sacrebleu"],
+        chrf=scores["chrf"],
         memory_sentences=model.memory_sentences,
         target_memory_sentences=model.target_memory_sentences,
     )
@@ -364,7 +365,10 @@ def contrastive(logdir: str, overrides: dict, path: str, ckpt: str = "") -> dict
     )
     for c, acc in figures["by_class"].items():
         print(f"contrastive: {c}: {acc:.1%}")
-    print(f"contrastive: sacreBLEU of the sources in context = {figures['sacrebleu']:.2f}")
+    print(
+        f"contrastive: sacreBLEU of the sources in context = {figures['sacrebleu']:.2f}, "
+        f"chrF = {figures['chrf']:.2f}"
+    )
     print(f"eval: results written to {out}")
     return {**figures, "results": out}
 
