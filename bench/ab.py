@@ -178,9 +178,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--arms", default=",".join(ARMS), help="the arms to run: old,new, old or new")
     ap.add_argument("--out", default=os.path.join("runs", "ab"))
     opts = ap.parse_args(argv)
-    arms = [a.strip() for a in opts.arms.split(",") if a.strip()]
-    if not arms or set(arms) - set(ARMS):
+    asked = {a.strip() for a in opts.arms.split(",") if a.strip()}
+    if not asked or asked - set(ARMS):
         ap.error(f"--arms takes old, new or both, not {opts.arms!r}")
+    arms = [a for a in ARMS if a in asked]  # always in the order old, new
     if opts.minutes and opts.steps:
         ap.error("--minutes and --steps are two budgets; give one")
     if opts.minutes < 0 or opts.steps < 0 or opts.beam < 2:
@@ -198,7 +199,7 @@ def main(argv: list[str] | None = None) -> None:
     check_plan(opts)
     rows = []
     for seed in seeds:
-        for arm in (a for a in ARMS if a in arms):
+        for arm in arms:
             done = figures(opts, arm, seed)
             if done is None:
                 tree, log = tree_of(opts, arm), os.path.join(opts.out, "logs", f"{arm}_s{seed}.log")

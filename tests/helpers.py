@@ -119,6 +119,12 @@ def check_cached_equals_full(model, src, tgt):
     assert int(cache["step"]) == tgt.shape[1]
 
 
+def results_hypotheses(path: str) -> list[str]:
+    """The "- got: " lines of an eval.py results file (eval.write_results), in order."""
+    with open(path, encoding="utf-8") as f:
+        return [line[len("- got: ") :].rstrip("\n") for line in f if line.startswith("- got: ")]
+
+
 def run_json_script(code: str, *args: str) -> dict:
     """Run ``python -c code args`` from the repository root (a fresh process, e.g. for
     logical devices); the JSON object its last stdout line prints."""

@@ -18,7 +18,7 @@ import positions
 import train
 import translate
 from eval import contrastive, evaluate, forced_scores
-from helpers import check_beam_scores, rand_ids, relative_model, tiny
+from helpers import check_beam_scores, rand_ids, relative_model, results_hypotheses, tiny
 from test_budget import lr_at
 from test_interrupts import ckpt_tensor, signal_after
 
@@ -309,8 +309,7 @@ def test_memory_run_trains_evaluates_and_resumes_exactly(
     src.write_text("\n".join(lines) + "\n", encoding="utf-8")
     ref.write_text("\n".join(got) + "\n", encoding="utf-8")
     result = evaluate(half.logdir, {}, "", str(src), str(ref))
-    written = open(result["results"], encoding="utf-8").read().split("\n- got: ")[1:]
-    assert [h.split("\n")[0] for h in written] == got  # each line decoded as translate.py did
+    assert results_hypotheses(result["results"]) == got  # each line decoded as translate.py did
     assert result["chrf"] == pytest.approx(100.0)  # (BLEU needs 4-grams the model may not make)
     # eval.py --contrastive: each item's contrastive translation is the next one's
     # reference; the accuracy is the share of forced scores that prefer the reference

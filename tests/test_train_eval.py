@@ -23,7 +23,7 @@ import modules
 import prepro
 import train
 from eval import evaluate
-from helpers import ROOT, tiny
+from helpers import ROOT, results_hypotheses, tiny
 
 
 def test_max_steps_run_checkpoints_every_step(quick_run):
@@ -416,6 +416,5 @@ def test_legacy_protocol_scores_the_tf1_subset_the_tf1_way(tmp_path, demo_prepro
     whole = evaluate(hp.logdir, {"legacy_protocol": False}, ckpt, **files)
     with open(whole["results"] + ".json") as f:
         assert json.load(f)["sentences"] == 10
-    with open(whole["results"], encoding="utf-8") as f:
-        got = [line[len("- got: ") :].rstrip("\n") for line in f if line.startswith("- got: ")]
+    got = results_hypotheses(whole["results"])
     assert got[6] == " ".join(["<UNK>"] * 4)  # "Ein Hund." + </S>: 3 tokens + max_len_extra 1
