@@ -58,6 +58,22 @@ def choose_checkpoint(logdir: str, ckpt: str = "") -> tuple[str, str]:
     return last, "the newest checkpoint"
 
 
+def spread_checkpoints(paths: list[str], n: int, gap: float) -> list[str]:
+    """The ``n`` checkpoints to average: from the newest back, each at least ``gap``
+    steps before the one taken after it (oldest first), or the last ``n`` where fewer
+    lie so far apart. A run under a time budget saves at the epochs' ends as well as at
+    the cooldown's planned points, and one of each can fall a step or two apart; their
+    average would weigh that moment twice."""
+    picked: list[str] = []
+    for path in reversed(paths):
+        step = int(path.rsplit("-", 1)[1])
+        if not picked or int(picked[-1].rsplit("-", 1)[1]) - step >= gap:
+            picked.append(path)
+        if len(picked) == n:
+            return picked[::-1]
+    return paths[-n:]
+
+
 def average_weights(model, paths: list[str]):
     """Set the model's weights to the mean of its weights in checkpoints ``paths``;
     returns the tf.train.Checkpoint(model=model) that writes them (a fresh one would

@@ -740,6 +740,14 @@ class Dev:
         return decoding.Translator(model, tok, hparams.apply(hp, {"max_len": limit}))
 
 
+def budget_points(hp: hparams.Hparams) -> list[float]:
+    """wsd with --average N: the N - 1 fractions of the budget inside the cooldown,
+    1 - cooldown * k / N (k = N - 1, ..., 1), after which a checkpoint is saved; the run's
+    end saves the last of the N averaged. Other schedules: none (the last N are averaged)."""
+    n = hp.average if hp.lr_schedule == "wsd" else 0
+    return [1.0 - hp.cooldown * k / n for k in range(n - 1, 0, -1)]
+
+
 class Budget:
     """What bounds a run, and the fraction of it used (README "Training on a budget").
 
@@ -760,10 +768,7 @@ class Budget:
         self.seconds = 60.0 * hp.max_minutes
         self.reserve = 0.0
         self.follow = hp.lr_schedule in modules.BUDGET_SCHEDULES
-        # wsd with --average N: N - 1 checkpoints inside the cooldown, at the fractions
-        # 1 - cooldown * k / N (k = N - 1, ..., 1), and the run's end saves the last one
-        n = hp.average if hp.lr_schedule == "wsd" else 0
-        self.points = [1.0 - hp.cooldown * k / n for k in range(n - 1, 0, -1)]
+        self.points = budget_points(hp)
         self.checked = float(trainer.budget_used)  # the fraction at the last check
 
     def estimate(self, dev: Dev, translator: decoding.Translator) -> float:
@@ -1229,12 +1234,17 @@ def end_of_epoch(
 
 def average_last(hp, trainer: Trainer, dev: Dev, translator) -> dict | None:
     """The average of the run's last ``hp.average`` checkpoints (Vaswani et al. 2017,
-    6.1), scored on the dev subset; written to ``<logdir>/averaged/avg-last<N>-<step>``
+    6.1; under wsd, spread over the cooldown: checkpoints.spread_checkpoints), scored on
+    the dev subset; written to ``<logdir>/averaged/avg-last<N>-<step>``
     if it beats the best checkpoint. The model's own weights are put back after."""
     if trainer.multi_worker:
         print("train: --average is skipped in a multi-worker run: use average_checkpoints.py")
         return None
-    paths = trainer.manager.checkpoints[-hp.average :]
+    paths = trainer.manager.checkpoints
+    if budget_points(hp):  # the cooldown's checkpoints, half their spacing apart at least
+        gap = 0.5 * hp.cooldown * trainer.step / hp.average
+        paths = checkpoints.spread_checkpoints(paths, hp.average, gap)
+    paths = paths[-hp.average :]
     if len(paths) < hp.average:
         print(f"train: {len(paths)} checkpoint(s), fewer than --average {hp.average}: no average")
         return None

@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 
 import average_checkpoints
+import checkpoints
 import decoding
 import hparams
 from eval import evaluate
@@ -46,3 +47,17 @@ def test_average_needs_enough_checkpoints(quick_run):
         average_checkpoints.average(hp.logdir, 9)
     with pytest.raises(hparams.UserError, match="--last must be at least 1"):
         average_checkpoints.average(hp.logdir, 0)
+
+
+def test_spread_checkpoints_passes_over_an_epoch_end_next_to_a_planned_one():
+    """A 30-minute wsd run's kept checkpoints (5): the epochs' ends 3720, 3968 and 4216,
+    the cooldown's planned 3937 and the end 4218. The last three would average 4216 and
+    4218, two steps apart; half the planned spacing (0.5 * 0.2 * 4218 / 3 = 140.6 steps)
+    picks 3720, 3968 and 4218."""
+    paths = [f"log/run/ckpt-{s}" for s in (3720, 3937, 3968, 4216, 4218)]
+    gap = 0.5 * 0.2 * 4218 / 3
+    assert checkpoints.spread_checkpoints(paths, 3, gap) == [paths[0], paths[2], paths[4]]
+    assert checkpoints.spread_checkpoints(paths, 2, gap) == [paths[2], paths[4]]
+    # too few so far apart: the last n, as without a cooldown
+    assert checkpoints.spread_checkpoints(paths, 3, 400) == paths[-3:]
+    assert checkpoints.spread_checkpoints(paths, 3, 0) == paths[-3:]

@@ -249,6 +249,8 @@ def test_wsd_checkpoints_for_the_average_lie_in_the_cooldown(demo_prepro, tmp_pa
     assert saved - {35, 38, 40} <= {k * epoch for k in range(1, 40 // epoch + 1)}
     averaged = [int(p.rsplit("-", 1)[1]) for p in summary["averaged"]["checkpoints"]]
     assert len(averaged) == 3 and averaged[-1] == 40 and min(averaged) > 0.8 * 40
+    # no two closer than half the planned spacing (0.5 * 0.2 * 40 / 3 steps)
+    assert min(b - a for a, b in zip(averaged, averaged[1:])) >= 0.5 * 0.2 * 40 / 3
 
 
 # ---------------------------------------------------------------------------------------
