@@ -65,10 +65,12 @@ def spread_checkpoints(paths: list[str], n: int, gap: float) -> list[str]:
     the cooldown's planned points, and one of each can fall a step or two apart; their
     average would weigh that moment twice."""
     picked: list[str] = []
+    after = float("inf")  # the step of the checkpoint taken last
     for path in reversed(paths):
-        step = int(path.rsplit("-", 1)[1])
-        if not picked or int(picked[-1].rsplit("-", 1)[1]) - step >= gap:
+        step = int(path.rsplit("-", 1)[1])  # <prefix>/ckpt-<step>
+        if after - step >= gap:
             picked.append(path)
+            after = step
         if len(picked) == n:
             return picked[::-1]
     return paths[-n:]
