@@ -740,14 +740,6 @@ class Dev:
         return decoding.Translator(model, tok, hparams.apply(hp, {"max_len": limit}))
 
 
-def budget_points(hp: hparams.Hparams) -> list[float]:
-    """wsd with --average N: the N - 1 fractions of the budget inside the cooldown,
-    1 - cooldown * k / N (k = N - 1, ..., 1), after which a checkpoint is saved; the run's
-    end saves the last of the N averaged. Other schedules: none (the last N are averaged)."""
-    n = hp.average if hp.lr_schedule == "wsd" else 0
-    return [1.0 - hp.cooldown * k / n for k in range(n - 1, 0, -1)]
-
-
 class Budget:
     """What bounds a run, and the fraction of it used (README "Training on a budget").
 
@@ -768,7 +760,10 @@ class Budget:
         self.seconds = 60.0 * hp.max_minutes
         self.reserve = 0.0
         self.follow = hp.lr_schedule in modules.BUDGET_SCHEDULES
-        self.points = budget_points(hp)
+        # wsd with --average N: N - 1 checkpoints inside the cooldown, at the fractions
+        # 1 - cooldown * k / N (k = N - 1, ..., 1), and the run's end saves the last one
+        n = hp.average if hp.lr_schedule == "wsd" else 0
+        self.points = [1.0 - hp.cooldown * k / n for k in range(n - 1, 0, -1)]
         self.checked = float(trainer.budget_used)  # the fraction at the last check
 
     def estimate(self, dev: Dev, translator: decoding.Translator) -> float:
@@ -1240,11 +1235,10 @@ def average_last(hp, trainer: Trainer, dev: Dev, translator) -> dict | None:
     if trainer.multi_worker:
         print("train: --average is skipped in a multi-worker run: use average_checkpoints.py")
         return None
-    paths = trainer.manager.checkpoints
-    if budget_points(hp):  # the cooldown's checkpoints, half their spacing apart at least
+    paths = trainer.manager.checkpoints[-hp.average :]
+    if hp.lr_schedule == "wsd":  # Budget.points: at least half their spacing apart
         gap = 0.5 * hp.cooldown * trainer.step / hp.average
-        paths = checkpoints.spread_checkpoints(paths, hp.average, gap)
-    paths = paths[-hp.average :]
+        paths = checkpoints.spread_checkpoints(trainer.manager.checkpoints, hp.average, gap)
     if len(paths) < hp.average:
         print(f"train: {len(paths)} checkpoint(s), fewer than --average {hp.average}: no average")
         return None
