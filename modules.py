@@ -34,8 +34,9 @@ cast = fast_ops.cast
 # ---------------------------------------------------------------------------------------
 def layer_norm(name: str, epsilon: float = LAYER_NORM_EPSILON):
     """LayerNormalization computed in float32 (its dtype policy) for mixed precision:
-    gamma * (x - mean) / sqrt(var + epsilon) + beta over the last axis (TF1: epsilon 1e-8)."""
-    return keras.layers.LayerNormalization(epsilon=epsilon, dtype="float32", name=name)
+    gamma * (x - mean) / sqrt(var + epsilon) + beta over the last axis (TF1: epsilon 1e-8),
+    returned in x's dtype (fast_ops.LayerNormalization)."""
+    return fast_ops.LayerNormalization(epsilon=epsilon, dtype="float32", name=name)
 
 
 @keras.saving.register_keras_serializable(package="transformer")

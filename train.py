@@ -64,6 +64,7 @@ import checkpoints
 import data_load
 import decoding
 import devices
+import fast_ops
 import files
 import modules
 import summaries
@@ -287,7 +288,7 @@ class Trainer:
         self.schedule = modules.TransformerSchedule(
             hp.lr_schedule, hp.d_model, hp.warmup_steps, hp.lr, hp.cooldown
         )
-        self.optimizer = keras.optimizers.Adam(self.schedule, **adam)
+        self.optimizer = fast_ops.Adam(self.schedule, **adam)
         if loss_scaling:
             self.optimizer = keras.optimizers.LossScaleOptimizer(self.optimizer)
         self.loss_scale = LossScale(self.optimizer, loss_scaling)
@@ -296,7 +297,7 @@ class Trainer:
         self.group_of = {id(v): name for name, (vs, _) in groups.items() for v in vs}
         self.group_optimizers = {}
         for name, (variables, schedule) in groups.items():
-            self.group_optimizers[name] = keras.optimizers.Adam(schedule, **adam)
+            self.group_optimizers[name] = fast_ops.Adam(schedule, **adam)
             self.group_optimizers[name].build(variables)
         main = [v for v in model.trainable_variables if id(v) not in self.group_of]
         self.optimizer.build(main)

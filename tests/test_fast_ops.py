@@ -5,6 +5,7 @@ False through monkeypatch, which restores it) on the same inputs and compares va
 gradients.
 """
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -38,7 +39,8 @@ def values_and_grads(fn, *inputs):
 
 
 def test_switches_cover_every_rewrite():
-    names = {"dense2d", "xent_grad", "dropout16", "f32_scores", "f32_logits"}
+    names = {"dense2d", "xent_grad", "dropout16", "fused_adam", "layer_norm"}
+    names |= {"f32_scores", "f32_logits"}
     assert set(fast_ops.ENABLED) == names
     assert set(fast_ops.PRECISION) <= set(fast_ops.ENABLED)
 
@@ -89,6 +91,92 @@ def test_dense2d_transpose_b_is_the_tied_output_projection(monkeypatch, shape):
     np.testing.assert_allclose(y_fast, x @ emb.T, rtol=1e-5, atol=1e-4)
     for a, b in zip(g_fast, g_std):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-4)
+
+
+# ---------------------------------------------------------------------------------------
+# fused_adam
+# ---------------------------------------------------------------------------------------
+def adam_run(steps: int = 5):
+    """Weights and slots after ``steps`` compiled updates of fast_ops.Adam on a quadratic
+    loss: two dense weights and a sparse (embedding-row) one, under a schedule."""
+    rng = np.random.default_rng(4)
+    dense = [tf.Variable(rng.normal(size=s).astype(np.float32)) for s in ((3, 4), (4,))]
+    table = tf.Variable(rng.normal(size=(6, 2)).astype(np.float32))
+    variables = dense + [table]
+    lr = keras.optimizers.schedules.ExponentialDecay(0.05, 1, 0.9)
+    opt = fast_ops.Adam(lr, beta_1=0.8, beta_2=0.95, epsilon=1e-6)
+    opt.build(variables)
+
+    @tf.function(autograph=False)
+    def step():
+        with tf.GradientTape() as tape:
+            rows = tf.gather(table, [1, 3, 3])
+            loss = tf.reduce_sum(dense[0] ** 3) + tf.reduce_sum(dense[1] ** 2)
+            loss += tf.reduce_sum(rows**2)
+        grads = tape.gradient(loss, variables)
+        assert isinstance(grads[-1], tf.IndexedSlices)  # Keras' path for sparse gradients
+        opt.apply_gradients(zip(grads, variables))
+
+    for _ in range(steps):
+        step()
+    graph = step.get_concrete_function().graph
+    fused = sum(
+        n.op == "ResourceApplyAdam"
+        for f in graph._functions.values()
+        for n in f.definition.node_def
+    )
+    fused += sum(op.type == "ResourceApplyAdam" for op in graph.get_operations())
+    slots = [s.numpy() for s in opt._momentums + opt._velocities]
+    return [v.numpy() for v in variables] + slots, int(opt.iterations.numpy()), fused
+
+
+def test_fused_adam_makes_keras_adams_updates(monkeypatch):
+    (fused, n, kernels), (standard, m, none) = both_ways(monkeypatch, "fused_adam", adam_run)
+    assert n == m == 5
+    assert (kernels, none) == (2, 0)  # the two dense weights; the sparse one took Keras' path
+    assert len(fused) == 3 + 6  # variables, then their momentums and velocities
+    for a, b in zip(fused, standard):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert np.abs(fused[0] - adam_run(0)[0][0]).max() > 0.1  # the weights moved
+
+
+# ---------------------------------------------------------------------------------------
+# layer_norm
+# ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_layer_norm_same_values_and_gradients(monkeypatch, dtype):
+    rng = np.random.default_rng(5)
+    x = (3.0 * rng.normal(size=(2, 5, 8)) + 1.0).astype(np.float32)
+    gamma, beta = rng.normal(size=8).astype(np.float32), rng.normal(size=8).astype(np.float32)
+
+    def run():
+        layer = modules.layer_norm("ln", 1e-6)
+        assert isinstance(layer, fast_ops.LayerNormalization)
+        layer.build(x.shape)
+        layer.gamma.assign(gamma)
+        layer.beta.assign(beta)
+
+        def fn(x):  # a 16-bit x as under mixed precision: the layer computes in float32
+            return tf.cast(layer(tf.cast(x, dtype)), tf.float32)
+
+        with tf.GradientTape() as tape:
+            inputs = tf.constant(x)
+            tape.watch(inputs)
+            out = fn(inputs)
+            weights = tf.cast(tf.range(1, tf.size(out) + 1) % 7 - 3, out.dtype)
+            total = tf.reduce_sum(out * tf.reshape(weights, tf.shape(out)))
+        grads = tape.gradient(total, [inputs, layer.gamma, layer.beta])
+        return out.numpy(), [g.numpy() for g in grads]
+
+    (y_fast, g_fast), (y_std, g_std) = both_ways(monkeypatch, "layer_norm", run)
+    xr = tf.cast(tf.cast(x, dtype), tf.float32).numpy()
+    mean, var = xr.mean(-1, keepdims=True), xr.var(-1, keepdims=True)
+    tol = 1e-5 if dtype == "float32" else 2e-2  # Keras rounds a 16-bit input's result to it
+    np.testing.assert_allclose(y_fast, (xr - mean) / np.sqrt(var + 1e-6) * gamma + beta, atol=tol)
+    np.testing.assert_allclose(y_fast, y_std, atol=tol)
+    for a, b in zip(g_fast, g_std):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+    assert np.abs(g_fast[0]).max() > 0.1 and np.abs(g_fast[1]).max() > 0.1
 
 
 # ---------------------------------------------------------------------------------------
