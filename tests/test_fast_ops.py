@@ -148,6 +148,7 @@ def test_layer_norm_same_values_and_gradients(monkeypatch, dtype):
     rng = np.random.default_rng(5)
     x = (3.0 * rng.normal(size=(2, 5, 8)) + 1.0).astype(np.float32)
     gamma, beta = rng.normal(size=8).astype(np.float32), rng.normal(size=8).astype(np.float32)
+    found = []  # the output dtypes, rewrite first
 
     def run():
         layer = modules.layer_norm("ln", 1e-6)
@@ -157,7 +158,9 @@ def test_layer_norm_same_values_and_gradients(monkeypatch, dtype):
         layer.beta.assign(beta)
 
         def fn(x):  # a 16-bit x as under mixed precision: the layer computes in float32
-            return tf.cast(layer(tf.cast(x, dtype)), tf.float32)
+            y = layer(tf.cast(x, dtype))
+            found.append(y.dtype)
+            return tf.cast(y, tf.float32)
 
         with tf.GradientTape() as tape:
             inputs = tf.constant(x)
@@ -173,7 +176,8 @@ def test_layer_norm_same_values_and_gradients(monkeypatch, dtype):
     mean, var = xr.mean(-1, keepdims=True), xr.var(-1, keepdims=True)
     tol = 1e-5 if dtype == "float32" else 2e-2  # Keras rounds a 16-bit input's result to it
     np.testing.assert_allclose(y_fast, (xr - mean) / np.sqrt(var + 1e-6) * gamma + beta, atol=tol)
-    np.testing.assert_allclose(y_fast, y_std, atol=tol)
+    np.testing.assert_allclose(y_fast, y_std, atol=1e-6)  # Keras' arithmetic, in its order
+    assert [d.name for d in found] == [dtype, "float32"]  # the rewrite keeps x's dtype
     for a, b in zip(g_fast, g_std):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
     assert np.abs(g_fast[0]).max() > 0.1 and np.abs(g_fast[1]).max() > 0.1
