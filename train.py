@@ -1236,10 +1236,12 @@ def average_last(hp, trainer: Trainer, dev: Dev, translator) -> dict | None:
     if trainer.multi_worker:
         print("train: --average is skipped in a multi-worker run: use average_checkpoints.py")
         return None
-    paths = trainer.manager.checkpoints[-hp.average :]
+    saved = trainer.manager.checkpoints
     if hp.lr_schedule == "wsd":  # Budget.points: at least half their spacing apart
         gap = 0.5 * hp.cooldown * trainer.step / hp.average
-        paths = checkpoints.spread_checkpoints(trainer.manager.checkpoints, hp.average, gap)
+        paths = checkpoints.spread_checkpoints(saved, hp.average, gap)
+    else:
+        paths = saved[-hp.average :]
     if len(paths) < hp.average:
         print(f"train: {len(paths)} checkpoint(s), fewer than --average {hp.average}: no average")
         return None
