@@ -140,13 +140,13 @@ def logits_product(a, b, transpose_b: bool = False, switch: str = "f32_scores"):
     scale. Under float32 it is the plain product. The gradients run in the operands'
     16-bit dtype, as every other matmul gradient of mixed precision does: only the
     forward values need float32, and the largest matmul of the model (the output
-    projection) keeps its 16-bit backward (xl's broadcast product differentiates the
-    float32 product). Two switches: ``switch`` f32_scores (the default: the attention
-    scores and the relative-position terms) and f32_logits (the output projection, the
-    model's largest matmul). Off: the product in the operands' dtype, then cast (the
-    rounding of earlier versions; kept to measure the cost: ``python
-    bench/train_throughput.py --preset multi30k --ablate f32_scores,f32_logits
-    --precision mixed_bfloat16 --paired``).
+    projection) keeps its 16-bit backward; a b broadcast over a's batch (xl's (q + v) R)
+    is tiled to it first, its gradient a sum over the batch. Two switches: ``switch``
+    f32_scores (the default: the attention scores and the relative-position terms) and
+    f32_logits (the output projection, the model's largest matmul). Off: the product in
+    the operands' dtype, then cast (the rounding of earlier versions; kept to measure the
+    cost: ``python bench/train_throughput.py --preset multi30k --ablate
+    f32_scores,f32_logits --precision mixed_bfloat16 --paired``).
     """
     if not ENABLED[switch] or a.dtype == tf.float32 and b.dtype == tf.float32:
         b = cast(b, a.dtype)
@@ -158,8 +158,11 @@ def logits_product(a, b, transpose_b: bool = False, switch: str = "f32_scores"):
         return tf.reshape(z, tf.concat([tf.shape(a)[:-1], tf.shape(z)[-1:]], 0))
     if a.shape.rank == b.shape.rank:  # Q K^T, or a 2-D product
         return _float32_matmul(a, b, transpose_b, switch)
-    # broadcast batch dimensions (xl's (q + v) R): autodiff of the float32 product
-    return tf.matmul(cast(a, tf.float32), cast(b, tf.float32), transpose_b=transpose_b)
+    # broadcast batch dimensions (xl's (q + v) R, b (h, d_k, L)): b tiled to a's batch
+    # (N, h, d_k, L; its gradient a sum over N), so that the backward stays 16-bit
+    batch = tf.shape(a)[: a.shape.rank - 2]
+    b = tf.broadcast_to(b, tf.concat([batch, tf.shape(b)[-2:]], 0))
+    return _float32_matmul(a, b, transpose_b, switch)
 
 
 def _float32_matmul(a, b, transpose_b: bool, switch: str):

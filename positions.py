@@ -167,15 +167,20 @@ def xl_sinusoid(dist, d_model: int):
 
 
 def relative_shift(x, t_k):
-    """The relative shift: x (N, h, T_q, L), whose column c holds the distance
-    D - c (D = the largest), -> (N, h, T_q, t_k) with out[i, j] = x[i, j + T_q - 1 - i],
-    i.e. the distance (D - T_q + 1) + i - j. Pad one zero column in front, read the
-    rows as (L + 1, T_q), drop the first, read back as (T_q, L): exact wherever
-    j + T_q - 1 - i < L, which holds for every pair when L = T_q + t_k - 1."""
+    """The relative shift: x (N, h, T_q, L), whose column c holds the distance D - c (D =
+    the largest), -> (N, h, T_q, t_k) with out[i, j] = x[i, j + T_q - 1 - i], i.e. the
+    distance (D - T_q + 1) + i - j. Each row, read flat, starts L - 1 entries after the
+    previous row's start: the flat run from T_q - 1, cut into T_q rows of L - 1 and the
+    first t_k columns of each kept, is the shifted matrix. Two contiguous slices (no
+    strided ones, no pad: their gradients are plain pads). Needs L >= t_k + 1; exact
+    wherever j + T_q - 1 - i < L, which holds for every pair when L >= T_q + t_k - 1, and
+    for j <= i (what a causal mask keeps) when L = t_k + 1 = T_q + 1."""
     s = tf.shape(x)
-    padded = tf.pad(x, [[0, 0], [0, 0], [0, 0], [1, 0]])
-    padded = tf.reshape(padded, (s[0], s[1], s[3] + 1, s[2]))[:, :, 1:]
-    return tf.reshape(padded, s)[..., :t_k]
+    t_q, width = s[2], s[3]
+    flat = tf.reshape(x, (s[0], s[1], t_q * width))
+    rows = tf.slice(flat, [0, 0, t_q - 1], [-1, -1, t_q * (width - 1)])
+    rows = tf.reshape(rows, (s[0], s[1], t_q, width - 1))
+    return tf.slice(rows, [0, 0, 0, 0], [-1, -1, -1, t_k])
 
 
 # ---------------------------------------------------------------------------------------
@@ -386,7 +391,8 @@ class XL(Encoding):
         the content query is q + u (sec. 3.3)."""
         s, dt = layer.stack, q.dtype
         t_q, t_k = tf.shape(q)[2], tf.shape(k_pos)[0]
-        width = t_k if s.causal else t_q + t_k - 1
+        # relative_shift's widths: one distance more than the pairs need (-1 when causal)
+        width = t_k + 1 if s.causal else t_q + t_k
         dist = (q_pos[-1] - k_pos[0]) - tf.range(width)  # (L,), largest first
         r = fast_ops.dense(cast(xl_sinusoid(dist, s.d_model), dt), cast(layer.w_r.value, dt))
         r = tf.transpose(tf.reshape(r, (width, s.num_heads, layer.d_k)), (1, 2, 0))  # (h, d_k, L)

@@ -311,6 +311,7 @@ def test_logits_product_accumulates_in_float32(monkeypatch, batched):
         ((6, 8), (8, 5), False),
         ((2, 2, 3, 8), (2, 2, 4, 8), True),
         ((2, 3, 8), (5, 8), "weight"),  # b the float32 weight itself (the output logits)
+        ((3, 2, 4, 8), (2, 8, 7), False),  # xl's (q + v) R: b broadcast over the batch
     ],
 )
 def test_logits_product_gradients_are_the_16bit_products(a_shape, b_shape, transpose_b):
@@ -402,3 +403,24 @@ def test_shaw_and_xl_logit_terms_are_float32_under_bfloat16(monkeypatch):
     want = np.einsum("ic,ijc->ij", q_values.astype(np.float64), r.astype(np.float64))
     np.testing.assert_allclose(exact.numpy()[0, 0], want, rtol=1e-6, atol=1e-4)
     assert np.abs(rounded.numpy()[0, 0] - want).max() > 0.1
+
+
+def test_broadcast_logits_product_has_a_16bit_backward():
+    """xl's (q + v) R, b (h, d_k, L) broadcast over the batch: one float32 matmul (the
+    forward); the two gradient matmuls run in bfloat16."""
+    a = tf.TensorSpec((3, 2, 4, 8), BF16)
+    b = tf.TensorSpec((2, 8, 7), BF16)
+
+    @tf.function
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            tape.watch([x, y])
+            total = tf.reduce_sum(fast_ops.logits_product(x, y) ** 2)
+        return tape.gradient(total, [x, y])
+
+    graph = step.get_concrete_function(a, b).graph
+    dtypes = []
+    for op in graph.get_operations():
+        if op.type in ("BatchMatMulV2", "BatchMatMulV3", "MatMul"):
+            dtypes.append(op.get_attr("Ta") if op.type == "BatchMatMulV3" else op.get_attr("T"))
+    assert sorted(d.name for d in dtypes) == ["bfloat16", "bfloat16", "float32"]

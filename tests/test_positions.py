@@ -211,15 +211,33 @@ def test_directional_alibi_tells_a_source_from_its_reversal(kind):
         assert diff > 0.1
 
 
-def test_relative_shift_is_exact_in_both_directions():
-    """Column c of row i holds the distance D - c; the shift puts distance i - j at
-    [i, j] for every pair (L = T_q + T_k - 1), as the gather would."""
-    t_q, t_k = 3, 5
-    dist = (t_q - 1) - np.arange(t_q + t_k - 1)  # largest first: 2 .. -4
+def shifted(t_q, t_k, width):
+    """relative_shift of a (1, 1, t_q, width) matrix whose column c holds the distance
+    D - c (D = t_q - 1), tagged with its row: 10 * distance + row."""
+    dist = (t_q - 1) - np.arange(width)  # largest first
     x = np.tile(dist, (1, 1, t_q, 1)).astype(np.float32) * 10 + np.arange(t_q)[:, None]
-    got = positions.relative_shift(tf.constant(x), t_k).numpy()[0, 0]
+    return positions.relative_shift(tf.constant(x), t_k).numpy()[0, 0]
+
+
+@pytest.mark.parametrize("t_q, t_k", [(3, 5), (5, 3), (1, 1), (1, 4), (4, 4)])
+def test_relative_shift_is_exact_in_both_directions(t_q, t_k):
+    """The shift puts distance i - j at [i, j] for every pair, as a gather would, with
+    the width XL gives it (T_q + T_k: one distance more than the pairs need) and with
+    the tightest (T_q + T_k - 1, where that is at least T_k + 1)."""
     want = (np.arange(t_q)[:, None] - np.arange(t_k)[None]) * 10 + np.arange(t_q)[:, None]
-    np.testing.assert_array_equal(got, want)
+    for width in {t_q + t_k, max(t_q + t_k - 1, t_k + 1)}:
+        np.testing.assert_array_equal(shifted(t_q, t_k, width), want)
+
+
+@pytest.mark.parametrize("t", [1, 2, 6])
+def test_relative_shift_causal_width_is_exact_where_the_mask_keeps(t):
+    """Causal self-attention (T_q = T_k = t) gets width t + 1 (distances t - 1 .. -1):
+    every pair j <= i holds distance i - j."""
+    got = shifted(t, t, t + 1)
+    want = (np.arange(t)[:, None] - np.arange(t)[None]) * 10 + np.arange(t)[:, None]
+    keep = np.tril(np.ones((t, t), bool))
+    np.testing.assert_array_equal(got[keep], want[keep])
+    assert got.shape == (t, t)
 
 
 def test_rotary_scores_depend_on_the_distance_alone():
