@@ -7,6 +7,8 @@ same size, and against the machine's measured matmul peak.
         [--configs "ours float32,ours weighted float32"]      # a subset of the rows
         [--configs "ours float32,ours shaw float32,ours t5 float32,ours xl float32,..."]
         [--baseline_tree PATH]        # one more row: the project's code at PATH (float32)
+    python bench/train_throughput.py --preset multi30k --sizes preset --baseline_tree PATH \
+        --precision mixed_bfloat16 --configs "ours mixed_bfloat16,baseline tree mixed_bfloat16"
     python bench/train_throughput.py --preset multi30k --ablate dense2d,xent_grad [--pairs 3]
     python bench/train_throughput.py --preset multi30k --ablate f32_logits \
         --precision mixed_bfloat16 [--paired]
@@ -23,7 +25,10 @@ pairs), which a drifting machine disturbs far less than children one after the o
 ``--ablate a+b`` turns the switches a and b on and off together.
 ``--baseline_tree`` runs another checkout of the project (for example
 ``git worktree add /tmp/old HEAD~5``) in the same run, so that a change of code is compared
-with its predecessor on the same machine at the same time.
+with its predecessor on the same machine at the same time; in float32, or in the
+``--precision`` given. ``--sizes preset`` times the preset's own model (its position
+family, norm and head count, which the small and base sizes set to the paper's, the model
+keras-hub's row mirrors) and has no keras-hub row.
 
 One script run. Every configuration runs in a fresh child process, one after the other
 (so a dtype policy or XLA setting never leaks and each peak RSS is its own). The speed of
@@ -533,11 +538,22 @@ def print_families(group: list[dict]) -> None:
     print()
 
 
-def configurations(preset: str, sizes: list[str], quick: bool, tree: str = "") -> list[dict]:
+def size_model(preset: str, size: str) -> dict:
+    """The model settings of a size: SIZES, or "preset": the preset's own model."""
+    if size != "preset":
+        return SIZES[size]
+    keys = ("d_model", "d_ff", "num_blocks", "num_heads", "tokens_per_batch", "position", "norm")
+    values = hparams.preset(preset)
+    return {k: getattr(values, k) for k in keys}
+
+
+def configurations(
+    preset: str, sizes: list[str], quick: bool, tree: str = "", tree_precision: str = "float32"
+) -> list[dict]:
     out = []
     for size in sizes:
-        model = SIZES[size]
-        steps = {"small": 45, "base": 15}[size] if not quick else 9
+        model = size_model(preset, size)
+        steps = {"small": 45, "base": 15, "preset": 45}[size] if not quick else 9
         common = dict(preset=preset, size=size, warmup=WARMUP if not quick else 3, steps=steps)
         hp = dict(model, dropout_rate=0.1, label_smoothing=0.1)
         variants = [
@@ -586,11 +602,13 @@ def configurations(preset: str, sizes: list[str], quick: bool, tree: str = "") -
                 dict(
                     common,
                     side="ours",
-                    name="baseline tree float32",
+                    name=f"baseline tree {tree_precision}",
                     tree=tree,
-                    hparams=dict(hp, precision="float32"),
+                    hparams=dict(hp, precision=tree_precision),
                 )
             )
+        if size == "preset":  # keras-hub's row mirrors the paper's model only
+            continue
         kh = dict(hp, tokens_per_batch=model["tokens_per_batch"])
         out.append(dict(common, side="keras-hub", name="keras-hub fit float32", hparams=kh))
     return out
@@ -634,8 +652,9 @@ def main() -> None:
         else:
             configs = ablation_configurations(preset, ablate, opts["pairs"], precision)
     else:
+        tree_precision = hp.precision if "precision" in opts["_set"] else "float32"
         configs = configurations(
-            preset, opts["sizes"].split(","), opts["quick"], opts["baseline_tree"]
+            preset, opts["sizes"].split(","), opts["quick"], opts["baseline_tree"], tree_precision
         )
     for cfg in configs:
         if wanted and cfg["name"] not in wanted:
@@ -672,11 +691,11 @@ def main() -> None:
         ours_params = next((r["params"] for r in group if r["cfg"]["side"] == "ours"), 0)
         # without a keras-hub row, ratios are to the first row ("x first" column)
         base_row = group[0] if ref is None else None
-        m = SIZES[size]
+        m = size_model(preset, size)
         print(
             f"## {size}: d_model {m['d_model']}, d_ff {m['d_ff']}, {m['num_blocks']}+"
-            f"{m['num_blocks']} layers, {m['num_heads']} heads; our params "
-            f"{ours_params:,}"
+            f"{m['num_blocks']} layers, {m['num_heads']} heads, {m['position']}, "
+            f"{m['norm']}-norm; our params {ours_params:,}"
         )
         print(
             f"{'configuration':26} {'tgt tok/s':>9} {'steady':>7} {'ratio':>6} "

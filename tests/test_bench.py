@@ -496,3 +496,18 @@ def test_ab_runs_one_arm_alone_and_the_other_later_beside_it(tmp_path, monkeypat
     )
     with pytest.raises(SystemExit):
         ab.main(argv + ["--arms", "newer"])
+
+
+def test_the_preset_size_times_the_presets_own_model_and_the_tree_in_any_precision():
+    cfgs = throughput.configurations(
+        "multi30k", ["preset"], quick=True, tree="/tmp/old", tree_precision="mixed_bfloat16"
+    )
+    rows = {c["name"]: c for c in cfgs}
+    preset = throughput.hparams.preset("multi30k")
+    ours = rows["ours mixed_bfloat16"]["hparams"]
+    for key in ("position", "norm", "num_heads", "d_model", "d_ff", "num_blocks"):
+        assert ours[key] == getattr(preset, key)
+    tree = rows["baseline tree mixed_bfloat16"]
+    assert tree["tree"] == "/tmp/old" and tree["hparams"]["precision"] == "mixed_bfloat16"
+    assert tree["hparams"]["position"] == preset.position
+    assert not any(c["side"] == "keras-hub" for c in cfgs)  # it mirrors the paper's model only
