@@ -542,9 +542,8 @@ def size_model(preset: str, size: str) -> dict:
     """The model settings of a size: SIZES, or "preset": the preset's own model."""
     if size != "preset":
         return SIZES[size]
-    keys = ("d_model", "d_ff", "num_blocks", "num_heads", "tokens_per_batch", "position", "norm")
     values = hparams.preset(preset)
-    return {k: getattr(values, k) for k in keys}
+    return {k: getattr(values, k) for k in SIZES["small"]}  # the settings a size sets
 
 
 def configurations(
@@ -645,16 +644,15 @@ def main() -> None:
     rows = []
     wanted = [x.strip() for x in opts["configs"].split(",") if x.strip()]
     ablate = [x.strip() for x in opts["ablate"].split(",") if x.strip()]
+    precision = hp.precision if "precision" in opts["_set"] else "float32"
     if ablate:
-        precision = hp.precision if "precision" in opts["_set"] else "float32"
         if opts["paired"]:
             configs = paired_configurations(preset, ablate, opts["paired_steps"], precision)
         else:
             configs = ablation_configurations(preset, ablate, opts["pairs"], precision)
     else:
-        tree_precision = hp.precision if "precision" in opts["_set"] else "float32"
         configs = configurations(
-            preset, opts["sizes"].split(","), opts["quick"], opts["baseline_tree"], tree_precision
+            preset, opts["sizes"].split(","), opts["quick"], opts["baseline_tree"], precision
         )
     for cfg in configs:
         if wanted and cfg["name"] not in wanted:
