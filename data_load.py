@@ -94,17 +94,27 @@ class Tokenizer:
             self.tgt_words = list(self.tgt_vocab)
             self.src_vocab_size, self.tgt_vocab_size = len(self.src_vocab), len(self.tgt_vocab)
 
-    def _encode(self, lines: list[str], vocab: dict[str, int] | None) -> list[list[int]]:
+    def _encode(
+        self, lines: list[str], vocab: dict[str, int] | None, dropout: float = 0.0
+    ) -> list[list[int]]:
+        if self.kind == "bpe" and dropout:
+            # BPE-dropout: sentencepiece skips each merge with probability ``dropout``
+            # (``alpha`` of a BPE model). One thread: the draws then follow
+            # spm.set_random_generator_seed alone, so a resumed epoch gets the same ids
+            return self.sp.encode(
+                list(lines), enable_sampling=True, alpha=dropout, nbest_size=-1, num_threads=1
+            )
         if self.kind == "bpe":
             return self.sp.encode(list(lines))
         return [[vocab.get(w, UNK_ID) for w in clean(line).split()] for line in lines]
 
-    def encode_src(self, lines: list[str]) -> list[list[int]]:
-        """Token ids of source sentences, without </S>."""
-        return self._encode(lines, None if self.kind == "bpe" else self.src_vocab)
+    def encode_src(self, lines: list[str], dropout: float = 0.0) -> list[list[int]]:
+        """Token ids of source sentences, without </S>; ``dropout`` > 0: a BPE-dropout
+        segmentation (BPE only)."""
+        return self._encode(lines, None if self.kind == "bpe" else self.src_vocab, dropout)
 
-    def encode_tgt(self, lines: list[str]) -> list[list[int]]:
-        return self._encode(lines, None if self.kind == "bpe" else self.tgt_vocab)
+    def encode_tgt(self, lines: list[str], dropout: float = 0.0) -> list[list[int]]:
+        return self._encode(lines, None if self.kind == "bpe" else self.tgt_vocab, dropout)
 
     def decode_tgt(self, ids) -> str:
         """Detokenized target text; stops at </S>, skips <PAD>/<S>, out-of-range ids -> <UNK>."""
@@ -223,10 +233,13 @@ def _flatten(seqs: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
     return flat, offsets
 
 
-def encode_pairs(tok: Tokenizer, src: list[str], tgt: list[str]) -> dict[str, np.ndarray]:
-    """Token ids of aligned sentences as flat arrays + offsets (specials not included)."""
-    s_ids, s_off = _flatten(tok.encode_src(src))
-    t_ids, t_off = _flatten(tok.encode_tgt(tgt))
+def encode_pairs(
+    tok: Tokenizer, src: list[str], tgt: list[str], dropout: float = 0.0
+) -> dict[str, np.ndarray]:
+    """Token ids of aligned sentences as flat arrays + offsets (specials not included);
+    ``dropout`` > 0: a BPE-dropout segmentation, the draws seeded by the caller."""
+    s_ids, s_off = _flatten(tok.encode_src(src, dropout))
+    t_ids, t_off = _flatten(tok.encode_tgt(tgt, dropout))
     return dict(src_ids=s_ids, src_off=s_off, tgt_ids=t_ids, tgt_off=t_off)
 
 
@@ -296,16 +309,20 @@ def read_raw(hp: hparams.Hparams, split: str) -> tuple[list[str], list[str]]:
     return out[0], out[1]
 
 
+def fits(corpus: Corpus, hp: hparams.Hparams) -> np.ndarray:
+    """Indices of the pairs within maxlen1/maxlen2."""
+    return np.flatnonzero((corpus.src_lens <= hp.maxlen1) & (corpus.tgt_lens <= hp.maxlen2))
+
+
 def keep_by_length(corpus: Corpus, hp: hparams.Hparams, split: str = "train") -> np.ndarray:
     """Indices of pairs within maxlen1/maxlen2; logs how many were dropped."""
-    keep = (corpus.src_lens <= hp.maxlen1) & (corpus.tgt_lens <= hp.maxlen2)
-    dropped = len(corpus) - int(keep.sum())
+    idx = fits(corpus, hp)
+    dropped = len(corpus) - len(idx)
     if dropped:
         print(
             f"data: dropped {dropped:,} of {len(corpus):,} {split} pairs longer than "
             f"maxlen1={hp.maxlen1} / maxlen2={hp.maxlen2}"
         )
-    idx = np.flatnonzero(keep)
     if not len(idx):
         raise UserError(
             f"no {split} pair in {hp.prepro_dir} fits maxlen1={hp.maxlen1} and "
@@ -481,7 +498,8 @@ FIXED_PIPELINE.autotune.enabled = False
 
 
 class TrainData:
-    """The training split, filtered by length, with per-epoch batch plans."""
+    """The training split, filtered by length, with per-epoch batch plans; with
+    ``bpe_dropout``, each epoch's own segmentation of it (:meth:`epoch_corpus`)."""
 
     def __init__(self, hp: hparams.Hparams, replicas: int = 1):
         """``replicas`` > 1: global batches of replicas x tokens_per_batch (or
@@ -492,6 +510,9 @@ class TrainData:
         )
         self.corpus = load_corpus(hp, "train")
         self.keep = keep_by_length(self.corpus, hp)
+        self._epoch = None  # (epoch, corpus, keep) of the last BPE-dropout segmentation
+        if hp.bpe_dropout:
+            self._resegment_setup()
         docs = self.corpus.documents()
         depth, target_depth = context_depths(hp)
         setting = (
@@ -514,11 +535,56 @@ class TrainData:
                 f"(hparams.context_needs)"
             )
 
-    def batches(self, epoch: int) -> list[np.ndarray]:
-        plan = make_batches(
-            self.corpus.src_lens[self.keep], self.corpus.tgt_lens[self.keep], self.plan_hp, epoch
+    def _resegment_setup(self) -> None:
+        """Read the raw training text that :meth:`epoch_corpus` segments, and say what
+        BPE-dropout does to the number of tokens."""
+        hp = self.hp
+        self._tok = Tokenizer(hp)
+        self._raw = read_raw(hp, "train")
+        if len(self._raw[0]) != len(self.corpus):
+            raise UserError(
+                f"{hp.prepro_dir}/train.src has {len(self._raw[0]):,} lines but train.npz "
+                f"{len(self.corpus):,} pairs: rerun prepro.py with --force"
+            )
+        corpus, _ = self.epoch_corpus(0)
+        before = len(self.corpus.src_ids) + len(self.corpus.tgt_ids)
+        after = len(corpus.src_ids) + len(corpus.tgt_ids)
+        print(
+            f"data: bpe_dropout={hp.bpe_dropout:g}: each epoch segments the training pairs "
+            f"anew; epoch 1 has {after:,} source and target tokens against {before:,} in "
+            f"prepro.py's segmentation ({after / max(before, 1) - 1:+.1%})"
         )
-        return [self.keep[b] for b in plan]
+
+    def epoch_corpus(self, epoch: int) -> tuple[Corpus, np.ndarray]:
+        """The pairs ``epoch`` trains on and the indices of those within maxlen1/maxlen2.
+
+        prepro.py's ids; with ``bpe_dropout`` (Provilkov et al. 2020) the epoch's own
+        segmentation of the raw text, each BPE merge skipped with that probability. The
+        draws are seeded by (seed, epoch): an epoch gets the same ids in every worker
+        and on every resume, so its batch plan and the position within it hold.
+        """
+        hp = self.hp
+        if not hp.bpe_dropout:
+            return self.corpus, self.keep
+        if self._epoch is None or self._epoch[0] != epoch:
+            spm.set_random_generator_seed(
+                int(np.random.SeedSequence([hp.seed, epoch]).generate_state(1)[0])
+            )
+            arrays = encode_pairs(self._tok, *self._raw, hp.bpe_dropout)
+            corpus = Corpus(**arrays, doc=self.corpus.doc)
+            keep = fits(corpus, hp)
+            if not len(keep):
+                raise UserError(
+                    f"no training pair of epoch {epoch + 1} fits maxlen1={hp.maxlen1} and "
+                    f"maxlen2={hp.maxlen2} with bpe_dropout={hp.bpe_dropout:g}; raise them"
+                )
+            self._epoch = (epoch, corpus, keep)
+        return self._epoch[1], self._epoch[2]
+
+    def batches(self, epoch: int) -> list[np.ndarray]:
+        corpus, keep = self.epoch_corpus(epoch)
+        plan = make_batches(corpus.src_lens[keep], corpus.tgt_lens[keep], self.plan_hp, epoch)
+        return [keep[b] for b in plan]
 
     def dataset(self, epoch: int, skip: int = 0, plan: list | None = None):
         """A tf.data.Dataset of (src, dec_in, labels) int32 batches for one epoch, plus
@@ -528,7 +594,7 @@ class TrainData:
         ``plan`` is the epoch's :meth:`batches`, if the caller has it already.
         """
         plan = (self.batches(epoch) if plan is None else plan)[skip:]
-        corpus, m = self.corpus, self.hp.pad_multiple
+        corpus, m = self.epoch_corpus(epoch)[0], self.hp.pad_multiple
         # XLA compiles one program per shape: give it few (see build_batch)
         budget = (
             self.plan_hp.tokens_per_batch if self.hp.jit_compile and self.hp.batch_size == 0 else 0

@@ -47,6 +47,8 @@ class Hparams:
     min_cnt: int = 1  # word: keep words seen at least this often
     maxlen1: int = 100  # max source tokens in training, </S> included
     maxlen2: int = 100  # max target tokens in training, <S> or </S> included
+    # dev, test and decoding keep prepro.py's pieces; 0: the fixed segmentation (the paper's)
+    bpe_dropout: float = 0.0  # BPE-dropout: P(skip a merge), training pieces drawn anew each epoch
 
     # ---- batching -------------------------------------------------------------------
     tokens_per_batch: int = 2048  # token budget: batch_rows * padded_length <= this
@@ -246,6 +248,7 @@ RESUME_KEYS = (
     "maxlen1",
     "maxlen2",
     "accum_steps",
+    "bpe_dropout",
 )
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -486,7 +489,13 @@ def apply(hp: Hparams, overrides: dict[str, Any]) -> Hparams:
             raise UserError(f"--{key} must be in (0, 1]; got {values[key]}")
     if values["average"] < 0:
         raise UserError(f"--average must not be negative; got {values['average']}")
-    for key in ("dropout_rate", "attention_dropout", "label_smoothing", "act_epsilon"):
+    for key in (
+        "dropout_rate",
+        "attention_dropout",
+        "label_smoothing",
+        "act_epsilon",
+        "bpe_dropout",
+    ):
         if not 0 <= values[key] < 1:
             raise UserError(f"--{key} must be in [0, 1); got {values[key]}")
     if values["act_loss_weight"] < 0:
@@ -517,6 +526,11 @@ def apply(hp: Hparams, overrides: dict[str, Any]) -> Hparams:
     check_t5(values)
     for check in CHECKS:
         check(values)
+    if values["bpe_dropout"] and values["vocab_type"] != "bpe":
+        raise UserError(
+            f"--bpe_dropout drops BPE merges; vocab_type={values['vocab_type']} has none: "
+            "use --vocab_type bpe or --bpe_dropout 0"
+        )
     if values["vocab_type"] == "word":
         values["share_embeddings"] = False  # two vocabularies cannot share one matrix
     return Hparams(**values)

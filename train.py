@@ -976,7 +976,8 @@ def train_loop(
     batches (:func:`train_epoch`), its partial accumulation, its dev evaluation and
     checkpoint (:func:`end_of_epoch`), then the end of the run (:func:`finish_run`).
     ``saved`` is the position (:attr:`Trainer.position`) of logdir's newest checkpoint."""
-    updates = -(-len(data.batches(0)) // hp.accum_steps)  # per epoch: the same every epoch
+    # per epoch: the same every epoch (with bpe_dropout, epoch 1's: the others differ a little)
+    updates = -(-len(data.batches(0)) // hp.accum_steps)
     budget = Budget(hp, trainer, updates)
     health = Health(hp, trainer, writer)
     run = Run(hp, trainer, dev, translator, writer, interrupt, budget, health, saved)
@@ -1028,7 +1029,7 @@ def train_epoch(run: Run, data, epoch: int) -> Stop | None:
     skip = int(trainer.batch_in_epoch)
     plan = data.batches(epoch)
     if epoch == 0 and skip == 0:
-        pad_s, pad_t = data_load.padding_fraction(plan, data.corpus, hp.pad_multiple)
+        pad_s, pad_t = data_load.padding_fraction(plan, data.epoch_corpus(0)[0], hp.pad_multiple)
         print(
             f"train: {len(plan):,} batches per epoch; padding {pad_s:.1%} of source "
             f"and {pad_t:.1%} of target positions"

@@ -234,7 +234,8 @@ def batches_for(hp, data, count):
     import data_load
 
     plan = data.batches(0)[:count]
-    return [data_load.build_batch(data.corpus, idx, hp.pad_multiple) for idx in plan]
+    corpus = data.epoch_corpus(0)[0]
+    return [data_load.build_batch(corpus, idx, hp.pad_multiple) for idx in plan]
 
 
 def project_setup_devices():

@@ -540,6 +540,47 @@ def test_read_raw_keeps_alignment_with_carriage_returns(tmp_path):
     assert tgt[1] == "The tree stands there."
 
 
+def test_bpe_dropout_segments_each_epoch_anew(demo_prepro, capsys):
+    """bpe_dropout: each epoch's pairs are a BPE-dropout segmentation of the raw training
+    text: the same text (decoding gives each line back), more and shorter pieces, other
+    pieces in another epoch, the same pieces for the same epoch in another process (a
+    resume), and batches built from that epoch's ids; dev and 0 keep prepro's ids."""
+    hp = hparams.apply(demo_prepro, {"bpe_dropout": 0.2, "tokens_per_batch": 200})
+    td = data_load.TrainData(hp)
+    assert "bpe_dropout=0.2: each epoch segments the training pairs anew" in capsys.readouterr().out
+    tok = data_load.Tokenizer(hp)
+    src, tgt = data_load.read_raw(hp, "train")
+    one, keep = td.epoch_corpus(1)
+    assert len(one) == len(td.corpus) and np.array_equal(one.docs, td.corpus.docs)
+    for i in range(0, len(one), 7):
+        assert tok.sp.decode(one.src(i).tolist()) == src[i]
+        assert tok.sp.decode(one.tgt(i).tolist()) == tgt[i]
+    grown = len(one.src_ids) / len(td.corpus.src_ids)
+    assert 1.05 < grown < 3, grown
+    zero = td.epoch_corpus(0)[0]
+    changed = sum(not np.array_equal(zero.src(i), one.src(i)) for i in range(len(one)))
+    assert changed > len(one) // 4
+    again = data_load.TrainData(hp)
+    assert np.array_equal(again.epoch_corpus(1)[0].tgt_ids, one.tgt_ids)
+    plan = td.batches(1)
+    assert np.array_equal(np.sort(np.concatenate(plan)), keep)
+    assert [b.tolist() for b in again.batches(1)] == [b.tolist() for b in plan]
+    got = list(td.dataset(1, skip=2, plan=plan).as_numpy_iterator())
+    assert len(got) == len(plan) - 2
+    for batch, idx in zip(got, plan[2:]):
+        for x, y in zip(batch, data_load.build_batch(one, idx)):
+            assert np.array_equal(x, y)
+    plain = data_load.TrainData(hparams.apply(hp, {"bpe_dropout": 0.0}))
+    assert plain.epoch_corpus(3)[0] is plain.corpus
+
+
+def test_bpe_dropout_needs_bpe_and_a_rate_below_one(prepped):
+    with pytest.raises(UserError, match="vocab_type=word has none"):
+        hparams.apply(prepped, {"bpe_dropout": 0.1})
+    with pytest.raises(UserError, match=r"--bpe_dropout must be in \[0, 1\)"):
+        hp_with(bpe_dropout=1.0)
+
+
 def test_a_prepro_dir_without_documents_makes_each_pair_one(demo_prepro, tmp_path):
     """A .npz written before documents were kept has no ``doc``: every pair is then its
     own document; one written now has the talks of the demo corpus, in order."""

@@ -174,11 +174,17 @@ def test_one_training_per_logdir(quick_run):
 
 @pytest.mark.slow
 def test_interrupted_run_resumes_to_the_same_weights(demo_prepro, tmp_path, capsys):
-    """With dropout, a run stopped at step 12 and resumed to step 26 (across the end of
-    epoch 1 and its dev evaluation) ends with the weights and Adam slots of an
-    uninterrupted run. Resumed without the dropout random state (a checkpoint of an
-    older version), it does not: the masks of the first steps are drawn again."""
-    base = dict(data_dir=demo_prepro.data_dir, prepro_dir=demo_prepro.prepro_dir, dropout_rate=0.3)
+    """With dropout and BPE-dropout, a run stopped at step 12 and resumed to step 26
+    (across the end of epoch 1 and its dev evaluation, into epoch 2's own segmentation)
+    ends with the weights and Adam slots of an uninterrupted run. Resumed without the
+    dropout random state (a checkpoint of an older version), it does not: the masks of
+    the first steps are drawn again."""
+    base = dict(
+        data_dir=demo_prepro.data_dir,
+        prepro_dir=demo_prepro.prepro_dir,
+        dropout_rate=0.3,
+        bpe_dropout=0.1,
+    )
     straight = train.train(tiny(str(tmp_path / "straight"), max_steps=26, **base))
     hp = tiny(str(tmp_path / "resumed"), max_steps=12, **base)
     assert train.train(hp)["step"] == 12

@@ -311,6 +311,8 @@ def test_resume_refuses_another_batch_plan(quick_run, tmp_path):
     shutil.copytree(hp.logdir, tmp_path / "log")  # quick_run's logdir is only read
     with pytest.raises(hparams.UserError, match="tokens_per_batch=600"):
         train.train(hparams.apply(hp, {"tokens_per_batch": 900, "logdir": str(tmp_path / "log")}))
+    with pytest.raises(hparams.UserError, match="bpe_dropout=0.0"):
+        train.train(hparams.apply(hp, {"bpe_dropout": 0.1, "logdir": str(tmp_path / "log")}))
 
 
 @pytest.mark.slow
