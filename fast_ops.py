@@ -33,7 +33,6 @@ ENABLED = {
     "dropout16": True,
     "fused_adam": True,
     "layer_norm": True,
-    "ffn_fused": True,
     "f32_scores": True,
     "f32_logits": True,
 }
@@ -64,27 +63,6 @@ def dense(x, w, transpose_b: bool = False):
     lead = tf.shape(x)[:-1]
     y = tf.matmul(tf.reshape(x, (-1, tf.shape(x)[-1])), w, transpose_b=transpose_b)
     return tf.reshape(y, tf.concat([lead, tf.shape(y)[-1:]], 0))
-
-
-# ---------------------------------------------------------------------------------------
-# ffn_fused: the feed-forward network's products with their bias and ReLU fused
-# ---------------------------------------------------------------------------------------
-def feed_forward(x, inner, outer):
-    """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2 (3.3) through the built Dense layers
-    ``inner`` (W_1, b_1, ReLU) and ``outer`` (W_2, b_2): x (..., d_model) -> (..., d_model).
-
-    Rewrite: x is reshaped to (-1, d_model) once, and each layer is a 2-D MatMul, BiasAdd
-    (and Relu), which TensorFlow's graph optimizer can fuse into one kernel; Keras' Dense
-    goes through tensordot, whose reshape back to 3-D sits between the MatMul and a
-    broadcast AddV2 of the bias. The same layers, weights and checkpoints.
-    """
-    dtype = x.dtype
-    h = tf.reshape(x, (-1, tf.shape(x)[-1]))
-    for layer, relu in ((inner, True), (outer, False)):
-        w, b = cast(layer.kernel.value, dtype), cast(layer.bias.value, dtype)
-        h = tf.nn.bias_add(tf.matmul(h, w), b)
-        h = tf.nn.relu(h) if relu else h
-    return tf.reshape(h, tf.concat([tf.shape(x)[:-1], [tf.shape(h)[-1]]], 0))
 
 
 # ---------------------------------------------------------------------------------------

@@ -577,8 +577,6 @@ class FeedForward(keras.layers.Layer):
         self.outer.build(tuple(input_shape[:-1]) + (self.d_ff,))
 
     def call(self, x):
-        if fast_ops.ENABLED["ffn_fused"]:
-            return fast_ops.feed_forward(x, self.inner, self.outer)
         return self.outer(self.inner(x))
 
     def get_config(self):
