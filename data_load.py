@@ -546,13 +546,17 @@ class TrainData:
                 f"{hp.prepro_dir}/train.src has {len(self._raw[0]):,} lines but train.npz "
                 f"{len(self.corpus):,} pairs: rerun prepro.py with --force"
             )
-        corpus, _ = self.epoch_corpus(0)
+        corpus, keep = self.epoch_corpus(0)
         before = len(self.corpus.src_ids) + len(self.corpus.tgt_ids)
         after = len(corpus.src_ids) + len(corpus.tgt_ids)
+        longer = len(corpus) - len(keep)
+        over = (
+            f"; {longer:,} of its pairs exceed maxlen1/maxlen2 and are left out" if longer else ""
+        )
         print(
             f"data: bpe_dropout={hp.bpe_dropout:g}: each epoch segments the training pairs "
             f"anew; epoch 1 has {after:,} source and target tokens against {before:,} in "
-            f"prepro.py's segmentation ({after / max(before, 1) - 1:+.1%})"
+            f"prepro.py's segmentation ({after / max(before, 1) - 1:+.1%}){over}"
         )
 
     def epoch_corpus(self, epoch: int) -> tuple[Corpus, np.ndarray]:

@@ -544,10 +544,20 @@ def test_bpe_dropout_segments_each_epoch_anew(demo_prepro, capsys):
     """bpe_dropout: each epoch's pairs are a BPE-dropout segmentation of the raw training
     text: the same text (decoding gives each line back), more and shorter pieces, other
     pieces in another epoch, the same pieces for the same epoch in another process (a
-    resume), and batches built from that epoch's ids; dev and 0 keep prepro's ids."""
+    resume), and batches built from that epoch's ids; 0 keeps prepro's ids. Pairs the
+    longer pieces push over maxlen are left out of that epoch, and train.py says how many."""
     hp = hparams.apply(demo_prepro, {"bpe_dropout": 0.2, "tokens_per_batch": 200})
     td = data_load.TrainData(hp)
     assert "bpe_dropout=0.2: each epoch segments the training pairs anew" in capsys.readouterr().out
+    lens = td.corpus.src_lens
+    cut = int(np.percentile(lens, 50))  # half the pairs fit with prepro's pieces
+    short = hparams.apply(hp, {"maxlen1": cut, "maxlen2": 100})
+    fewer = data_load.TrainData(short)
+    out = capsys.readouterr().out
+    left_out = len(fewer.corpus) - len(fewer.epoch_corpus(0)[1])
+    assert left_out > len(fewer.corpus) - len(fewer.keep) > 0
+    assert f"; {left_out:,} of its pairs exceed maxlen1/maxlen2 and are left out" in out
+    assert (fewer.epoch_corpus(0)[0].src_lens[fewer.epoch_corpus(0)[1]] <= cut).all()
     tok = data_load.Tokenizer(hp)
     src, tgt = data_load.read_raw(hp, "train")
     one, keep = td.epoch_corpus(1)
