@@ -450,6 +450,36 @@ def apply(hp: Hparams, overrides: dict[str, Any]) -> Hparams:
     for key, allowed in CHOICES.items():
         if values[key] not in allowed:
             raise UserError(f"--{key} must be one of {', '.join(allowed)}; got {values[key]!r}")
+    check_ranges(values)
+    if values["d_model"] % values["num_heads"]:
+        raise UserError(
+            f"d_model ({values['d_model']}) must be divisible by num_heads ({values['num_heads']})"
+        )
+    if values["model_type"] == "weighted" and values["d_ff"] % values["num_heads"]:
+        raise UserError(
+            f"model_type=weighted splits d_ff ({values['d_ff']}) into num_heads "
+            f"({values['num_heads']}) branch FFNs: d_ff must be divisible by it"
+        )
+    if values["model_type"] == "weighted" and not values["output_projection"]:
+        raise UserError(
+            "model_type=weighted projects each head by its rows of W^O: it needs "
+            "output_projection=true"
+        )
+    check_t5(values)
+    for check in CHECKS:
+        check(values)
+    if values["bpe_dropout"] and values["vocab_type"] != "bpe":
+        raise UserError(
+            f"--bpe_dropout drops BPE merges; vocab_type={values['vocab_type']} has none: "
+            "use --vocab_type bpe or --bpe_dropout 0"
+        )
+    if values["vocab_type"] == "word":
+        values["share_embeddings"] = False  # two vocabularies cannot share one matrix
+    return Hparams(**values)
+
+
+def check_ranges(values: dict) -> None:
+    """Each numeric hyperparameter within its range: a one-line UserError naming it."""
     for key in (
         "d_model",
         "d_ff",
@@ -513,31 +543,6 @@ def apply(hp: Hparams, overrides: dict[str, Any]) -> Hparams:
         raise UserError(
             f"--layer_norm_epsilon must be positive; got {values['layer_norm_epsilon']:g}"
         )
-    if values["d_model"] % values["num_heads"]:
-        raise UserError(
-            f"d_model ({values['d_model']}) must be divisible by num_heads ({values['num_heads']})"
-        )
-    if values["model_type"] == "weighted" and values["d_ff"] % values["num_heads"]:
-        raise UserError(
-            f"model_type=weighted splits d_ff ({values['d_ff']}) into num_heads "
-            f"({values['num_heads']}) branch FFNs: d_ff must be divisible by it"
-        )
-    if values["model_type"] == "weighted" and not values["output_projection"]:
-        raise UserError(
-            "model_type=weighted projects each head by its rows of W^O: it needs "
-            "output_projection=true"
-        )
-    check_t5(values)
-    for check in CHECKS:
-        check(values)
-    if values["bpe_dropout"] and values["vocab_type"] != "bpe":
-        raise UserError(
-            f"--bpe_dropout drops BPE merges; vocab_type={values['vocab_type']} has none: "
-            "use --vocab_type bpe or --bpe_dropout 0"
-        )
-    if values["vocab_type"] == "word":
-        values["share_embeddings"] = False  # two vocabularies cannot share one matrix
-    return Hparams(**values)
 
 
 def check_t5(values: dict) -> None:
