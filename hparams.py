@@ -280,9 +280,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         # overfitting of its last third: chosen on dev, two seeds (README "Stage 8")
         cooldown=0.4,
         label_smoothing=0.2,
-        # dropout on the attention weights: a lower dev loss at every epoch and on all 1,014
-        # dev sentences ahead at both of two seeds (README "Stage 9")
-        attention_dropout=0.1,
+        # dropout on the attention weights: 0.1 and then 0.2 each gave a lower dev loss and
+        # led on all 1,014 dev sentences at both of two seeds (README "Stage 9")
+        attention_dropout=0.2,
         num_epochs=30,
         tokens_per_batch=2048,
         dev_bleu_sents=500,
