@@ -637,6 +637,14 @@ class TokenEmbedding(keras.layers.Layer):
         )
         return z if self.rows == self.vocab_size else z[..., : self.vocab_size]
 
+    def cross_entropy_terms(self, x, labels, epsilon: float = 0.1):
+        """:func:`cross_entropy_terms` of :meth:`logits`: x (M, d_model), labels (M,) ->
+        (loss, nll, correct), each (M,) float32, with the product and the loss under one
+        gradient (fast_ops.output_cross_entropy: no (M, V) gradient is formed)."""
+        w = self.embeddings.value
+        w = w if self.rows == self.vocab_size else w[: self.vocab_size]
+        return fast_ops.output_cross_entropy(cast(x, self.compute_dtype), w, labels, epsilon)
+
     def transposed(self):
         """The matrix as (d_model, V8), for :meth:`logits`."""
         return tf.transpose(self.embeddings.value)
