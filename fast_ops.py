@@ -35,7 +35,7 @@ ENABLED = {
     "layer_norm": True,
     "f32_scores": True,
     "f32_logits": True,
-    "output_xent": True,
+    "fused_qkv": True,
 }
 # Switches that buy accuracy, not speed: their cost is measured the same way and must stay
 # within PRECISION_COST_BAR of the tokens/s without them (the median of the pairs).
@@ -122,87 +122,6 @@ def _xent_custom_gradient(logits, labels, epsilon: float):
         return (loss, nll, correct), grad
 
     return fn(logits)
-
-
-# ---------------------------------------------------------------------------------------
-# output_xent: the tied output projection and the loss under one gradient
-# ---------------------------------------------------------------------------------------
-def output_cross_entropy(x, w, labels, epsilon: float = 0.1):
-    """(loss, nll, correct), each (M,) float32, of the logits z = x w^T (3.4, the tied
-    output projection) against labels (M,): :func:`cross_entropy_terms` of the logits. x
-    (M, d) in the compute dtype, w (V, d) the embedding matrix (float32, or x's dtype), V
-    the vocabulary (rows beyond it cut off by the caller). Logits as
-    :func:`logits_product` makes them (float32 output).
-
-    Rewrite (switch ``output_xent``; off: :func:`logits_product`, then
-    :func:`cross_entropy_terms`): one custom gradient for the product and the loss, so
-    that no (M, V) gradient is ever formed. With p = softmax(z), g = d_loss + d_nll and
-    u = (1 - eps) d_loss + d_nll per row, d loss / d z = g p - u onehot(y) - eps/V d_loss,
-    and through the product
-        dx = g * (p w) - u * w[y] - eps/V d_loss sum_v w_v     (M, d)
-        dw = p^T (g * x) - scatter_y(u * x) - eps/V sum_m d_loss_m x_m   (V, d):
-    the two matmuls read p as the standard backward reads d loss / d z, and the rest is
-    (M, d) or (V, d) work: no scale, shift or label scatter over (M, V). The forward
-    reads the smoothing term mean_v z_v off the product (x . mean_v w_v, an (M, d)
-    matvec) and lse off p (lse = z_y - log p_y, or max(z) - log(max(p)) when some p_y
-    underflows), so its only passes over (M, V) are the softmax and one maximum (for
-    correct). Measured gain: see the module docstring.
-    """
-    labels = tf.cast(labels, tf.int32)
-    epsilon = float(epsilon)
-    if not ENABLED["output_xent"]:
-        return cross_entropy_terms(logits_product(x, w, True, "f32_logits"), labels, epsilon)
-
-    @tf.custom_gradient
-    def fn(x, w):
-        dt = x.dtype
-        w_dt = cast(w, dt)
-        z = _output_logits(x, w_dt)  # (M, V) float32
-        p = tf.nn.softmax(z, axis=-1)
-        z_y = tf.gather(z, labels, axis=-1, batch_dims=1)
-        p_y = tf.gather(p, labels, axis=-1, batch_dims=1)
-        p_max = tf.reduce_max(p, axis=-1)
-        lse = tf.cond(
-            tf.reduce_min(p_y) >= _SMALLEST_NORMAL,
-            lambda: z_y - tf.math.log(p_y),
-            lambda: tf.reduce_max(z, axis=-1) - tf.math.log(p_max),  # exact: p_max >= 1/V
-        )
-        nll = lse - z_y
-        x32, w32 = cast(x, tf.float32), cast(w_dt, tf.float32)
-        loss = nll
-        if epsilon:
-            z_mean = tf.linalg.matvec(x32, tf.reduce_mean(w32, axis=0))
-            loss = (1.0 - epsilon) * nll + epsilon * (lse - z_mean)
-        correct = tf.cast(p_y >= p_max, tf.float32)  # softmax keeps the order of z
-
-        def grad(d_loss, d_nll, d_correct=None):
-            g = (d_loss + d_nll)[:, None]  # (M, 1)
-            u = ((1.0 - epsilon) * d_loss + d_nll)[:, None]
-            p_dt = cast(p, dt)
-            dx = g * cast(tf.matmul(p_dt, w_dt), tf.float32) - u * tf.gather(w32, labels)
-            dw = cast(tf.matmul(p_dt, cast(g * x32, dt), transpose_a=True), tf.float32)
-            dw -= tf.math.unsorted_segment_sum(u * x32, labels, tf.shape(w)[0])
-            if epsilon:
-                c = epsilon / tf.cast(tf.shape(w)[0], tf.float32)
-                dx -= c * d_loss[:, None] * tf.reduce_sum(w32, axis=0)
-                dw -= c * tf.reduce_sum(d_loss[:, None] * x32, axis=0)
-            return cast(dx, dt), cast(dw, w.dtype)
-
-        return (loss, nll, correct), grad
-
-    return fn(x, w)
-
-
-_SMALLEST_NORMAL = 1.1754944e-38  # float32: below it log(p_y) loses precision
-
-
-def _output_logits(x, w):
-    """x (M, d) @ w (V, d)^T -> (M, V) float32, as logits_product makes the tied logits."""
-    if x.dtype in (tf.bfloat16, tf.float16):
-        if ENABLED["f32_logits"]:
-            return _float32_out(x, w, True)
-        return cast(tf.matmul(x, w, transpose_b=True), tf.float32)
-    return tf.matmul(x, w, transpose_b=True)
 
 
 # ---------------------------------------------------------------------------------------

@@ -515,14 +515,6 @@ class Transformer(keras.Model):
             return self.tgt_embedding.logits(hidden, transposed)
         return self.output_layer.logits(hidden)
 
-    def cross_entropy_terms(self, hidden, labels, epsilon: float = 0.1):
-        """(loss, nll, correct), each (M,) float32, of the logits of hidden (M, d_model)
-        against labels (M,) (modules.cross_entropy_terms); the tied projection computes
-        them under one gradient with the loss (TokenEmbedding.cross_entropy_terms)."""
-        if self.tie_softmax:
-            return self.tgt_embedding.cross_entropy_terms(hidden, labels, epsilon)
-        return modules.cross_entropy_terms(self.output_layer.logits(hidden), labels, epsilon)
-
     def call(self, inputs, training=False):
         """inputs = (src (N, T1), tgt_in (N, T2)) -> logits (N, T2, V) float32; with
         document memory also (..., context (N, K, T_c)[, context_tgt (N, K_t, T_t)]), the

@@ -458,7 +458,7 @@ class Trainer:
             hidden, labels = tf.boolean_mask(hidden, real), tf.boolean_mask(labels, real)
             weight = tf.ones_like(labels, tf.float32)
         eps = self.hp.label_smoothing
-        losses, nll, correct = self.model.cross_entropy_terms(hidden, labels, eps)
+        losses, nll, correct = modules.cross_entropy_terms(self.model.logits(hidden), labels, eps)
         return StepStats(*[tf.reduce_sum(x * weight) for x in (losses, nll, weight, correct)])
 
     def apply_gradients(self, grads, loss):

@@ -40,7 +40,7 @@ def values_and_grads(fn, *inputs):
 
 def test_switches_cover_every_rewrite():
     names = {"dense2d", "xent_grad", "dropout16", "fused_adam", "layer_norm"}
-    names |= {"f32_scores", "f32_logits", "output_xent"}
+    names |= {"f32_scores", "f32_logits", "fused_qkv"}
     assert set(fast_ops.ENABLED) == names
     assert set(fast_ops.PRECISION) <= set(fast_ops.ENABLED)
 
@@ -278,113 +278,6 @@ def test_modules_cross_entropy_follows_the_switch(monkeypatch):
     )
     for a, b in zip(fast, standard):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
-
-
-# ---------------------------------------------------------------------------------------
-# output_xent
-# ---------------------------------------------------------------------------------------
-def output_xent_values_and_grads(x, w, labels, eps):
-    """The three terms of output_cross_entropy and the gradients of a weighted sum of the
-    loss and the nll (as the train step weights them) w.r.t. x and w."""
-    x, w = tf.constant(x), tf.constant(w)
-    with tf.GradientTape() as tape:
-        tape.watch([x, w])
-        loss, nll, correct = fast_ops.output_cross_entropy(x, w, labels, eps)
-        rows = tf.cast(tf.range(tf.shape(loss)[0]) % 3 + 1, tf.float32)
-        total = tf.reduce_sum(rows * loss) + 0.5 * tf.reduce_sum(nll / rows)
-    dx, dw = tape.gradient(total, [x, w])
-    return [t.numpy() for t in (loss, nll, correct)] + [dx, dw]
-
-
-def output_xent_case(name):
-    """x (M, d), w (V, d), labels (M,): random; 'extreme': logits z = x w^T of the xent
-    'extreme' case (an underflowing label probability, huge logits, ties)."""
-    if name == "extreme":
-        logits, labels = XENT_CASES["extreme"]
-        return logits, np.eye(3, dtype=np.float32), labels  # w = I: z = x
-    rng = np.random.default_rng(3)
-    x = rng.normal(size=(9, 6)).astype(np.float32)
-    w = rng.normal(size=(11, 6)).astype(np.float32)
-    return x, w, rng.integers(0, 11, 9).astype(np.int32)
-
-
-@pytest.mark.parametrize("case", ["random", "extreme"])
-@pytest.mark.parametrize("eps", [0.0, 0.1])
-def test_output_xent_equals_the_product_then_the_loss(monkeypatch, case, eps):
-    x, w, labels = output_xent_case(case)
-    fast, standard = both_ways(
-        monkeypatch, "output_xent", lambda: output_xent_values_and_grads(x, w, labels, eps)
-    )
-    for name, a, b in zip(("loss", "nll", "correct", "dx", "dw"), fast, standard):
-        assert a.shape == b.shape and np.all(np.isfinite(a)), name
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-4, err_msg=name)
-    # against float64: the loss of 5.4 and its gradient through z = x w^T
-    z = x.astype(np.float64) @ w.T.astype(np.float64)
-    lse = z.max(-1) + np.log(np.exp(z - z.max(-1, keepdims=True)).sum(-1))
-    nll = lse - z[np.arange(len(z)), labels]
-    np.testing.assert_allclose(fast[1], nll, rtol=1e-5, atol=1e-4)
-    np.testing.assert_allclose(fast[0], (1 - eps) * nll + eps * (lse - z.mean(-1)), rtol=1e-5)
-    np.testing.assert_array_equal(fast[2], z[np.arange(len(z)), labels] >= z.max(-1))
-    if case == "extreme":  # the label's probability underflows in row 0: lse from the max
-        assert np.exp(np.float32(z[0, 2] - lse[0])) == 0.0
-        return
-    p = np.exp(z - lse[:, None])
-    onehot = np.eye(w.shape[0])[labels]
-    rows = np.arange(len(z)) % 3 + 1
-    dz = rows[:, None] * (p - (1 - eps) * onehot - eps / w.shape[0]) + 0.5 / rows[:, None] * (
-        p - onehot
-    )
-    np.testing.assert_allclose(fast[3], dz @ w, rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(fast[4], dz.T @ x, rtol=1e-4, atol=1e-5)
-
-
-def test_output_xent_under_bfloat16_keeps_the_dtypes_and_the_values(monkeypatch):
-    """16-bit x and a float32 weight: the gradients come back in their dtypes, and match
-    the product-then-loss path to bfloat16's precision."""
-    x, w, labels = output_xent_case("random")
-    x16 = tf.constant(x, BF16)
-
-    def run():
-        with tf.GradientTape() as tape:
-            w32 = tf.constant(w)
-            tape.watch([x16, w32])
-            loss, nll, _ = fast_ops.output_cross_entropy(x16, w32, labels, 0.1)
-            total = tf.reduce_sum(loss) + tf.reduce_sum(nll)
-        dx, dw = tape.gradient(total, [x16, w32])
-        return loss, dx, dw
-
-    fast, standard = both_ways(monkeypatch, "output_xent", run)
-    assert fast[0].dtype == tf.float32 and fast[1].dtype == BF16 and fast[2].dtype == tf.float32
-    for a, b in zip(fast, standard):
-        np.testing.assert_allclose(
-            tf.cast(a, tf.float32).numpy(), tf.cast(b, tf.float32).numpy(), rtol=0.02, atol=0.02
-        )
-
-
-def test_tied_model_loss_goes_through_the_fused_path(monkeypatch):
-    """Transformer.cross_entropy_terms with a V8-padded tied matrix (V = 11 of 16 rows):
-    the same terms as its logits then the loss, and no gradient for the extra rows."""
-    from helpers import tiny_model
-
-    net = tiny_model(11, 11)
-    hidden = tf.constant(np.random.default_rng(1).normal(size=(5, 32)), tf.float32)
-    labels = tf.constant([1, 2, 10, 4, 7])
-    table = net.tgt_embedding.embeddings.value  # the tf.Variable
-
-    def run():
-        with tf.GradientTape() as tape:
-            terms = net.cross_entropy_terms(hidden, labels, 0.1)
-            total = tf.reduce_sum(terms[0])
-        grad = tf.convert_to_tensor(tape.gradient(total, table))
-        return [t.numpy() for t in terms] + [grad.numpy()]
-
-    fast, standard = both_ways(monkeypatch, "output_xent", run)
-    expected = modules.cross_entropy_terms(net.logits(hidden), labels, 0.1)
-    for a, b, c in zip(fast, standard, expected):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
-        np.testing.assert_allclose(a, c.numpy(), rtol=1e-5, atol=1e-6)
-    assert table.shape[0] == 16 and np.all(fast[3][11:] == 0) and np.any(fast[3][:11] != 0)
-    np.testing.assert_allclose(fast[3], standard[3], rtol=1e-5, atol=1e-6)
 
 
 # ---------------------------------------------------------------------------------------
