@@ -497,44 +497,16 @@ class MultiHeadAttention(keras.layers.Layer):
         """Heads (N, h, T, d_k) at positions offset, ...: rotated with rotary positions."""
         return heads if self.relative is None else self.relative.rotate(heads, offset)
 
-    def _project_side_by_side(self, x, names):
-        """x (N, T, d_model) through W^name [+ b^name, ReLU] for each name of ``names``
-        ('q', 'k', 'v') -> one heads tensor (N, h, T, d_k) per name.
-
-        Rewrite (switch ``fused_qkv``; off: one :meth:`_project` per name): one product
-        with the matrices side by side (d_model, n d_model), whose (N, T, n, h, d_k)
-        result one transpose turns into (n, N, h, T, d_k), unstacked along its first axis
-        (whole blocks, no copy). The same variables."""
-        if len(names) == 1 or not fast_ops.ENABLED["fused_qkv"]:
-            return [self._project(x, self._w(n), self._b(n)) for n in names]
-        dt = self.compute_dtype
-        y = fast_ops.dense(x, tf.concat([cast(self._w(n).value, dt) for n in names], axis=1))
-        if self.use_bias:
-            y = y + tf.concat([cast(self._b(n).value, dt) for n in names], axis=0)
-        if self.activation == "relu":
-            y = tf.nn.relu(y)
-        n, t = tf.shape(y)[0], tf.shape(y)[1]
-        y = tf.reshape(y, (n, t, len(names), self.num_heads, self.d_k))
-        return tf.unstack(tf.transpose(y, (2, 0, 3, 1, 4)), len(names))
-
-    def _w(self, name):
-        return getattr(self, f"w_{name}")
-
-    def _b(self, name):
-        return getattr(self, f"b_{name}")
-
     def keys_values(self, memory, offset=0):
         """Projected keys and values of memory at positions offset, ...: two
         (N, h, T_k, d_k) tensors (the keys rotated with rotary positions)."""
-        k, v = self._project_side_by_side(memory, ("k", "v"))
-        return self._rotate(k, offset), v
+        k = self._rotate(self._project(memory, self.w_k, self.b_k), offset)
+        return k, self._project(memory, self.w_v, self.b_v)
 
-    def _heads(self, query, k, v, mask, training, bias, query_mask, offset, k_offset, q=None):
+    def _heads(self, query, k, v, mask, training, bias, query_mask, offset, k_offset):
         """Attention of query (N, T_q, d_model) at positions offset, ... over heads k, v at
-        positions k_offset, ...: (heads (N, h, T_q, d_k), weights (N, h, T_q, T_k)).
-        ``q``: the query's heads, already projected."""
-        q = self._project(query, self.w_q, self.b_q) if q is None else q
-        q = self._rotate(q, offset)
+        positions k_offset, ...: (heads (N, h, T_q, d_k), weights (N, h, T_q, T_k))."""
+        q = self._rotate(self._project(query, self.w_q, self.b_q), offset)
         value_term = None
         if self.relative is not None:
             q, extra, value_term = self.relative.terms(
@@ -558,14 +530,9 @@ class MultiHeadAttention(keras.layers.Layer):
         k_offset=None,
     ):
         k_offset = offset if k_offset is None else k_offset
-        q = None
-        if memory is query:  # self-attention over the query alone: Q, K and V side by side
-            q, k, v = self._project_side_by_side(query, ("q", "k", "v"))
-            k = self._rotate(k, k_offset)
-        else:
-            k, v = self.keys_values(memory, k_offset)
+        k, v = self.keys_values(memory, k_offset)
         heads, weights = self._heads(
-            query, k, v, mask, training, bias, query_mask, offset, k_offset, q
+            query, k, v, mask, training, bias, query_mask, offset, k_offset
         )
         out = self._merge(heads)
         return (out, weights) if return_attention else out

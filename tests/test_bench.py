@@ -511,3 +511,51 @@ def test_the_preset_size_times_the_presets_own_model_and_the_tree_in_any_precisi
     assert tree["tree"] == "/tmp/old" and tree["hparams"]["precision"] == "mixed_bfloat16"
     assert tree["hparams"]["position"] == preset.position
     assert not any(c["side"] == "keras-hub" for c in cfgs)  # it mirrors the paper's model only
+
+
+def test_profile_wall_split_shares_each_stretch_by_what_runs():
+    import profile_step
+
+    events = [
+        (0, 10, "_MklMatMul", "a"),
+        (5, 15, "Mul", "b"),
+        (20, 30, "AddV2", "c"),
+        (20, 25, "Sub", "d"),
+        (40, 42, "Sub", "e"),
+    ]
+    state, alone = profile_step.wall_split(events)
+    assert state == {"matmul alone": 5, "matmul + other": 5, "other alone": 17, "idle": 15}
+    assert alone == {"Mul": 5, "AddV2": 7.5, "Sub": 4.5}
+    by_type = {"_MklMatMul": 10, "Mul": 10, "AddV2": 10, "Sub": 7}
+    assert profile_step.op_time_by_type(events) == by_type
+    assert profile_step.op_time_by_type(
+        [(0, 3, "Mul", "encoder_2/ln/mul_12"), (5, 6, "Mul", "encoder_1/ln/mul_3")], "Mul"
+    ) == {"encoder_N/ln/mul_N": 4}
+
+
+def test_profile_reads_the_ops_of_a_real_trace(tmp_path):
+    """A tf.profiler trace of a matmul and an add: both ops, with their types and names,
+    and none of the executor's wrapper events."""
+    import tensorflow as tf
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    import profile_step
+
+    step = tf.function(lambda a: tf.matmul(a, a, name="product") + 1.0, autograph=False)
+    a = tf.ones((64, 64))
+    step(a)
+    tf.profiler.experimental.start(str(tmp_path))
+    for _ in range(3):
+        step(a).numpy()
+    tf.profiler.experimental.stop()
+    space = xplane_pb2.XSpace()
+    (path,) = tmp_path.glob("**/*.xplane.pb")
+    space.ParseFromString(path.read_bytes())
+    events = profile_step.op_events(space)
+    kinds = {kind for _, _, kind, _ in events}
+    assert any("MatMul" in k for k in kinds) and "AddV2" in kinds, kinds
+    assert not kinds & set(profile_step.NOT_OPS)
+    assert all(end >= start for start, end, _, _ in events)
+    assert any(name == "product" for _, _, kind, name in events if "MatMul" in kind)
+    state, _ = profile_step.wall_split(events)
+    assert state["matmul alone"] > 0
