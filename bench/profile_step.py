@@ -111,8 +111,9 @@ def op_time_by_type(events, kind: str = "") -> dict[str, float]:
     return dict(total)
 
 
-def trained_step(preset: str, size: str, overrides: dict, count: int):
-    """(trainer, batches): the size's model on the first ``count`` batches of the plan."""
+def step_and_batches(preset: str, size: str, overrides: dict, count: int):
+    """(trainer, batches, hparams): a new trainer of the size's model and the first
+    ``count`` batches of the preset's plan."""
     import keras
 
     import data_load
@@ -240,7 +241,7 @@ def main() -> None:
     for name in [x.strip() for x in opts["ablate"].split(",") if x.strip()]:
         fast_ops.ENABLED[name] = False
     precision = hp.precision if "precision" in opts["_set"] else "float32"
-    trainer, batches, hp = trained_step(
+    trainer, batches, hp = step_and_batches(
         opts["_preset"], opts["size"], dict(precision=precision), opts["steps"]
     )
     events, wall, cpu = profile(trainer, batches)
