@@ -19,7 +19,8 @@ shape traced), then traces ``--steps`` steps and prints, per step:
 ``--op TYPE``: the ops of that type by name (which layer's Mul costs what).
 ``--shapes``: the GFLOP/s of the step's matmul shapes (M real target tokens, d_model,
 d_ff, V, forward and backward orientations) one at a time, against the 2048^3 product
-that train_throughput.py's peak probe times: the speed a matmul of the step can reach.
+of train_throughput.py's peak probe (its best of 3): the speed a matmul of the step can
+reach.
 """
 
 from __future__ import annotations
@@ -257,9 +258,9 @@ def main() -> None:
         tokens = int(np.median([np.count_nonzero(lab) for _, _, lab in batches]))
         vocab = trainer.model.tgt_embedding.vocab_size
         own = "bfloat16" if precision == "mixed_bfloat16" else "float32"
-        peak = time_matmul(2048, 2048, 2048, False, False, own, repeats=3)
+        peak = throughput.matmul_peak(own, sizes=(2048,))  # the benchmark's own probe
         print(f"matmuls of the step one at a time ({own}; M = {tokens} real target tokens):")
-        print(f"  {'2048^3 (the peak probe)':28} {peak:6.0f} GFLOP/s")
+        print(f"  {'2048^3 (the peak probe, best)':28} {peak:6.0f} GFLOP/s")
         need = flops = 0.0
         for label, m, k, n, ta, tb, count in matmul_shapes(
             tokens, hp.d_model, hp.d_ff, vocab, hp.num_blocks
