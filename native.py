@@ -1,0 +1,139 @@
+"""Fused CPU kernels of our own (``native_ops.cc``), compiled on first use.
+
+:func:`ops` builds ``native_ops.cc`` into a TensorFlow op library with the C++ compiler
+that built nothing else of this project (``$CXX``, else ``g++``), against the installed
+TensorFlow's headers (``tf.sysconfig``), for this CPU (``-march=native``), once per
+machine: the library is kept in ``$TRANSFORMER_NATIVE_CACHE`` (default
+``~/.cache/transformer-tf2``) under a name made of the source, TensorFlow's version, the
+compiler and the CPU's flags, written to a temporary name and renamed (two processes
+building at once both end with a whole file). A failed build is remembered the same way,
+so that later runs do not retry it. Without a compiler, or where the build or the load
+fails, :func:`ops` logs one line and returns None, and the callers keep TensorFlow's own
+ops. ``TRANSFORMER_NATIVE=0`` turns the kernels off.
+
+The kernels run on the CPU only and only in the train step (fast_ops decides), so that
+decoding, exported SavedModels and checkpoints never depend on the library.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import tensorflow as tf
+
+SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "native_ops.cc")
+# -march=native: this CPU's vector units; GCC 12 cannot compile TensorFlow's Eigen headers
+# with AVX512-FP16 on, so that is turned off where the compiler knows the flag
+ARCH_FLAGS = (["-march=native", "-mno-avx512fp16"], ["-march=native"], [])
+BUILD_FLAGS = ["-shared", "-fPIC", "-O3", "-fopenmp-simd", "-w"]
+
+
+def cache_dir() -> str:
+    default = os.path.join(os.path.expanduser("~"), ".cache", "transformer-tf2")
+    return os.environ.get("TRANSFORMER_NATIVE_CACHE") or default
+
+
+def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The CPU's feature flags (the first "flags" line of ``cpuinfo``), or the machine
+    type where there is no such file: what ``-march=native`` compiles for."""
+    try:
+        with open(cpuinfo) as f:
+            return next((line for line in f if line.startswith("flags")), platform.machine())
+    except OSError:
+        return platform.machine()
+
+
+def compiler() -> str | None:
+    """The C++ compiler: ``$CXX`` if set, else ``g++`` on the PATH; None if there is none."""
+    return shutil.which(os.environ.get("CXX") or "g++")
+
+
+def library_path(cxx: str) -> str:
+    """Where the library of this source, TensorFlow, compiler and CPU is kept."""
+    with open(SOURCE, "rb") as f:
+        key = hashlib.sha256(f.read())
+    for part in (tf.__version__, cxx, cpu_flags(), " ".join(BUILD_FLAGS)):
+        key.update(part.encode())
+    return os.path.join(cache_dir(), f"native_ops-{key.hexdigest()[:16]}.so")
+
+
+def build(cxx: str, path: str) -> str:
+    """Compile SOURCE into ``path`` (the first of ARCH_FLAGS the compiler takes); return
+    "" or, when every try failed, the compiler's last error line."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tf_flags = tf.sysconfig.get_compile_flags() + tf.sysconfig.get_link_flags()
+    error = ""
+    for arch in ARCH_FLAGS:
+        fd, tmp = tempfile.mkstemp(suffix=".so", dir=os.path.dirname(path))
+        os.close(fd)
+        cmd = [cxx, *BUILD_FLAGS, *arch, SOURCE, "-o", tmp, *tf_flags]
+        try:
+            run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            run, error = None, str(e)
+        if run is not None and run.returncode == 0:
+            os.replace(tmp, path)
+            return ""
+        os.unlink(tmp)
+        if run is not None:
+            lines = [ln for ln in run.stderr.splitlines() if "error" in ln] or [""]
+            error = lines[0].strip() or f"exit status {run.returncode}"
+    return error
+
+
+@functools.lru_cache(maxsize=1)
+def ops():
+    """The loaded op library (``native_layer_norm``, ``native_layer_norm_grad``), with
+    its gradients registered; None where the kernels are off or cannot be built or loaded
+    (one line on stderr says why, once per process)."""
+    if os.environ.get("TRANSFORMER_NATIVE", "1") == "0":
+        return None
+    cxx = compiler()
+    if cxx is None:
+        return _unavailable("no C++ compiler (set CXX or install g++)")
+    path = library_path(cxx)
+    failed = path + ".failed"
+    if os.path.exists(failed):
+        with open(failed) as f:
+            return _unavailable(f"an earlier build failed ({f.read().strip()}; {failed})")
+    if not os.path.exists(path):
+        try:
+            error = build(cxx, path)
+        except OSError as e:
+            return _unavailable(f"cannot build in {os.path.dirname(path)}: {e}")
+        if error:
+            with open(failed, "w") as f:
+                f.write(error)
+            return _unavailable(f"the build failed: {error} (remove {failed} to retry)")
+    try:
+        lib = tf.load_op_library(path)
+    except (tf.errors.OpError, OSError) as e:
+        message = str(e).splitlines()[0] if str(e) else type(e).__name__
+        return _unavailable(f"cannot load {path}: {message}")
+    try:  # once per process, even where ops() is called again after cache_clear()
+        tf.no_gradient("NativeLayerNormGrad")
+        tf.RegisterGradient("NativeLayerNorm")(_layer_norm_gradient)
+    except KeyError:
+        pass
+    return lib
+
+
+def _layer_norm_gradient(op, dy, d_mean, d_rstd):
+    """NativeLayerNorm's gradient: mean and rstd are only read by the gradient itself."""
+    del d_mean, d_rstd
+    x, gamma = op.inputs[0], op.inputs[1]
+    mean, rstd = op.outputs[1], op.outputs[2]
+    dx, d_gamma, d_beta = ops().native_layer_norm_grad(dy, x, gamma, mean, rstd)
+    return dx, d_gamma, d_beta
+
+
+def _unavailable(why: str):
+    print(f"native kernels off: {why}; using TensorFlow's ops", file=sys.stderr)
+    return None

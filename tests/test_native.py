@@ -1,0 +1,194 @@
+"""native.py and native_ops.cc: the fused CPU kernels compute what TensorFlow's ops
+compute, are built once and cached, and a machine that cannot build them keeps
+TensorFlow's ops with one line saying why.
+
+The kernels need a C++ compiler: where there is none, the tests of their values are
+skipped (and the one of the fallback still runs).
+"""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import fast_ops
+import modules
+import native
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+needs_compiler = pytest.mark.skipif(native.compiler() is None, reason="no C++ compiler")
+
+
+def library():
+    lib = native.ops()
+    assert lib is not None, "a C++ compiler is there, so the kernels must build and load"
+    return lib
+
+
+def layer_norm_reference(x, gamma, beta, eps):
+    """LayerNorm in float64 and its gradients for the upstream gradient dy = w."""
+    x = x.astype(np.float64)
+    mean = x.mean(-1, keepdims=True)
+    r = 1.0 / np.sqrt(x.var(-1, keepdims=True) + eps)
+    n = (x - mean) * r
+    return n * gamma + beta, n, r
+
+
+@needs_compiler
+@pytest.mark.parametrize("shape", [(2, 5, 8), (130, 7), (3, 1, 256), (0, 4)])
+def test_layer_norm_kernel_matches_float64(shape):
+    """Forward values and the three gradients against float64, on shapes whose row
+    count is and is not a multiple of the 64-row blocks of the gradient's column sums."""
+    lib = library()
+    rng = np.random.default_rng(1)
+    d = shape[-1]
+    x = (2.0 * rng.normal(size=shape) + 0.5).astype(np.float32)
+    gamma = rng.normal(size=d).astype(np.float32)
+    beta = rng.normal(size=d).astype(np.float32)
+    dy = rng.normal(size=shape).astype(np.float32)
+    y, mean, rstd = lib.native_layer_norm(x, gamma, beta, epsilon=1e-6)
+    dx, d_gamma, d_beta = lib.native_layer_norm_grad(dy, x, gamma, mean, rstd)
+    want, n, r = layer_norm_reference(x, gamma, beta, 1e-6)
+    assert y.shape == shape and mean.shape == shape[:-1] and rstd.shape == shape[:-1]
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(rstd, r[..., 0], rtol=1e-5)
+    g = dy * gamma
+    want_dx = r * (g - g.mean(-1, keepdims=True) - n * (g * n).mean(-1, keepdims=True))
+    np.testing.assert_allclose(dx, want_dx, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(d_gamma, (dy * n).reshape(-1, d).sum(0), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(d_beta, dy.reshape(-1, d).sum(0), rtol=1e-4, atol=1e-4)
+    if x.size:
+        assert np.abs(dx).max() > 0.1 and np.abs(d_gamma).max() > 0.1
+
+
+@needs_compiler
+def test_layer_norm_kernel_rejects_a_gamma_of_the_wrong_size():
+    lib = library()
+    with pytest.raises(tf.errors.InvalidArgumentError, match="gamma must be"):
+        lib.native_layer_norm(tf.zeros((2, 4)), tf.ones(3), tf.zeros(3), epsilon=1e-6)
+
+
+@needs_compiler
+def test_layer_norm_gradient_columns_do_not_depend_on_the_thread_count():
+    """The column sums add fixed 64-row blocks in block order: the same bits whichever
+    thread runs which block, here one call against another on a 1-thread pool."""
+    lib = library()
+    rng = np.random.default_rng(2)
+    x, dy = rng.normal(size=(2, 1000, 32)).astype(np.float32)
+    gamma, beta = np.ones(32, np.float32), np.zeros(32, np.float32)
+    _, mean, rstd = lib.native_layer_norm(x, gamma, beta, epsilon=1e-6)
+    first = lib.native_layer_norm_grad(dy, x, gamma, mean, rstd)
+    code = (
+        "import sys, numpy as np, tensorflow as tf; sys.path.insert(0, sys.argv[1]);"
+        "tf.config.threading.set_intra_op_parallelism_threads(1); import native;"
+        "a = np.load(sys.argv[2]); lib = native.ops();"
+        "_, m, r = lib.native_layer_norm(a['x'], a['g'], a['b'], epsilon=1e-6);"
+        "out = lib.native_layer_norm_grad(a['dy'], a['x'], a['g'], m, r);"
+        "np.save(sys.argv[3], np.stack([out[1].numpy(), out[2].numpy()]))"
+    )
+    tmp = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"native-{os.getpid()}")
+    np.savez(tmp + ".npz", x=x, dy=dy, g=gamma, b=beta)
+    subprocess.run([sys.executable, "-c", code, ROOT, tmp + ".npz", tmp + ".npy"], check=True)
+    columns = np.load(tmp + ".npy")
+    os.unlink(tmp + ".npz")
+    os.unlink(tmp + ".npy")
+    np.testing.assert_array_equal(columns[0], first[1].numpy())
+    np.testing.assert_array_equal(columns[1], first[2].numpy())
+
+
+@needs_compiler
+@pytest.mark.parametrize("training", [True, False])
+def test_layer_norm_layer_uses_the_kernel_in_training_only(monkeypatch, training):
+    """In a training call the layer runs the kernel, with the same values and gradients as
+    the written-out gradient of fast_ops; a call that is not training (decoding, export)
+    keeps TensorFlow's ops, so that no SavedModel needs the library."""
+    library()
+    rng = np.random.default_rng(3)
+    x = (3.0 * rng.normal(size=(2, 70, 16)) + 1.0).astype(np.float32)
+    layer = modules.layer_norm("ln", 1e-6)
+    layer.build(x.shape)
+    layer.gamma.assign(rng.normal(size=16).astype(np.float32))
+    layer.beta.assign(rng.normal(size=16).astype(np.float32))
+    weights = tf.constant(rng.normal(size=x.shape).astype(np.float32))
+
+    def run(native_on):
+        monkeypatch.setitem(fast_ops.ENABLED, "native_ln", native_on)
+
+        @tf.function
+        def fn(x):
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                y = layer(x, training=training)
+                total = tf.reduce_sum(y * weights)
+            return y, tape.gradient(total, [x, layer.gamma, layer.beta])
+
+        graph = fn.get_concrete_function(tf.TensorSpec(x.shape)).graph
+        kinds = {op.type for op in graph.get_operations()}
+        y, grads = fn(tf.constant(x))
+        return kinds, y.numpy(), [g.numpy() for g in grads]
+
+    kinds, y, grads = run(True)
+    assert ("NativeLayerNorm" in kinds) == training
+    assert ("NativeLayerNormGrad" in kinds) == training
+    std_kinds, y_std, grads_std = run(False)
+    assert "NativeLayerNorm" not in std_kinds
+    np.testing.assert_allclose(y, y_std, rtol=1e-5, atol=1e-5)
+    for a, b in zip(grads, grads_std):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+
+
+def run_native(env: dict, cache: str) -> subprocess.CompletedProcess:
+    """native.ops() in a new process with ``env`` and the cache folder ``cache``."""
+    code = "import sys; sys.path.insert(0, sys.argv[1]); import native; print(native.ops())"
+    full = {**os.environ, "TRANSFORMER_NATIVE_CACHE": cache, **env}
+    return subprocess.run(
+        [sys.executable, "-c", code, ROOT], env=full, capture_output=True, text=True, check=True
+    )
+
+
+@pytest.mark.slow
+def test_a_failed_build_is_one_line_and_is_not_retried(tmp_path):
+    """A compiler that fails: ops() is None, one line says why and where, the failure is
+    kept, and the next process reports it instead of building again."""
+    calls = tmp_path / "calls"
+    fake = tmp_path / "cxx"
+    script = f"echo x >> {calls}\necho 'native_ops.cc:1: error: no luck' >&2\nexit 1\n"
+    fake.write_text("#!/bin/sh\n" + script)
+    fake.chmod(0o755)
+    first = run_native({"CXX": str(fake)}, str(tmp_path / "cache"))
+    assert first.stdout.strip() == "None"
+    lines = [ln for ln in first.stderr.splitlines() if ln.startswith("native kernels off")]
+    assert len(lines) == 1 and "error: no luck" in lines[0] and ".failed" in lines[0], lines
+    tries = len(calls.read_text().splitlines())
+    assert tries == len(native.ARCH_FLAGS)  # each set of flags tried once
+    second = run_native({"CXX": str(fake)}, str(tmp_path / "cache"))
+    assert "an earlier build failed" in second.stderr and second.stdout.strip() == "None"
+    assert len(calls.read_text().splitlines()) == tries  # not built again
+
+
+@pytest.mark.slow
+def test_without_a_compiler_or_switched_off_tensorflow_ops_are_kept(tmp_path):
+    missing = run_native({"CXX": str(tmp_path / "no-such-compiler")}, str(tmp_path))
+    assert missing.stdout.strip() == "None"
+    assert "native kernels off: no C++ compiler" in missing.stderr
+    off = run_native({"TRANSFORMER_NATIVE": "0"}, str(tmp_path))
+    assert off.stdout.strip() == "None" and "native kernels off" not in off.stderr
+    assert os.listdir(tmp_path) == []  # nothing built
+
+
+@needs_compiler
+def test_the_library_is_named_by_source_tensorflow_compiler_and_cpu(monkeypatch, tmp_path):
+    cxx = native.compiler()
+    monkeypatch.setenv("TRANSFORMER_NATIVE_CACHE", str(tmp_path))
+    path = native.library_path(cxx)
+    assert os.path.dirname(path) == str(tmp_path) and path.endswith(".so")
+    with monkeypatch.context() as patch:
+        patch.setattr(native, "cpu_flags", lambda: "flags : another cpu")
+        assert native.library_path(cxx) != path
+    with monkeypatch.context() as patch:
+        patch.setattr(tf, "__version__", "0.0.0")
+        assert native.library_path(cxx) != path
+    assert native.library_path(cxx) == path
