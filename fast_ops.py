@@ -40,7 +40,6 @@ ENABLED = {
     "fused_adam": True,
     "layer_norm": True,
     "native_ln": True,
-    "native_xent": True,
     "f32_scores": True,
     "f32_logits": True,
 }
@@ -83,9 +82,6 @@ def cross_entropy_terms(logits, labels, epsilon: float = 0.1):
     formula; this is the switchable implementation.
     """
     logits, labels, epsilon = cast(logits, tf.float32), tf.cast(labels, tf.int32), float(epsilon)
-    lib = native_kernels("native_xent")
-    if lib is not None:
-        return tuple(lib.native_smoothed_xent(logits, labels, epsilon=epsilon)[:3])
     if ENABLED["xent_grad"]:
         return _xent_custom_gradient(logits, labels, epsilon)
     logp = tf.nn.log_softmax(logits, axis=-1)
@@ -295,10 +291,10 @@ class LayerNormalization(keras.layers.LayerNormalization):
         return cast(out, inputs.dtype)
 
 
-def native_kernels(switch: str = "native_ln"):
-    """native.ops() where the ``switch`` is on and no GPU is visible (the kernels are
+def native_kernels():
+    """native.ops() where ``native_ln`` is on and no GPU is visible (the kernels are
     CPU-only), else None. Read when the train step is traced."""
-    if not ENABLED[switch] or tf.config.list_physical_devices("GPU"):
+    if not ENABLED["native_ln"] or tf.config.list_physical_devices("GPU"):
         return None
     return native.ops()
 
