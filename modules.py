@@ -74,6 +74,9 @@ class Residual(keras.layers.Layer):
             y = fn(self.normalize(x))
             return x + self.dropout(y, training=training)
         y = fn(x)
+        fused = fast_ops.residual_layer_norm(self.ln, self.dropout, x, y, training)
+        if fused is not None:
+            return fused
         return cast(self.ln(x + self.dropout(y, training=training)), x.dtype)
 
     def get_config(self):

@@ -90,9 +90,9 @@ def build(cxx: str, path: str) -> str:
 
 @functools.lru_cache(maxsize=1)
 def ops():
-    """The loaded op library (``native_layer_norm``, ``native_layer_norm_grad``), with
-    its gradients registered; None where the kernels are off or cannot be built or loaded
-    (one line on stderr says why, once per process)."""
+    """The loaded op library (``native_layer_norm``, ``native_residual_layer_norm`` and
+    their gradients), with the gradients registered; None where the kernels are off or
+    cannot be built or loaded (one line on stderr says why, once per process)."""
     if os.environ.get("TRANSFORMER_NATIVE", "1") == "0":
         return None
     cxx = compiler()
@@ -119,7 +119,9 @@ def ops():
         return _unavailable(f"cannot load {path}: {message}")
     try:  # once per process, even where ops() is called again after cache_clear()
         tf.no_gradient("NativeLayerNormGrad")
+        tf.no_gradient("NativeResidualLayerNormGrad")
         tf.RegisterGradient("NativeLayerNorm")(_layer_norm_gradient)
+        tf.RegisterGradient("NativeResidualLayerNorm")(_residual_layer_norm_gradient)
     except KeyError:
         pass
     return lib
@@ -132,6 +134,18 @@ def _layer_norm_gradient(op, dy, d_mean, d_rstd):
     mean, rstd = op.outputs[1], op.outputs[2]
     dx, d_gamma, d_beta = ops().native_layer_norm_grad(dy, x, gamma, mean, rstd)
     return dx, d_gamma, d_beta
+
+
+def _residual_layer_norm_gradient(op, dy, d_mean, d_rstd):
+    """NativeResidualLayerNorm's gradient: x, s, gamma and beta (the seed has none)."""
+    del d_mean, d_rstd
+    x, s, gamma, _, seed = op.inputs
+    mean, rstd = op.outputs[1], op.outputs[2]
+    grads = ops().native_residual_layer_norm_grad(
+        dy, x, s, gamma, mean, rstd, seed, rate=op.get_attr("rate")
+    )
+    dx, ds, d_gamma, d_beta = grads
+    return dx, ds, d_gamma, d_beta, None
 
 
 def _unavailable(why: str):

@@ -11,7 +11,7 @@ same size, and against the machine's measured matmul peak.
         --precision mixed_bfloat16 --configs "ours mixed_bfloat16,baseline tree mixed_bfloat16"
     python bench/train_throughput.py --preset multi30k --ablate dense2d,xent_grad [--pairs 3]
     python bench/train_throughput.py --preset multi30k --ablate f32_logits \
-        --precision mixed_bfloat16 [--paired]
+        --precision mixed_bfloat16 [--paired [--paired_norm pre]]
 
 ``--ablate`` measures each rewrite of fast_ops.py against the standard op: for every
 name, ``--pairs`` interleaved on/off pairs of the small configuration (float32, or the
@@ -21,8 +21,9 @@ and prints each pair's ratio and the median gain. A switch of fast_ops.PRECISION
 accuracy, not speed: its verdict is whether its cost stays within the bar.
 ``--paired`` runs both sides of a switch in one child instead, two trainers stepping
 in turn over the same batches (``--paired_steps`` timed steps each, in three windows: the
-pairs), which a drifting machine disturbs far less than children one after the other;
-``--ablate a+b`` turns the switches a and b on and off together.
+pairs), which a drifting machine disturbs far less than children one after the other
+(``--paired_norm pre``: the small model with pre-norm sublayers, for the rewrites that
+only pre-norm models run); ``--ablate a+b`` turns the switches a and b on and off together.
 ``--baseline_tree`` runs another checkout of the project (for example
 ``git worktree add /tmp/old HEAD~5``) in the same run, so that a change of code is compared
 with its predecessor on the same machine at the same time; in float32, or in the
@@ -460,10 +461,12 @@ def ablation_configurations(
 
 
 def paired_configurations(
-    preset: str, names: list[str], steps: int, precision: str = "float32"
+    preset: str, names: list[str], steps: int, precision: str = "float32", norm: str = "post"
 ) -> list[dict]:
-    """``--paired``: one child per rewrite, both sides in it (:func:`run_paired`)."""
+    """``--paired``: one child per rewrite, both sides in it (:func:`run_paired`), on the
+    small model with ``norm`` (``--paired_norm pre``: the rewrites of pre-norm models)."""
     hp = dict(SIZES["small"], dropout_rate=0.1, label_smoothing=0.1, precision=precision)
+    hp["norm"] = norm
     return [
         dict(
             preset=preset,
@@ -626,6 +629,7 @@ def main() -> None:
             "pairs": 3,
             "paired": False,
             "paired_steps": 90,
+            "paired_norm": "post",
         }
     )
     if opts["worker"]:
@@ -648,7 +652,9 @@ def main() -> None:
     precision = hp.precision if "precision" in opts["_set"] else "float32"
     if ablate:
         if opts["paired"]:
-            configs = paired_configurations(preset, ablate, opts["paired_steps"], precision)
+            configs = paired_configurations(
+                preset, ablate, opts["paired_steps"], precision, opts["paired_norm"]
+            )
         else:
             configs = ablation_configurations(preset, ablate, opts["pairs"], precision)
     else:

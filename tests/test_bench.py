@@ -110,6 +110,9 @@ def test_paired_windows_become_on_off_pairs(capsys):
     )
     assert cfg["side"] == "paired" and cfg["steps"] == 90
     assert cfg["hparams"]["precision"] == "mixed_bfloat16"
+    assert cfg["hparams"]["norm"] == "post"  # the paper's, which keras-hub's row mirrors
+    (pre,) = throughput.paired_configurations("multi30k", ["native_ln"], 90, norm="pre")
+    assert pre["hparams"]["norm"] == "pre" and pre["hparams"]["precision"] == "float32"
     rows = throughput.paired_rows(
         dict(cfg=cfg, windows=[[99.0, 100.0], [96.0, 100.0], [98.0, 100.0]])
     )

@@ -192,3 +192,134 @@ def test_the_library_is_named_by_source_tensorflow_compiler_and_cpu(monkeypatch,
         patch.setattr(tf, "__version__", "0.0.0")
         assert native.library_path(cxx) != path
     assert native.library_path(cxx) == path
+
+
+def residual_case(rng, shape=(3, 50, 16)):
+    d = shape[-1]
+    x = rng.normal(size=shape).astype(np.float32)
+    s = (2.0 * rng.normal(size=shape)).astype(np.float32)
+    gamma = rng.normal(size=d).astype(np.float32)
+    beta = rng.normal(size=d).astype(np.float32)
+    dy = rng.normal(size=shape).astype(np.float32)
+    return x, s, gamma, beta, dy
+
+
+@needs_compiler
+def test_residual_kernel_is_layer_norm_of_x_plus_dropped_s():
+    """y = LayerNorm(x + s m) with m in {0, 1 / (1 - rate)}: the mask read back from the
+    gradient (ds = dx m) keeps about 1 - rate of the elements, and the forward values and
+    all four gradients agree with float64 for that mask."""
+    lib = library()
+    rng = np.random.default_rng(6)
+    x, s, gamma, beta, dy = residual_case(rng, (4, 300, 16))
+    seed = tf.constant([11, 12], tf.int32)
+    y, mean, rstd = lib.native_residual_layer_norm(x, s, gamma, beta, seed, epsilon=1e-6, rate=0.1)
+    dx, ds, d_gamma, d_beta = lib.native_residual_layer_norm_grad(
+        dy, x, s, gamma, mean, rstd, seed, rate=0.1
+    )
+    scale = 65536 / (65536 - round(0.1 * 65536))
+    m = np.where(np.abs(ds.numpy()) > 0, scale, 0.0)
+    np.testing.assert_allclose(ds, dx * m, rtol=1e-6, atol=1e-7)
+    assert 0.88 < (m > 0).mean() < 0.92  # 19,200 draws at rate 0.1
+    want, n, r = layer_norm_reference(x + s * m, gamma, beta, 1e-6)
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+    g = dy * gamma
+    want_dx = r * (g - g.mean(-1, keepdims=True) - n * (g * n).mean(-1, keepdims=True))
+    np.testing.assert_allclose(dx, want_dx, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(d_gamma, (dy * n).reshape(-1, 16).sum(0), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(d_beta, dy.reshape(-1, 16).sum(0), rtol=1e-4, atol=1e-4)
+
+
+@needs_compiler
+def test_residual_kernel_masks_follow_the_seed():
+    """The same seed gives the same mask (forward and gradient agree on it), another seed
+    another mask; rate 0 keeps everything: LayerNorm(x + s)."""
+    lib = library()
+    rng = np.random.default_rng(7)
+    x, s, gamma, beta, _ = residual_case(rng)
+
+    def run(seed, rate):
+        return lib.native_residual_layer_norm(
+            x, s, gamma, beta, tf.constant(seed, tf.int32), epsilon=1e-6, rate=rate
+        )[0].numpy()
+
+    a, again, other = run([1, 2], 0.3), run([1, 2], 0.3), run([1, 3], 0.3)
+    np.testing.assert_array_equal(a, again)
+    assert np.abs(a - other).max() > 0.1
+    np.testing.assert_allclose(
+        run([1, 2], 0.0), layer_norm_reference(x + s, gamma, beta, 1e-6)[0], atol=1e-5
+    )
+    with pytest.raises(tf.errors.InvalidArgumentError, match="rate must be"):
+        run([1, 2], 1.0)
+
+
+@needs_compiler
+def test_residual_kernel_in_bfloat16_rounds_only_its_inputs_and_outputs():
+    """bfloat16 x, s, dy: the same float32 arithmetic on the rounded inputs, results
+    rounded to bfloat16 (8 significant bits)."""
+    lib = library()
+    rng = np.random.default_rng(8)
+    x, s, gamma, beta, dy = residual_case(rng)
+    seed = tf.constant([3, 4], tf.int32)
+    b16 = [tf.cast(t, tf.bfloat16) for t in (x, s, dy)]
+    rounded = [tf.cast(t, tf.float32) for t in b16]
+    y, mean, rstd = lib.native_residual_layer_norm(
+        b16[0], b16[1], gamma, beta, seed, epsilon=1e-6, rate=0.2
+    )
+    y32, mean32, rstd32 = lib.native_residual_layer_norm(
+        rounded[0], rounded[1], gamma, beta, seed, epsilon=1e-6, rate=0.2
+    )
+    assert y.dtype == tf.bfloat16
+    np.testing.assert_array_equal(mean, mean32)
+    np.testing.assert_array_equal(
+        tf.cast(y, tf.float32), tf.cast(tf.cast(y32, tf.bfloat16), tf.float32)
+    )
+    grads = lib.native_residual_layer_norm_grad(b16[2], *b16[:2], gamma, mean, rstd, seed, rate=0.2)
+    grads32 = lib.native_residual_layer_norm_grad(
+        rounded[2], *rounded[:2], gamma, mean32, rstd32, seed, rate=0.2
+    )
+    assert grads[0].dtype == grads[1].dtype == tf.bfloat16
+    for a, b in zip(grads[:2], grads32[:2]):
+        np.testing.assert_allclose(tf.cast(a, tf.float32), b, rtol=1e-2, atol=1e-2)
+    np.testing.assert_allclose(grads[2], grads32[2], rtol=1e-6, atol=1e-6)
+
+
+@needs_compiler
+def test_residual_layer_uses_the_fused_kernel_in_training_only(monkeypatch):
+    """modules.Residual (post-norm) in a training call: one NativeResidualLayerNorm, no
+    dropout draw of its own, and the gradient of x + Dropout(s) through LayerNorm; with
+    rate 0 the same values as the layers; not training, the layers."""
+    library()
+    rng = np.random.default_rng(9)
+    x, s, _, _, dy = residual_case(rng)
+
+    def run(rate, training, fused=True):
+        monkeypatch.setitem(fast_ops.ENABLED, "native_residual", fused)
+        layer = modules.Residual(rate)
+        layer.build(x.shape)
+
+        @tf.function
+        def fn(x, s):
+            with tf.GradientTape() as tape:
+                tape.watch([x, s])
+                y = layer(x, fn=lambda _: s, training=training)
+            return y, tape.gradient(y, [x, s], output_gradients=dy)
+
+        graph = fn.get_concrete_function(tf.TensorSpec(x.shape), tf.TensorSpec(s.shape)).graph
+        kinds = {op.type for op in graph.get_operations()}
+        y, grads = fn(tf.constant(x), tf.constant(s))
+        return kinds, y.numpy(), [g.numpy() for g in grads]
+
+    kinds, y, (dx, ds) = run(0.1, True)
+    assert "NativeResidualLayerNorm" in kinds and "NativeResidualLayerNormGrad" in kinds
+    assert not any("Random" in k for k in kinds)
+    m = np.where(np.abs(ds) > 0, 65536 / (65536 - round(0.1 * 65536)), 0.0)
+    assert 0.85 < (m > 0).mean() < 0.95
+    np.testing.assert_allclose(y, layer_norm_reference(x + s * m, 1.0, 0.0, 1e-6)[0], atol=1e-5)
+    kinds, y, grads = run(0.0, True)
+    _, y_std, grads_std = run(0.0, True, fused=False)
+    np.testing.assert_allclose(y, y_std, atol=1e-5)
+    for a, b in zip(grads, grads_std):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+    kinds, _, _ = run(0.1, False)
+    assert "NativeResidualLayerNorm" not in kinds
