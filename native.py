@@ -90,9 +90,10 @@ def build(cxx: str, path: str) -> str:
 
 @functools.lru_cache(maxsize=1)
 def ops():
-    """The loaded op library (``native_layer_norm``, ``native_residual_layer_norm`` and
-    their gradients), with the gradients registered; None where the kernels are off or
-    cannot be built or loaded (one line on stderr says why, once per process)."""
+    """The loaded op library (``native_layer_norm``, ``native_residual_layer_norm``,
+    ``native_smoothed_xent`` and their gradients), with the gradients registered; None
+    where the kernels are off or cannot be built or loaded (one line on stderr says why,
+    once per process)."""
     if os.environ.get("TRANSFORMER_NATIVE", "1") == "0":
         return None
     cxx = compiler()
@@ -120,8 +121,10 @@ def ops():
     try:  # once per process, even where ops() is called again after cache_clear()
         tf.no_gradient("NativeLayerNormGrad")
         tf.no_gradient("NativeResidualLayerNormGrad")
+        tf.no_gradient("NativeSmoothedXentGrad")
         tf.RegisterGradient("NativeLayerNorm")(_layer_norm_gradient)
         tf.RegisterGradient("NativeResidualLayerNorm")(_residual_layer_norm_gradient)
+        tf.RegisterGradient("NativeSmoothedXent")(_smoothed_xent_gradient)
     except KeyError:
         pass
     return lib
@@ -146,6 +149,20 @@ def _residual_layer_norm_gradient(op, dy, d_mean, d_rstd):
     )
     dx, ds, d_gamma, d_beta = grads
     return dx, ds, d_gamma, d_beta, None
+
+
+def _smoothed_xent_gradient(op, d_loss, d_nll, d_correct, d_lse):
+    """NativeSmoothedXent's gradient with respect to the logits (the labels have none;
+    correct has no gradient, and lse is only read by the gradient itself)."""
+    del d_correct, d_lse
+    logits, labels = op.inputs
+    d_loss = tf.zeros_like(op.outputs[0]) if d_loss is None else d_loss
+    d_nll = tf.zeros_like(op.outputs[1]) if d_nll is None else d_nll
+    epsilon = op.get_attr("epsilon")
+    d_logits = ops().native_smoothed_xent_grad(
+        logits, labels, op.outputs[3], d_loss, d_nll, epsilon=epsilon
+    )
+    return d_logits, None
 
 
 def _unavailable(why: str):

@@ -16,6 +16,14 @@
 //   keeping it; the gradient also rebuilds x + Dropout(s) from x and s.
 // NativeResidualLayerNormGrad: -> dx (the LayerNorm's input gradient), ds (dx times the
 //   mask), dgamma, dbeta.
+// NativeSmoothedXent: the label-smoothed cross-entropy of each row of logits (5.4, 7.3)
+//   logits (M, V), labels (M,) -> loss, nll, correct, lse (M,): lse = logsumexp(z),
+//   nll = lse - z_y, loss = (1 - eps) nll + eps (lse - mean(z)), correct = 1 where z_y
+//   is the row's largest logit (ties count).
+// NativeSmoothedXentGrad: its gradient from lse, d_loss and d_nll (M,):
+//   dz = (d_loss + d_nll) softmax(z) - eps / V d_loss, and at y also - ((1 - eps) d_loss
+//   + d_nll). The softmax is recomputed from lse, so that no (M, V) tensor is kept
+//   between the passes.
 // TensorFlow's own ops make about ten passes over the (rows, d) tensors for the same
 // work; these make one each way. Rows are split over the CPU worker threads; the column
 // sums of the gradient are summed in fixed blocks of rows and then in block order, so
@@ -457,6 +465,168 @@ class NativeResidualLayerNormGradOp : public OpKernel {
 REGISTER_KERNEL_BUILDER(Name("NativeLayerNorm").Device(tensorflow::DEVICE_CPU), NativeLayerNormOp);
 REGISTER_KERNEL_BUILDER(Name("NativeLayerNormGrad").Device(tensorflow::DEVICE_CPU),
                         NativeLayerNormGradOp);
+// ---------------------------------------------------------------------------------------
+// The label-smoothed loss
+// ---------------------------------------------------------------------------------------
+REGISTER_OP("NativeSmoothedXent")
+    .Input("logits: float")
+    .Input("labels: int32")
+    .Output("loss: float")
+    .Output("nll: float")
+    .Output("correct: float")
+    .Output("lse: float")
+    .Attr("epsilon: float")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle logits, rows;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 2, &logits));
+      TF_RETURN_IF_ERROR(c->Subshape(logits, 0, 1, &rows));
+      for (int k = 0; k < 4; ++k) c->set_output(k, rows);
+      return absl::OkStatus();
+    });
+
+REGISTER_OP("NativeSmoothedXentGrad")
+    .Input("logits: float")
+    .Input("labels: int32")
+    .Input("lse: float")
+    .Input("d_loss: float")
+    .Input("d_nll: float")
+    .Output("d_logits: float")
+    .Attr("epsilon: float")
+    .SetShapeFn([](InferenceContext* c) {
+      c->set_output(0, c->input(0));
+      return absl::OkStatus();
+    });
+
+// logits (M, V) and labels (M,) with every label in [0, V).
+absl::Status CheckLogits(const Tensor& logits, const Tensor& labels, int64_t* rows,
+                         int64_t* vocab) {
+  if (logits.dims() != 2) return absl::InvalidArgumentError("NativeSmoothedXent: logits must be (M, V)");
+  *rows = logits.dim_size(0);
+  *vocab = logits.dim_size(1);
+  if (labels.dims() != 1 || labels.dim_size(0) != *rows) {
+    return absl::InvalidArgumentError("NativeSmoothedXent: labels must be (M,), one per row of logits");
+  }
+  const int32_t* y = labels.flat<int32_t>().data();
+  for (int64_t i = 0; i < *rows; ++i) {
+    if (y[i] < 0 || y[i] >= *vocab) {
+      return absl::InvalidArgumentError("NativeSmoothedXent: a label is outside [0, V)");
+    }
+  }
+  return absl::OkStatus();
+}
+
+// exp(x) for x <= 0 (a logit minus its row's maximum or logsumexp), in a form the
+// compiler vectorizes: 2^n p(r) with n = x / ln 2 rounded, r = x - n ln 2 in [-ln2/2,
+// ln2/2] (ln 2 in two parts), p the degree-6 Taylor polynomial of exp (relative error
+// under 2e-7 there); 0 below -87 (float's smallest normal is exp(-87.3)).
+inline float ExpNonPositive(float x) {
+  x = x < -88.0f ? -88.0f : x;  // keeps n in int range; the result is 0 below -87 anyway
+  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round: 1.5 2^23
+  const float r = (x - n * 0.693145751953125f) - n * 1.428606765330187e-06f;
+  float p = 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  return x < -87.0f ? 0.0f : p * scale;
+}
+
+
+class NativeSmoothedXentOp : public OpKernel {
+ public:
+  explicit NativeSmoothedXentOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("epsilon", &epsilon_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& logits = ctx->input(0);
+    const Tensor& labels = ctx->input(1);
+    int64_t rows = 0, vocab = 0;
+    OP_REQUIRES_OK(ctx, CheckLogits(logits, labels, &rows, &vocab));
+    OP_REQUIRES(ctx, vocab > 0, absl::InvalidArgumentError("NativeSmoothedXent: V is 0"));
+    float* out[4];
+    for (int k = 0; k < 4; ++k) {
+      Tensor* t = nullptr;
+      OP_REQUIRES_OK(ctx, ctx->allocate_output(k, TensorShape({rows}), &t));
+      out[k] = t->flat<float>().data();
+    }
+    const float* zp = logits.flat<float>().data();
+    const int32_t* y = labels.flat<int32_t>().data();
+    const float eps = epsilon_;
+    const float inv_v = 1.0f / static_cast<float>(vocab);
+    ParallelRows(ctx, rows, 12 * vocab, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) {
+        const float* z = zp + i * vocab;
+        float z_max = z[0];
+#pragma omp simd reduction(max : z_max)
+        for (int64_t j = 0; j < vocab; ++j) z_max = z[j] > z_max ? z[j] : z_max;
+        float sum_exp = 0.0f, sum_z = 0.0f;
+#pragma omp simd reduction(+ : sum_exp, sum_z)
+        for (int64_t j = 0; j < vocab; ++j) {
+          sum_exp += ExpNonPositive(z[j] - z_max);
+          sum_z += z[j];
+        }
+        const float lse = z_max + std::log(sum_exp);
+        const float z_y = z[y[i]];
+        const float nll = lse - z_y;
+        out[0][i] = (1.0f - eps) * nll + eps * (lse - sum_z * inv_v);
+        out[1][i] = nll;
+        out[2][i] = z_y >= z_max ? 1.0f : 0.0f;
+        out[3][i] = lse;
+      }
+    });
+  }
+
+ private:
+  float epsilon_;
+};
+
+class NativeSmoothedXentGradOp : public OpKernel {
+ public:
+  explicit NativeSmoothedXentGradOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("epsilon", &epsilon_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& logits = ctx->input(0);
+    const Tensor& labels = ctx->input(1);
+    int64_t rows = 0, vocab = 0;
+    OP_REQUIRES_OK(ctx, CheckLogits(logits, labels, &rows, &vocab));
+    for (int k = 2; k < 5; ++k) {
+      OP_REQUIRES(ctx, ctx->input(k).NumElements() == rows,
+                  absl::InvalidArgumentError("NativeSmoothedXentGrad: lse, d_loss and d_nll need one per row"));
+    }
+    Tensor* d_logits = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, logits.shape(), &d_logits));
+    const float* zp = logits.flat<float>().data();
+    const int32_t* y = labels.flat<int32_t>().data();
+    const float* lse = ctx->input(2).flat<float>().data();
+    const float* d_loss = ctx->input(3).flat<float>().data();
+    const float* d_nll = ctx->input(4).flat<float>().data();
+    float* dzp = d_logits->flat<float>().data();
+    const float eps = epsilon_;
+    const float eps_v = eps / static_cast<float>(vocab);
+    ParallelRows(ctx, rows, 12 * vocab, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) {
+        const float* z = zp + i * vocab;
+        float* dz = dzp + i * vocab;
+        const float g = d_loss[i] + d_nll[i], shift = eps_v * d_loss[i], l = lse[i];
+#pragma omp simd
+        for (int64_t j = 0; j < vocab; ++j) dz[j] = ExpNonPositive(z[j] - l) * g - shift;
+        dz[y[i]] -= (1.0f - eps) * d_loss[i] + d_nll[i];
+      }
+    });
+  }
+
+ private:
+  float epsilon_;
+};
+
 #define REGISTER_RESIDUAL(T, S)                                                          \
   REGISTER_KERNEL_BUILDER(                                                                \
       Name("NativeResidualLayerNorm").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"), \
@@ -467,5 +637,9 @@ REGISTER_KERNEL_BUILDER(Name("NativeLayerNormGrad").Device(tensorflow::DEVICE_CP
                           NativeResidualLayerNormGradOp<S>);
 REGISTER_RESIDUAL(float, float)
 REGISTER_RESIDUAL(tensorflow::bfloat16, uint16_t)
+REGISTER_KERNEL_BUILDER(Name("NativeSmoothedXent").Device(tensorflow::DEVICE_CPU),
+                        NativeSmoothedXentOp);
+REGISTER_KERNEL_BUILDER(Name("NativeSmoothedXentGrad").Device(tensorflow::DEVICE_CPU),
+                        NativeSmoothedXentGradOp);
 
 }  // namespace

@@ -40,7 +40,7 @@ def values_and_grads(fn, *inputs):
 
 def test_switches_cover_every_rewrite():
     names = {"dense2d", "xent_grad", "dropout16", "fused_adam", "layer_norm"}
-    names |= {"native_ln", "native_residual"}
+    names |= {"native_ln", "native_residual", "native_xent"}
     names |= {"f32_scores", "f32_logits"}
     assert set(fast_ops.ENABLED) == names
     assert set(fast_ops.PRECISION) <= set(fast_ops.ENABLED)

@@ -323,3 +323,59 @@ def test_residual_layer_uses_the_fused_kernel_in_training_only(monkeypatch):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
     kinds, _, _ = run(0.1, False)
     assert "NativeResidualLayerNorm" not in kinds
+
+
+@needs_compiler
+def test_smoothed_xent_kernel_matches_float64():
+    lib = library()
+    rng = np.random.default_rng(4)
+    z = (4.0 * rng.normal(size=(70, 300))).astype(np.float32)
+    z[0, :] = -200.0  # a row whose exponentials underflow but for the largest
+    z[0, 5] = 0.0
+    y = rng.integers(0, 300, 70).astype(np.int32)
+    d_loss, d_nll = rng.normal(size=70).astype(np.float32), rng.normal(size=70).astype(np.float32)
+    loss, nll, correct, lse = lib.native_smoothed_xent(z, y, epsilon=0.1)
+    dz = lib.native_smoothed_xent_grad(z, y, lse, d_loss, d_nll, epsilon=0.1)
+    z64 = z.astype(np.float64)
+    want_lse = np.log(np.exp(z64 - z64.max(1, keepdims=True)).sum(1)) + z64.max(1)
+    want_nll = want_lse - z64[np.arange(70), y]
+    np.testing.assert_allclose(nll, want_nll, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(loss, 0.9 * want_nll + 0.1 * (want_lse - z64.mean(1)), rtol=1e-5)
+    np.testing.assert_array_equal(correct, (z64[np.arange(70), y] >= z64.max(1)).astype(float))
+    p = np.exp(z64 - want_lse[:, None])
+    want = (d_loss + d_nll)[:, None] * p - 0.1 / 300 * d_loss[:, None]
+    want[np.arange(70), y] -= 0.9 * d_loss + d_nll
+    np.testing.assert_allclose(dz, want, rtol=1e-4, atol=1e-6)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="outside"):
+        lib.native_smoothed_xent(z, np.full(70, 300, np.int32), epsilon=0.1)
+
+
+@needs_compiler
+def test_the_loss_uses_the_kernel_with_the_same_values_and_gradient(monkeypatch):
+    """modules.cross_entropy_terms with native_xent on: the kernel, and the same three
+    terms and logits gradient as the hand-written gradient of xent_grad."""
+    library()
+    rng = np.random.default_rng(10)
+    z = tf.constant((3.0 * rng.normal(size=(40, 90))).astype(np.float32))
+    y = tf.constant(rng.integers(0, 90, 40).astype(np.int32))
+
+    def run(on):
+        monkeypatch.setitem(fast_ops.ENABLED, "native_xent", on)
+
+        @tf.function
+        def fn(z):
+            with tf.GradientTape() as tape:
+                tape.watch(z)
+                loss, nll, correct = modules.cross_entropy_terms(z, y, 0.1)
+                total = tf.reduce_sum(loss * tf.range(40.0)) + tf.reduce_sum(nll)
+            return loss, nll, correct, tape.gradient(total, z)
+
+        kinds = {op.type for op in fn.get_concrete_function(z).graph.get_operations()}
+        return kinds, [t.numpy() for t in fn(z)]
+
+    kinds, native_out = run(True)
+    assert "NativeSmoothedXent" in kinds and "NativeSmoothedXentGrad" in kinds
+    std_kinds, std_out = run(False)
+    assert "NativeSmoothedXent" not in std_kinds
+    for a, b in zip(native_out, std_out):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
