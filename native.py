@@ -1,18 +1,19 @@
 """Fused CPU kernels of our own (``native_ops.cc``), compiled on first use.
 
 :func:`ops` builds ``native_ops.cc`` into a TensorFlow op library with the C++ compiler
-that built nothing else of this project (``$CXX``, else ``g++``), against the installed
-TensorFlow's headers (``tf.sysconfig``), for this CPU (``-march=native``), once per
-machine: the library is kept in ``$TRANSFORMER_NATIVE_CACHE`` (default
-``~/.cache/transformer-tf2``) under a name made of the source, TensorFlow's version, the
-compiler and the CPU's flags, written to a temporary name and renamed (two processes
-building at once both end with a whole file). A failed build is remembered the same way,
-so that later runs do not retry it. Without a compiler, or where the build or the load
-fails, :func:`ops` logs one line and returns None, and the callers keep TensorFlow's own
-ops. ``TRANSFORMER_NATIVE=0`` turns the kernels off.
+(``$CXX``, else ``g++``) against the installed TensorFlow's headers (``tf.sysconfig``),
+for this CPU (``-march=native``), once per machine: the library is kept in
+``$TRANSFORMER_NATIVE_CACHE`` (default ``~/.cache/transformer-tf2``) under a name made of
+the source, TensorFlow's version, the compiler and the CPU's flags, written to a
+temporary name and renamed (two processes building at once both end with a whole file).
+A failed build is remembered the same way, so that later runs do not retry it. Without a
+compiler, or where the build or the load fails, :func:`ops` logs one line and returns
+None, and the callers keep TensorFlow's own ops. ``TRANSFORMER_NATIVE=0`` turns the
+kernels off.
 
-The kernels run on the CPU only and only in the train step (fast_ops decides), so that
-decoding, exported SavedModels and checkpoints never depend on the library.
+The kernels run on the CPU only, in the train step's layers and in the loss (fast_ops
+decides), never in decoding, so that exported SavedModels and checkpoints never depend
+on the library.
 """
 
 from __future__ import annotations
