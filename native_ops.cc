@@ -282,31 +282,6 @@ void GradientRows(OpKernelContext* ctx, int64_t rows, int64_t d, float* dgamma, 
   }
 }
 
-// y, mean and rstd of a forward kernel, allocated like x.
-struct ForwardOutputs {
-  float *y = nullptr, *mean = nullptr, *rstd = nullptr;
-  absl::Status Allocate(OpKernelContext* ctx, const TensorShape& shape) {
-    TensorShape rows = shape;
-    rows.RemoveLastDims(1);
-    Tensor *t0 = nullptr, *t1 = nullptr, *t2 = nullptr;
-    TF_RETURN_IF_ERROR(ctx->allocate_output(0, shape, &t0));
-    TF_RETURN_IF_ERROR(ctx->allocate_output(1, rows, &t1));
-    TF_RETURN_IF_ERROR(ctx->allocate_output(2, rows, &t2));
-    y = t0->flat<float>().data();
-    mean = t1->flat<float>().data();
-    rstd = t2->flat<float>().data();
-    return absl::OkStatus();
-  }
-};
-
-float* Output(OpKernelContext* ctx, int index, const TensorShape& shape, absl::Status* status) {
-  Tensor* t = nullptr;
-  *status = ctx->allocate_output(index, shape, &t);
-  return status->ok() ? t->flat<float>().data() : nullptr;
-}
-
-const float* In(OpKernelContext* ctx, int index) { return ctx->input(index).flat<float>().data(); }
-
 // A tensor's elements as the storage type S (float, or bfloat16's 16 bits).
 template <typename S>
 const S* Data(const Tensor& t) {
@@ -316,6 +291,33 @@ template <typename S>
 S* Data(Tensor* t) {
   return reinterpret_cast<S*>(const_cast<char*>(t->tensor_data().data()));
 }
+
+const float* In(OpKernelContext* ctx, int index) { return Data<float>(ctx->input(index)); }
+
+float* Output(OpKernelContext* ctx, int index, const TensorShape& shape, absl::Status* status) {
+  Tensor* t = nullptr;
+  *status = ctx->allocate_output(index, shape, &t);
+  return status->ok() ? Data<float>(t) : nullptr;
+}
+
+// y (of storage type S), mean and rstd of a forward kernel, allocated like x.
+template <typename S>
+struct ForwardOutputs {
+  S* y = nullptr;
+  float *mean = nullptr, *rstd = nullptr;
+  absl::Status Allocate(OpKernelContext* ctx, const TensorShape& shape) {
+    TensorShape rows = shape;
+    rows.RemoveLastDims(1);
+    Tensor *t0 = nullptr, *t1 = nullptr, *t2 = nullptr;
+    TF_RETURN_IF_ERROR(ctx->allocate_output(0, shape, &t0));
+    TF_RETURN_IF_ERROR(ctx->allocate_output(1, rows, &t1));
+    TF_RETURN_IF_ERROR(ctx->allocate_output(2, rows, &t2));
+    y = Data<S>(t0);
+    mean = Data<float>(t1);
+    rstd = Data<float>(t2);
+    return absl::OkStatus();
+  }
+};
 
 // ---------------------------------------------------------------------------------------
 // Kernels
@@ -332,7 +334,7 @@ class NativeLayerNormOp : public OpKernel {
     OP_REQUIRES_OK(ctx, CheckShapes(x, ctx->input(1), &rows, &d));
     OP_REQUIRES(ctx, ctx->input(2).NumElements() == d,
                 absl::InvalidArgumentError("NativeLayerNorm: beta must be (d,)"));
-    ForwardOutputs out;
+    ForwardOutputs<float> out;
     OP_REQUIRES_OK(ctx, out.Allocate(ctx, x.shape()));
     const float *xp = In(ctx, 0), *g = In(ctx, 1), *b = In(ctx, 2);
     ParallelRows(ctx, rows, 8 * d, [&](int64_t lo, int64_t hi) {
@@ -389,23 +391,17 @@ class NativeResidualLayerNormOp : public OpKernel {
     OP_REQUIRES_OK(ctx, CheckResidual(x, ctx->input(1), ctx->input(4), rate_));
     OP_REQUIRES(ctx, ctx->input(3).NumElements() == d,
                 absl::InvalidArgumentError("NativeResidualLayerNorm: beta must be (d,)"));
-    TensorShape row_shape = x.shape();
-    row_shape.RemoveLastDims(1);
-    Tensor *y = nullptr, *mean = nullptr, *rstd = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, x.shape(), &y));
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, row_shape, &mean));
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, row_shape, &rstd));
+    ForwardOutputs<S> out;
+    OP_REQUIRES_OK(ctx, out.Allocate(ctx, x.shape()));
     const S *xp = Data<S>(x), *sp = Data<S>(ctx->input(1));
     const float *g = In(ctx, 2), *b = In(ctx, 3);
-    S* yp = Data<S>(y);
-    float *mp = Data<float>(mean), *rp = Data<float>(rstd);
     const Dropout dropout(ctx->input(4), rate_);
     ParallelRows(ctx, rows, 16 * d, [&](int64_t lo, int64_t hi) {
       std::vector<float> h(2 * d);
       for (int64_t i = lo; i < hi; ++i) {
         dropout.Row(xp + i * d, sp + i * d, d, static_cast<uint64_t>(i * d), h.data(),
                     h.data() + d);
-        NormalizeRow(h.data(), d, g, b, epsilon_, yp + i * d, mp + i, rp + i);
+        NormalizeRow(h.data(), d, g, b, epsilon_, out.y + i * d, out.mean + i, out.rstd + i);
       }
     });
   }
