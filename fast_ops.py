@@ -356,11 +356,33 @@ def residual_layer_norm(ln: LayerNormalization, dropout: Dropout, x, s, training
 
 
 def native_kernels(switch: str = "native_ln"):
-    """native.ops() where the ``switch`` is on and no GPU is visible (the kernels are
-    CPU-only), else None. Read when the train step is traced."""
-    if not ENABLED[switch] or tf.config.list_physical_devices("GPU"):
+    """native.ops() where the ``switch`` is on, no GPU is visible (the kernels are
+    CPU-only) and no XLA function is being traced (:func:`xla_function`), else None. Read
+    when the train step is traced."""
+    if not ENABLED[switch] or _XLA_TRACING or tf.config.list_physical_devices("GPU"):
         return None
     return native.ops()
+
+
+_XLA_TRACING = []  # non-empty while xla_function traces its function
+
+
+def xla_function(fn, **kwargs):
+    """tf.function(fn, jit_compile=True, autograph=False, **kwargs) that traces ``fn`` with
+    the native kernels off. XLA compiles a function from the op registry of its own
+    kernels (tf2xla) and refuses an op that has none, as the custom ops of native.py have
+    none; their work is what XLA fuses by itself (a LayerNorm, dropout and a residual sum
+    into one loop), so the traced function uses TensorFlow's ops and the rewrites of this
+    module instead."""
+
+    def traced(*args):
+        _XLA_TRACING.append(True)
+        try:
+            return fn(*args)
+        finally:
+            _XLA_TRACING.pop()
+
+    return tf.function(traced, jit_compile=True, autograph=False, **kwargs)
 
 
 def _layer_norm(x, gamma, beta, epsilon: float):
@@ -415,6 +437,15 @@ class Adam(keras.optimizers.Adam):
 
     def __init__(self, *args, name: str = "adam", **kwargs):
         super().__init__(*args, name=name, **kwargs)
+        # True where the caller passes gradients already summed over the replicas
+        # (train.Trainer, which clips the sum): Keras' own all-reduce is then skipped
+        self.summed = False
+
+    def _all_reduce_sum_gradients(self, grads_and_vars):
+        """Keras' sum of the replicas' gradients, skipped when they are summed already."""
+        if self.summed:
+            return list(grads_and_vars)
+        return super()._all_reduce_sum_gradients(grads_and_vars)
 
     def update_step(self, gradient, variable, learning_rate):
         var = variable.value if isinstance(variable, keras.Variable) else variable

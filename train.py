@@ -288,7 +288,7 @@ class Trainer:
         self.schedule = modules.TransformerSchedule(
             hp.lr_schedule, hp.d_model, hp.warmup_steps, hp.lr, hp.cooldown
         )
-        self.optimizer = fast_ops.Adam(self.schedule, **adam)
+        self.optimizer = self.adam = fast_ops.Adam(self.schedule, **adam)
         if loss_scaling:
             self.optimizer = keras.optimizers.LossScaleOptimizer(self.optimizer)
         self.loss_scale = LossScale(self.optimizer, loss_scaling)
@@ -301,6 +301,8 @@ class Trainer:
             self.group_optimizers[name].build(variables)
         main = [v for v in model.trainable_variables if id(v) not in self.group_of]
         self.optimizer.build(main)
+        for optimizer in [self.adam, *self.group_optimizers.values()]:
+            optimizer.summed = True  # apply_gradients sums the replicas' gradients
 
     # items a checkpoint written before they existed lacks (restored when present)
     OPTIONAL_ITEMS = ("dropout_rng", "skipped_steps", "budget_used", "seconds", "eval_seconds")
@@ -358,41 +360,52 @@ class Trainer:
     def _build_steps(self) -> None:
         """Compile the train step (and the accumulation steps when accum_steps > 1)."""
         hp = self.hp
-        spec = self.batch_spec()
-        stop = tf.TensorSpec([], tf.float32)
         # one trace for every batch shape (several replicas get per-replica values instead);
         # no autograph: the step has no Python control flow on tensors, and converting its
         # code took half the time of tracing it
-        if self.replicas == 1:
-            self._step = tf.function(
-                self._distributed_step, input_signature=spec + [stop], autograph=False
-            )
-        else:
-            self._step = tf.function(self._distributed_step, reduce_retracing=True, autograph=False)
+        self._step = self._distributed(self._distributed_step)
         self._compiled = (
-            tf.function(self._replica_step, jit_compile=True, autograph=False)
-            if hp.jit_compile
-            else self._replica_step
+            fast_ops.xla_function(self._replica_step) if hp.jit_compile else self._replica_step
         )
-        # gradient accumulation (single replica): accum_steps batches make one update;
-        # updates happen only on batch boundaries so checkpoints never hold a partial sum
+        # gradient accumulation: accum_steps batches make one update; updates happen only
+        # on batch boundaries so checkpoints never hold a partial sum. With several
+        # replicas each keeps its own sums (ON_READ variables: a replica reads and adds to
+        # its copy) and the update sums them across the replicas, as for one batch
         self.pending = 0
         if hp.accum_steps > 1:
-            if self.replicas > 1:
-                raise UserError(
-                    "accum_steps > 1 works on one device only for now; "
-                    "raise tokens_per_batch instead"
-                )
-            self.accum = [
-                tf.Variable(tf.zeros(v.shape, v.dtype), trainable=False)
-                for v in self.model.trainable_variables
-            ]
-            self.accum_tokens = tf.Variable(0.0, trainable=False)
-            self.accum_loss = tf.Variable(0.0, trainable=False)
-            self._accumulate_fn = tf.function(
-                self._accumulate, input_signature=spec, jit_compile=hp.jit_compile, autograph=False
+            local = tf.VariableSynchronization.ON_READ
+            if self.replicas == 1:
+                local = tf.VariableSynchronization.AUTO  # a plain variable
+
+            def local_sum(shape, dtype=tf.float32):
+                return tf.Variable(tf.zeros(shape, dtype), trainable=False, synchronization=local)
+
+            with self.strategy.scope():
+                self.accum = [local_sum(v.shape, v.dtype) for v in self.model.trainable_variables]
+                self.accum_tokens, self.accum_loss = local_sum([]), local_sum([])
+            accumulate = self._accumulate
+            if hp.jit_compile:
+                accumulate = fast_ops.xla_function(self._accumulate)
+            self._accumulate_fn = self._distributed(lambda *b: self._summed(accumulate, b))
+            self._apply_fn = tf.function(
+                lambda: self._summed(self._apply_accumulated, ()), autograph=False
             )
-            self._apply_fn = tf.function(self._apply_accumulated, autograph=False)
+            self._clear_fn = tf.function(
+                lambda: self.strategy.run(self._clear_accumulators), autograph=False
+            )
+
+    def _distributed(self, fn):
+        """tf.function of ``fn(*batch, stop)``: one trace for every batch shape on one
+        replica; on several, per-replica values (deal_rows) retraced as little as may be."""
+        if self.replicas > 1:
+            return tf.function(fn, reduce_retracing=True, autograph=False)
+        spec = self.batch_spec() + [tf.TensorSpec([], tf.float32)]
+        return tf.function(fn, input_signature=spec, autograph=False)
+
+    def _summed(self, fn, args):
+        """``fn(*args)`` on every replica, its tuple of scalars summed over the replicas."""
+        stacked = self.strategy.run(lambda *a: tf.stack(fn(*a)), args)
+        return self.strategy.reduce("SUM", stacked, axis=None)
 
     def batch_spec(self) -> list:
         """The tensors of a batch: data_load.batch_spec."""
@@ -412,8 +425,7 @@ class Trainer:
 
     def _distributed_step(self, *batch_and_stop) -> StepStats:
         """The replicas' StepStats summed in one all-reduce of a stacked vector."""
-        stacked = self.strategy.run(lambda *b: tf.stack(self._compiled(*b)), batch_and_stop)
-        total = StepStats(*tf.unstack(self.strategy.reduce("SUM", stacked, axis=None)))
+        total = StepStats(*tf.unstack(self._summed(self._compiled, batch_and_stop)))
         n = float(self.replicas)  # the mean of what every replica reports alike
         mean = dict(grad_norm=total.grad_norm, skipped=total.skipped, scale_skip=total.scale_skip)
         return total._replace(**{k: v / n for k, v in mean.items()})
@@ -469,6 +481,7 @@ class Trainer:
         share), skipped, scale_skip) as float32 scalars: scale_skip marks a skip that was
         the loss scale's normal overflow (not counted as a bad step)."""
         scale = self.loss_scale.factor()
+        grads = self.sum_gradients(grads)
         norm = tf.linalg.global_norm(grads) / scale
         loss = tf.cast(loss, tf.float32)
         # all-reduced, so every replica skips the same updates
@@ -481,6 +494,23 @@ class Trainer:
         skipped = 1.0 - tf.cast(finite, tf.float32)
         overflow = self.loss_scale.overflow(skipped, bad, scale)
         return norm, skipped - overflow, overflow
+
+    def sum_gradients(self, grads) -> list:
+        """The step's gradient: the sum of the replicas' gradients (None where a variable
+        has none), on every replica; the gradients themselves on one device.
+
+        It is the one all-reduce of the gradients in the step: the optimizers are told
+        (``summed``) not to sum them again, so the global norm that the clip and the logs
+        read costs no communication of its own. Clipping that sum by min(1, c / |g|) is
+        the same as scaling every replica's share by that factor before the sum."""
+        grads = list(grads)
+        if self.replicas == 1:
+            return grads
+        present = [i for i, g in enumerate(grads) if g is not None]
+        summed = self._sum_replicas([grads[i] for i in present])
+        for i, g in zip(present, summed):
+            grads[i] = g
+        return grads
 
     def _update_or_skip(self, finite, grads, scale) -> None:
         """The update of every optimizer if ``finite`` (the same on every replica), else
@@ -520,7 +550,10 @@ class Trainer:
             return stats, not (stats.skipped or stats.scale_skip)
         if self.pending == 0:  # where drop_partial() returns to
             self.rng_at_update = [v.numpy() for v in self.rng_states]
-        stats = StepStats(*(float(x) for x in self._accumulate_fn(*batch)))
+        batch = deal_rows(self.strategy, *batch)
+        stats = StepStats(
+            *(float(x) for x in self._accumulate_fn(*batch, tf.constant(float(stop))))
+        )
         self.pending += 1
         if self.pending < self.hp.accum_steps:
             return stats, False
@@ -530,8 +563,10 @@ class Trainer:
         )
         return stats, not (update.skipped or update.scale_skip)
 
-    def _accumulate(self, *batch) -> StepStats:
-        """Add this batch's gradients of the summed loss to the accumulators."""
+    def _accumulate(self, *batch_and_stop) -> StepStats:
+        """Add this replica's rows' gradients of the summed loss to its accumulators;
+        their StepStats, with ``stop`` as in :meth:`_replica_step`."""
+        *batch, stop = batch_and_stop
         with tf.GradientTape() as tape:
             extras = {}
             sums = self.loss_sums(batch, training=True, extras=extras)
@@ -547,15 +582,19 @@ class Trainer:
             acc.assign_add(tf.convert_to_tensor(grad))
         self.accum_tokens.assign_add(sums.tokens)
         self.accum_loss.assign_add(per_budget)
-        return sums
+        return sums._replace(stop=stop)
 
     def _apply_accumulated(self):
-        """One update with the accumulated gradients over all their target tokens;
-        (grad norm, skipped, scale_skip) stacked."""
-        tokens = tf.maximum(self.accum_tokens, 1.0) / float(self.hp.tokens_per_batch)
-        result = self.apply_gradients([acc / tokens for acc in self.accum], self.accum_loss)
-        self._clear_accumulators()
-        return tf.stack(result)
+        """One update with the accumulated gradients (summed over the replicas in
+        apply_gradients) over all their target tokens: (grad norm, skipped, scale_skip)
+        divided by the replicas, for the sum over them that follows."""
+        tokens = self._sum_replicas(self.accum_tokens.read_value())
+        tokens = tf.maximum(tokens, 1.0) / float(self.hp.tokens_per_batch)
+        grads = [acc.read_value() / tokens for acc in self.accum]
+        result = self.apply_gradients(grads, self.accum_loss.read_value())
+        with tf.control_dependencies(result):
+            self._clear_accumulators()
+        return tuple(x / float(self.replicas) for x in result)
 
     def _clear_accumulators(self) -> None:
         for acc in self.accum:
@@ -579,7 +618,7 @@ class Trainer:
         Returns the number of batches dropped."""
         dropped, self.pending = self.pending, 0
         if dropped:
-            self._clear_accumulators()
+            self._clear_fn()
             self.batch_in_epoch.assign_add(-dropped)
             for v, value in zip(self.rng_states, self.rng_at_update):
                 v.assign(value)

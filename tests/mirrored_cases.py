@@ -17,7 +17,8 @@ import hparams
 import modules
 import train
 
-CASES = ("plain", "extra", "universal", "weighted_overflow")
+CASES = ("plain", "extra", "universal", "clip", "accum", "weighted_overflow")
+CLIP_NORM = 0.1  # below the tiny model's gradient norms at its first steps: every step clips
 
 
 def compare(strategy, hp, variant):
@@ -26,6 +27,10 @@ def compare(strategy, hp, variant):
     what happened on a poisoned (NaN) step or to the halting units."""
     if variant == "universal":  # the ponder cost: each replica's loss reads its own pass
         hp = hparams.apply(hp, {"model_type": "universal", "ut_max_steps": 3, "act": True})
+    if variant in ("clip", "accum"):
+        hp = hparams.apply(
+            hp, {"clip_norm": CLIP_NORM, "accum_steps": 2 if variant == "accum" else 1}
+        )
     tok = data_load.load_tokenizer(hp)
     data = data_load.TrainData(hp)
     batch = data_load.build_batch(data.corpus, data.batches(0)[0])
@@ -52,7 +57,19 @@ def compare(strategy, hp, variant):
 
         mirrored.model.variant = NaNInReplica1()
     halting0 = [w.numpy() for w in single.model.weights if "halting" in w.path]
-    s1, s2 = single.train_step(*batch), mirrored.train_step(*batch)
+    if variant == "accum":  # batches 0 and 1 make the first update, 2 and 3 the second
+        norms = []
+        for i in range(4):
+            batch = data_load.build_batch(data.corpus, data.batches(0)[i])
+            (s1, _), (s2, _) = single.train_batch(*batch), mirrored.train_batch(*batch)
+            norms += [s1.grad_norm, s2.grad_norm] if i % 2 else []
+    else:
+        s1, s2 = single.train_step(*batch), mirrored.train_step(*batch)
+        norms = [s1.grad_norm, s2.grad_norm]
+    if variant == "clip":  # a second step: Adam's first update is blind to a gradient's scale
+        batch = data_load.build_batch(data.corpus, data.batches(0)[1])
+        s1, s2 = single.train_step(*batch), mirrored.train_step(*batch)
+        norms += [s1.grad_norm, s2.grad_norm]
     diff = max(
         float(np.abs(a.numpy() - b.numpy()).max())
         for a, b in zip(single.model.trainable_weights, mirrored.model.trainable_weights)
@@ -95,6 +112,7 @@ def compare(strategy, hp, variant):
         "mirrored": list(s2[:4]),
         "diff": diff,
         "replicas": mirrored.replicas,
+        "grad_norms": norms,  # [single, mirrored] of each step
         "nan": nan,
     }
 
@@ -137,6 +155,6 @@ def main():
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     hp = hparams.apply(hparams.Hparams(), json.loads(sys.argv[1]))
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-    out = {case: compare(strategy, hp, case) for case in CASES[:3]}
+    out = {case: compare(strategy, hp, case) for case in CASES[:-1]}
     out["weighted_overflow"] = weighted_overflow(strategy, hp)
     print(json.dumps(out))

@@ -19,6 +19,7 @@ import data_load
 import decoding
 import devices
 import hparams
+import mirrored_cases
 import modules
 import prepro
 import train
@@ -322,10 +323,18 @@ def test_mirrored_step_equals_single_device_step(demo_prepro, mirrored):
     with a variant's extra loss term (counted once, not once per replica). A NaN in one
     replica's gradients makes both skip the update. The Universal Transformer's ponder
     cost is each replica's own pass's (Variant.extra_loss reads the layers' reports), and
-    its gradient trains the halting units (mirrored_cases.py, run once for the session)."""
+    its gradient trains the halting units (mirrored_cases.py, run once for the session).
+    With clip_norm, two steps that both clip give the one-device weights: the replicas'
+    summed gradient is clipped by its own norm, which is the grad_norm both report. So do
+    two updates of accum_steps=2 (each replica accumulates its rows of 2 batches)."""
     values = {"dropout_rate": 0.0}
-    for variant in ("plain", "extra", "universal"):
+    for variant in ("plain", "extra", "universal", "clip", "accum"):
         check_mirrored(demo_prepro, values, variant, mirrored[variant])
+    for variant in ("clip", "accum"):
+        single_1, mirrored_1, single_2, mirrored_2 = mirrored[variant]["grad_norms"]
+        assert min(single_1, single_2) > 2 * mirrored_cases.CLIP_NORM  # both updates clipped
+        assert mirrored_1 == pytest.approx(single_1, rel=1e-5)
+        assert mirrored_2 == pytest.approx(single_2, rel=1e-5)
 
 
 def check_mirrored(hp, values, variant, out):
