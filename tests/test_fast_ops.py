@@ -215,15 +215,16 @@ def test_dropout16_drops_at_the_rate_scales_the_rest_and_reuses_its_mask(monkeyp
 # ---------------------------------------------------------------------------------------
 # xent_grad
 # ---------------------------------------------------------------------------------------
-def xent_values_and_grads(logits, labels, eps):
-    """(loss, nll, correct) and the gradient of sum(a * loss + b * nll) w.r.t. logits."""
+def xent_values_and_grads(logits, labels, eps, terms=fast_ops.cross_entropy_terms):
+    """(loss, nll, correct) of ``terms`` and the gradient of sum(a * loss + b * nll) w.r.t.
+    logits."""
     logits = tf.constant(logits)
     n = logits.shape[0]
     a = tf.linspace(0.5, 2.0, n)
     b = tf.linspace(1.0, 0.0, n)
     with tf.GradientTape() as tape:
         tape.watch(logits)
-        loss, nll, correct = fast_ops.cross_entropy_terms(logits, tf.constant(labels), eps)
+        loss, nll, correct = terms(logits, tf.constant(labels), eps)
         total = tf.reduce_sum(a * loss + b * nll + correct)
     return [t.numpy() for t in (loss, nll, correct, tape.gradient(total, logits))]
 
@@ -253,6 +254,9 @@ XENT_CASES = {
 @pytest.mark.parametrize("case", sorted(XENT_CASES))
 @pytest.mark.parametrize("eps", [0.0, 0.1, 0.3])
 def test_xent_grad_equals_autodiff_of_the_standard_formula(monkeypatch, case, eps):
+    """xent_grad, the loss and gradient of every run without the native kernels (a GPU, a
+    CPU without a compiler): the C++ kernel, which a CPU run takes first, is off."""
+    monkeypatch.setitem(fast_ops.ENABLED, "native_xent", False)
     logits, labels = XENT_CASES[case]
     fast, standard = both_ways(
         monkeypatch, "xent_grad", lambda: xent_values_and_grads(logits, labels, eps)
@@ -270,13 +274,27 @@ def test_xent_grad_equals_autodiff_of_the_standard_formula(monkeypatch, case, ep
 
 
 def test_modules_cross_entropy_follows_the_switch(monkeypatch):
-    """modules.cross_entropy_terms goes through the switchable implementation."""
+    """modules.cross_entropy_terms goes through the switchable implementation: the
+    written-out gradient where xent_grad is on (native_xent off), the standard ops where
+    it is off, with the same values."""
+    monkeypatch.setitem(fast_ops.ENABLED, "native_xent", False)
+    calls = []
+    written_out = fast_ops._xent_custom_gradient
+
+    def counted(*args):
+        calls.append(1)
+        return written_out(*args)
+
+    monkeypatch.setattr(fast_ops, "_xent_custom_gradient", counted)
     logits, labels = XENT_CASES["random"]
-    fast, standard = both_ways(
-        monkeypatch,
-        "xent_grad",
-        lambda: [t.numpy() for t in modules.cross_entropy_terms(logits, labels, 0.1)],
-    )
+    runs = []
+
+    def run():
+        runs.append(len(calls))
+        return xent_values_and_grads(logits, labels, 0.1, terms=modules.cross_entropy_terms)
+
+    fast, standard = both_ways(monkeypatch, "xent_grad", run)
+    assert runs == [0, 1] and len(calls) == 1  # on: once; off: not at all
     for a, b in zip(fast, standard):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
@@ -425,3 +443,20 @@ def test_broadcast_logits_product_has_a_16bit_backward():
         if op.type in ("BatchMatMulV2", "BatchMatMulV3", "MatMul"):
             dtypes.append(op.get_attr("Ta") if op.type == "BatchMatMulV3" else op.get_attr("T"))
     assert sorted(d.name for d in dtypes) == ["bfloat16", "bfloat16", "float32"]
+
+
+def test_xla_function_traces_without_the_native_kernels(monkeypatch):
+    """XLA cannot compile the C++ ops (no tf2xla kernel): an xla_function traces with
+    them off, and they are on again outside it."""
+    sentinel = object()
+    monkeypatch.setattr(fast_ops.native, "ops", lambda: sentinel)
+    monkeypatch.setattr(fast_ops.tf.config, "list_physical_devices", lambda kind=None: [])
+    seen = []
+
+    def step(x):
+        seen.append(fast_ops.native_kernels("native_xent"))
+        return 2.0 * x
+
+    assert float(fast_ops.xla_function(step)(tf.constant(1.5))) == 3.0
+    assert seen == [None]
+    assert fast_ops.native_kernels("native_xent") is sentinel
