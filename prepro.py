@@ -2,7 +2,8 @@
 
     python prepro.py                                   # demo corpus (generated if absent)
     python prepro.py --preset multi30k --data_dir ../data/multi30k
-    python prepro.py --preset iwslt2016 --download     # fetch de-en.tgz, then preprocess
+    python prepro.py --preset iwslt2016 --download     # fetch the WIT3 release, then preprocess
+    python prepro.py --preset iwslt2016 --archive ~/Downloads/2016-01.tgz   # fetched by hand
 
 Readers (section "Training Data" of the paper uses WMT; we follow Kyubyong and use IWSLT 2016):
   * IWSLT 2016 TED layout: ``train.tags.de-en.{de,en}`` (metadata lines start with ``<`` and
@@ -30,6 +31,11 @@ SCRIPT = cli.Script(
     fields=("data", "vocabulary", "seed"),
     options={
         "download": (False, "fetch the IWSLT 2016 archive into data_dir first"),
+        "archive": (
+            "",
+            "read IWSLT 2016 from a file you fetched: the WIT3 release 2016-01.tgz, its "
+            "texts/de/en/de-en.tgz, or their extracted folder (tarballs go into data_dir)",
+        ),
         "force": (False, "rebuild even if prepro_dir is up to date"),
     },
 )
@@ -252,46 +258,126 @@ def outputs(hp: hparams.Hparams) -> list[str]:
     return data_load.vocab_files(hp) + text + [os.path.join(d, f"{s}.npz") for s in SPLITS]
 
 
-def ensure_corpus(hp: hparams.Hparams, fetch: bool) -> None:
-    """Make the raw corpus present: generate the demo corpus, or download if asked."""
-    missing = [p for pair in corpus_files(hp).values() for p in pair if not os.path.exists(p)]
-    if hp.corpus == "demo":
-        marker = os.path.join(hp.data_dir, "demo.json")
-        settings = {"seed": hp.seed, "demo_size": hp.demo_size}
-        episodes = None
-        if hp.demo_documents:  # the document mode (the default corpus is unchanged)
-            settings["documents"] = hp.demo_documents
-            episodes = demo_documents.Episodes(hp.demo_documents, hp.seed)
-        wanted = json.dumps(settings)
-        current = open(marker, encoding="utf-8").read() if os.path.exists(marker) else ""
-        if missing or current != wanted:
-            print(f"prepro: generating the demo corpus in {hp.data_dir}")
-            demo_corpus.write_demo_corpus(
-                hp.data_dir, seed=hp.seed, n_train=hp.demo_size, episodes=episodes
+def _complete(hp: hparams.Hparams) -> bool:
+    return all(os.path.exists(p) for pair in corpus_files(hp).values() for p in pair)
+
+
+def locate_iwslt(hp: hparams.Hparams, archive: str = "") -> hparams.Hparams:
+    """hp with ``data_dir`` set to the folder that holds the IWSLT files.
+
+    The source is ``archive`` (``--archive``) if given, else ``data_dir`` itself; either
+    may be the WIT3 release tarball (2016-01.tgz), the pair's tarball (de-en.tgz) or a
+    folder holding one of them or their extracted files (see
+    :func:`download.iwslt_folders` and :func:`download.find_iwslt_archive`). A folder
+    with all the files becomes ``data_dir``; a tarball is unpacked into ``data_dir`` (into
+    ``<pair>/`` beside it when ``data_dir`` is the tarball), unless the files are there.
+    """
+    pair = f"{hp.src_lang}-{hp.tgt_lang}"
+    source, dest = archive or hp.data_dir, hp.data_dir
+    if archive and not os.path.exists(archive):
+        raise UserError(
+            f"--archive {archive} not found; pass the path of {download.IWSLT_RELEASE}.tgz, "
+            f"of {pair}.tgz or of a folder holding train.tags.{pair}.{hp.src_lang}"
+        )
+    if not archive:
+        if os.path.isfile(hp.data_dir):
+            dest = os.path.join(os.path.dirname(hp.data_dir), pair)
+        elif not os.path.isdir(hp.data_dir) or _complete(hp):
+            return hp
+    for folder in download.iwslt_folders(source, pair):
+        found = hparams.apply(hp, {"data_dir": folder})
+        if _complete(found):
+            if folder != hp.data_dir:
+                print(f"prepro: reading the IWSLT files in {folder}")
+            return found
+    tarball = download.find_iwslt_archive(source, pair)
+    if tarball is None:
+        if archive:
+            train = os.path.basename(corpus_files(hp)["train"][0])
+            raise UserError(
+                f"{archive} holds neither the IWSLT files ({train}, ...) nor a tarball of them "
+                f"({pair}.tgz, {download.IWSLT_RELEASE}.tgz); get the release from "
+                f"{download.IWSLT_PAGE}"
             )
-            files.atomic_write(marker, wanted)
-        return
+        return hp
+    hp = hparams.apply(hp, {"data_dir": dest})
+    if not _complete(hp):
+        print(f"prepro: unpacking {tarball} into {dest}")
+        try:
+            download.extract_iwslt(tarball, dest, pair)
+        except download.DownloadError as e:
+            raise UserError(str(e)) from None
+    return hp
+
+
+def ensure_corpus(
+    hp: hparams.Hparams, fetch: bool, archive: str = "", preset: str = "iwslt2016"
+) -> hparams.Hparams:
+    """Make the raw corpus present: generate the demo corpus, find or unpack the IWSLT
+    files (:func:`locate_iwslt`), or download if asked. Returns hp with the ``data_dir``
+    that holds the files; ``preset`` names the preset in the advice of a failed download."""
+    if archive and hp.corpus != "iwslt2016":
+        raise UserError(
+            f"--archive reads the IWSLT 2016 release, but the corpus is {hp.corpus}; "
+            f"use it with --preset iwslt2016"
+        )
+    if hp.corpus == "demo":
+        _ensure_demo(hp)
+        return hp
+    if hp.corpus == "iwslt2016":
+        hp = locate_iwslt(hp, archive)
+    missing = [p for pair in corpus_files(hp).values() for p in pair if not os.path.exists(p)]
     if not missing:
-        return
+        return hp
     if fetch:
         kind = "iwslt2016" if hp.corpus == "iwslt2016" else "multi30k"
+        if hparams.preset(preset).corpus != "iwslt2016":
+            preset = "iwslt2016"
+        rerun = f"python prepro.py --preset {preset} --archive PATH/{download.IWSLT_RELEASE}.tgz"
         try:
-            download.download_corpus(kind, hp.data_dir)
+            download.download_corpus(kind, hp.data_dir, rerun=rerun)
         except download.DownloadError as e:
             raise UserError(str(e)) from None
         missing = [p for p in missing if not os.path.exists(p)]
         if not missing:
-            return
+            return hp
+    more = ", --archive FILE (IWSLT 2016)" if hp.corpus == "iwslt2016" else ""
     raise UserError(
-        f"{missing[0]} not found: pass --data_dir DIR holding the corpus, or add "
+        f"{missing[0]} not found: pass --data_dir DIR holding the corpus{more}, or add "
         f"--download to fetch it"
     )
 
 
-def preprocess(hp: hparams.Hparams, fetch: bool = False, force: bool = False) -> hparams.Hparams:
-    """Run the whole preprocessing step; returns the hparams it saved."""
+def _ensure_demo(hp: hparams.Hparams) -> None:
+    """Generate the demo corpus unless it is there with the same settings."""
+    missing = [p for pair in corpus_files(hp).values() for p in pair if not os.path.exists(p)]
+    marker = os.path.join(hp.data_dir, "demo.json")
+    settings = {"seed": hp.seed, "demo_size": hp.demo_size}
+    episodes = None
+    if hp.demo_documents:  # the document mode (the default corpus is unchanged)
+        settings["documents"] = hp.demo_documents
+        episodes = demo_documents.Episodes(hp.demo_documents, hp.seed)
+    wanted = json.dumps(settings)
+    current = open(marker, encoding="utf-8").read() if os.path.exists(marker) else ""
+    if missing or current != wanted:
+        print(f"prepro: generating the demo corpus in {hp.data_dir}")
+        demo_corpus.write_demo_corpus(
+            hp.data_dir, seed=hp.seed, n_train=hp.demo_size, episodes=episodes
+        )
+        files.atomic_write(marker, wanted)
+
+
+def preprocess(
+    hp: hparams.Hparams,
+    fetch: bool = False,
+    force: bool = False,
+    archive: str = "",
+    preset: str = "iwslt2016",
+) -> hparams.Hparams:
+    """Run the whole preprocessing step; returns the hparams it saved (``data_dir`` is
+    where the corpus was found, see :func:`ensure_corpus`)."""
     t0 = time.time()
-    ensure_corpus(hp, fetch)
+    hp = ensure_corpus(hp, fetch, archive, preset)
     stamp = _stamp(hp)
     stamp_path = os.path.join(hp.prepro_dir, "stamp.json")
     if not force and all(os.path.exists(p) for p in outputs(hp)) and os.path.exists(stamp_path):
@@ -334,7 +420,13 @@ def preprocess(hp: hparams.Hparams, fetch: bool = False, force: bool = False) ->
 
 def main() -> None:
     hp, opts = cli.parse_args(script=SCRIPT)
-    preprocess(hp, fetch=opts["download"], force=opts["force"])
+    preprocess(
+        hp,
+        fetch=opts["download"],
+        force=opts["force"],
+        archive=opts["archive"],
+        preset=opts["_preset"],
+    )
 
 
 if __name__ == "__main__":

@@ -6,14 +6,18 @@ through data_load, but not used).
 
 import collections
 import gzip
+import io
 import json
 import os
 import re
+import socket
+import tarfile
 
 import numpy as np
 import pytest
 
 import data_load
+import download
 import hparams
 import prepro
 from hparams import UserError
@@ -666,3 +670,203 @@ def test_bpe_needs_a_piece_per_character(tmp_path):
         UserError, match=r"^sentencepiece could not build a 40-piece BPE model .*; try a larger"
     ):
         prepro.train_bpe(sentences, str(tmp_path / "bpe"), 40, 1)
+
+
+# ---------------------------------------------------------------------------------------
+# The IWSLT 2016 release as WIT3 publishes it: 2016-01.tgz (all pairs), with
+# 2016-01/texts/de/en/de-en.tgz inside, whose de-en/ folder holds the files
+# ---------------------------------------------------------------------------------------
+N_TALK = 6  # training sentences per talk; two talks
+
+
+def iwslt_pairs(split):
+    """The (German, English) sentences of a split of the small IWSLT fixture."""
+    if split == "train":
+        return [(f"Das ist Satz {k}.", f"This is sentence {k}.") for k in range(1, 2 * N_TALK + 1)]
+    n = 3 if split == "dev" else 2
+    return [(f"{split} {k}: A & B <ok>", f"{split} {k}: A & B <ok>!") for k in range(1, n + 1)]
+
+
+def iwslt_files():
+    """name -> text of the de-en/ folder: train.tags (metadata lines start with '<') and
+    the XML sets (XML-escaped <seg>s), dev = tst2013, test = tst2014."""
+    out = {}
+    for k, lang in enumerate(("de", "en")):
+        lines = []
+        for talk in (0, 1):
+            lines += [
+                f"<url>http://www.ted.com/talks/fixture_{talk}.html</url>",
+                f"<talkid>{talk + 10}</talkid>",
+                f"<title>Vortrag {talk}</title>",
+            ]
+            lines += [p[k] for p in iwslt_pairs("train")[talk * N_TALK : (talk + 1) * N_TALK]]
+        out[f"train.tags.de-en.{lang}"] = "\n".join(lines) + "\n"
+        for split, name in (("dev", "tst2013"), ("test", "tst2014")):
+            segs = "".join(
+                f'<seg id="{i}"> {xml_escape(p[k])} </seg>\n'
+                for i, p in enumerate(iwslt_pairs(split), 1)
+            )
+            out[f"IWSLT16.TED.{name}.de-en.{lang}.xml"] = (
+                '<?xml version="1.0" encoding="UTF-8"?>\n<mteval>\n'
+                f'<srcset setid="IWSLT16.TED.{name}" srclang="german">\n'
+                f'<doc docid="7" genre="lectures">\n<talkid>7</talkid>\n{segs}</doc>\n'
+                "</srcset>\n</mteval>\n"
+            )
+    return out
+
+
+def xml_escape(text):
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def tgz_bytes(members):
+    """A gzipped tarball of (name, bytes) members."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def pair_tgz():
+    """de-en.tgz: the folder de-en/ with the fixture's files."""
+    return tgz_bytes([(f"de-en/{n}", t.encode()) for n, t in iwslt_files().items()])
+
+
+def release_tgz():
+    """2016-01.tgz: every pair's own tarball under 2016-01/texts/<s>/<t>/."""
+    other = tgz_bytes([("fr-en/train.tags.fr-en.fr", b"Bonjour.\n")])
+    return tgz_bytes(
+        [
+            ("2016-01/texts/fr/en/fr-en.tgz", other),
+            ("2016-01/texts/de/en/de-en.tgz", pair_tgz()),
+            ("2016-01/texts/en/fr/en-fr.tgz", other),
+        ]
+    )
+
+
+def write_layout(root, layout):
+    """Write the fixture in one layout under root; returns (--archive, --data_dir) to pass
+    and the folder the files must be read from."""
+    os.makedirs(root)
+    data = os.path.join(root, "data")
+    if layout in ("release", "pair", "data_dir_is_the_release"):
+        name = "de-en.tgz" if layout == "pair" else "2016-01.tgz"
+        path = os.path.join(root, name)
+        with open(path, "wb") as f:
+            f.write(pair_tgz() if layout == "pair" else release_tgz())
+        if layout == "data_dir_is_the_release":
+            return "", path, os.path.join(root, "de-en")
+        return path, data, data
+    if layout == "release_extracted":  # tar xzf 2016-01.tgz, the pair's tarball kept packed
+        for pair, data in (("fr-en", b""), ("de-en", pair_tgz())):
+            s, t = pair.split("-")
+            os.makedirs(os.path.join(root, "2016-01", "texts", s, t))
+            with open(os.path.join(root, "2016-01", "texts", s, t, f"{pair}.tgz"), "wb") as f:
+                f.write(data)
+        return "", os.path.join(root, "2016-01"), os.path.join(root, "2016-01")
+    folder = os.path.join(root, "de-en")  # "folder": tar xzf de-en.tgz
+    os.makedirs(folder)
+    for name, text in iwslt_files().items():
+        with open(os.path.join(folder, name), "w", encoding="utf-8") as f:
+            f.write(text)
+    return folder, data, folder
+
+
+def iwslt_hp(tmp, data_dir):
+    values = dict(data_dir=data_dir, prepro_dir=str(tmp / "prepro"), vocab_type="word")
+    return hparams.apply(hparams.preset("iwslt2016"), dict(values, min_cnt=1))
+
+
+@pytest.mark.parametrize(
+    "layout", ["release", "pair", "folder", "release_extracted", "data_dir_is_the_release"]
+)
+def test_iwslt_release_layouts(tmp_path, capsys, layout):
+    archive, data_dir, folder = write_layout(str(tmp_path / "dl"), layout)
+    before = all_files(tmp_path / "dl")
+    hp = prepro.preprocess(iwslt_hp(tmp_path, data_dir), archive=archive)
+    out = capsys.readouterr().out
+    assert hp.data_dir == folder
+    assert "prepro: train: 12 sentence pairs in 2 documents" in out
+    assert "prepro: dev: 3 sentence pairs in 1 documents" in out
+    for split in prepro.SPLITS:
+        assert data_load.read_raw(hp, split) == tuple(map(list, zip(*iwslt_pairs(split))))
+    assert data_load.read_raw(hp, "test")[1][1] == "test 2: A & B <ok>!"  # unescaped
+    assert len(data_load.load_corpus(hp, "train")) == 12
+    # only the de-en files reach the disk: no other pair, no tarball of the pair, no
+    # temporary; none at all when the files are there already
+    unpacked = set() if layout == "folder" else {os.path.join(folder, n) for n in iwslt_files()}
+    assert all_files(tmp_path / "dl") - before == unpacked
+
+    # a second run finds everything in place: nothing unpacked, nothing rebuilt
+    mtimes_before = mtimes(os.path.join(folder, n) for n in iwslt_files())
+    hp2 = prepro.preprocess(iwslt_hp(tmp_path, data_dir), archive=archive)
+    assert hp2 == hp and capsys.readouterr().out.strip().endswith("is up to date")
+    assert mtimes(list(mtimes_before)) == mtimes_before
+
+
+def all_files(root):
+    return {os.path.join(d, n) for d, _, names in os.walk(root) for n in names}
+
+
+def run_prepro(monkeypatch, capsys, *args):
+    """prepro.py's main as the command line runs it: (exit status, stdout, stderr)."""
+    monkeypatch.setattr("sys.argv", ["prepro.py", *args])
+    with pytest.raises(SystemExit) as e:
+        hparams.run_main(prepro.main)
+        raise SystemExit(0)
+    out, err = capsys.readouterr()
+    return e.value.code, out, err
+
+
+def closed_port_url(name):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}/{name}"
+
+
+def test_iwslt_download_failing_says_where_the_release_is(tmp_path, monkeypatch, capsys):
+    urls = [(closed_port_url("a/2016-01.tgz"), "2016-01.tgz")]
+    urls.append((closed_port_url("b/2016-01.tgz"), "2016-01.tgz"))
+    monkeypatch.setitem(download.SOURCES["iwslt2016"], "urls", urls)
+    args = ["--data_dir", str(tmp_path / "data"), "--prepro_dir", str(tmp_path / "p")]
+    code, out, err = run_prepro(
+        monkeypatch, capsys, "--preset", "iwslt2016_paper", *args, "--download"
+    )
+    assert code == 2 and out == "" and "Traceback" not in err
+    assert err.count("\n") == 1 and err.startswith(
+        f"error: could not download the IWSLT 2016 release: {urls[0][0]}: "
+    )
+    assert err.endswith(
+        ". It is published on the WIT3 2016-01 release page https://wit3.fbk.eu/2016-01: "
+        "download 2016-01.tgz there (or texts/de/en/de-en.tgz inside it), then run: "
+        "python prepro.py --preset iwslt2016_paper --archive PATH/2016-01.tgz\n"
+    )
+    assert f"; {urls[1][0]}: " in err
+    assert os.listdir(tmp_path / "data") == []
+
+
+def test_iwslt_archive_errors_are_one_line(tmp_path, monkeypatch, capsys):
+    base = ["--preset", "iwslt2016", "--data_dir", str(tmp_path / "d")]
+    code, _, err = run_prepro(monkeypatch, capsys, *base, "--archive", str(tmp_path / "no.tgz"))
+    assert code == 2 and err == (
+        f"error: --archive {tmp_path / 'no.tgz'} not found; pass the path of 2016-01.tgz, "
+        "of de-en.tgz or of a folder holding train.tags.de-en.de\n"
+    )
+    other = tmp_path / "other.tgz"  # a tarball, but not of the release
+    other.write_bytes(tgz_bytes([("2016-01/texts/fr/en/fr-en.tgz", b"")]))
+    code, _, err = run_prepro(monkeypatch, capsys, *base, "--archive", str(other))
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith(f"error: archive {other} holds neither de-en/train.tags.de-en.de nor")
+    assert not (tmp_path / "d").exists() or os.listdir(tmp_path / "d") == []
+    (tmp_path / "empty").mkdir()
+    code, _, err = run_prepro(monkeypatch, capsys, *base, "--archive", str(tmp_path / "empty"))
+    assert code == 2 and err.startswith(f"error: {tmp_path / 'empty'} holds neither the IWSLT")
+    code, _, err = run_prepro(monkeypatch, capsys, "--preset", "multi30k", "--archive", str(other))
+    assert code == 2 and err == (
+        "error: --archive reads the IWSLT 2016 release, but the corpus is parallel; "
+        "use it with --preset iwslt2016\n"
+    )
