@@ -364,9 +364,12 @@ class Trainer:
         # no autograph: the step has no Python control flow on tensors, and converting its
         # code took half the time of tracing it
         self._step = self._distributed(self._distributed_step)
-        self._compiled = (
-            fast_ops.xla_function(self._replica_step) if hp.jit_compile else self._replica_step
-        )
+        # XLA: the whole step on one replica; on several, the gradients alone (gradients())
+        self._compiled, self._gradients = self._replica_step, self.gradients
+        if hp.jit_compile and self.replicas == 1:
+            self._compiled = fast_ops.xla_function(self._replica_step)
+        elif hp.jit_compile:
+            self._gradients = fast_ops.xla_function(self.gradients)
         # gradient accumulation: accum_steps batches make one update; updates happen only
         # on batch boundaries so checkpoints never hold a partial sum. With several
         # replicas each keeps its own sums (ON_READ variables: a replica reads and adds to
@@ -441,15 +444,24 @@ class Trainer:
         Returns the batch's StepStats, with the update's and ``stop`` (this worker was
         asked to stop)."""
         *batch, stop = batch_and_stop
+        real = tf.cast(tf.not_equal(batch[2], data_load.PAD_ID), tf.float32)
+        tokens = self._sum_replicas(tf.reduce_sum(real))  # the whole batch's target tokens
+        sums, loss, grads = self._gradients(tokens, *batch)
+        norm, skipped, scale_skip = self.apply_gradients(grads, loss)
+        return sums._replace(grad_norm=norm, skipped=skipped, scale_skip=scale_skip, stop=stop)
+
+    def gradients(self, tokens, *batch):
+        """(StepStats of this replica's rows, their share of the loss per target token of
+        the batch (``tokens`` in all), its gradients): steps 1 and 2 of :meth:`_replica_step`,
+        which XLA compiles alone with several replicas (the all-reduces and the update may
+        not be inside a function that strategy.run calls)."""
         with tf.GradientTape() as tape:
             extras = {}  # what the layers report for this pass (the ponder cost)
             sums = self.loss_sums(batch, training=True, extras=extras)
-            loss = sums.loss_sum / tf.maximum(self._sum_replicas(sums.tokens), 1.0)
+            loss = sums.loss_sum / tf.maximum(tokens, 1.0)
             loss += self.model.variant.extra_loss(self.model, extras) / self.replicas
             scaled = self.loss_scale.scale(loss)
-        grads = tape.gradient(scaled, self.model.trainable_variables)
-        norm, skipped, scale_skip = self.apply_gradients(grads, loss)
-        return sums._replace(grad_norm=norm, skipped=skipped, scale_skip=scale_skip, stop=stop)
+        return sums, loss, tape.gradient(scaled, self.model.trainable_variables)
 
     def _sum_replicas(self, x):
         """x summed over the replicas (x itself on one device)."""

@@ -350,9 +350,11 @@ class Variant(modules.Variant):
             return
         cost = 0.0
         for name, stack in self.stacks(model).items():
-            tf.summary.scalar(f"ponder/{name}_mean", float(stack.ponder_mean))
-            tf.summary.scalar(f"ponder/{name}_max", float(stack.ponder_max))
-            cost += float(stack.ponder_cost)
+            # numpy(): the first replica's copy with several (float() of a mirrored
+            # variable fails)
+            tf.summary.scalar(f"ponder/{name}_mean", float(stack.ponder_mean.numpy()))
+            tf.summary.scalar(f"ponder/{name}_max", float(stack.ponder_max.numpy()))
+            cost += float(stack.ponder_cost.numpy())
         tf.summary.scalar("train/act_loss", model.config.act_loss_weight * cost)
 
     def per_token(self, model, stack: str, extras: dict):
