@@ -2,11 +2,14 @@
 
 :func:`setup_devices` is called once by every script that builds a model: it enables GPU
 memory growth, sets the global Keras dtype policy and picks the tf.distribute strategy.
+In a multi-worker run, :func:`peer_lost_line` makes the loss of a worker one line.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import sys
 
 import keras
@@ -99,3 +102,73 @@ def is_chief(strategy) -> bool:
         return True
     has_chief = "chief" in resolver.cluster_spec().as_dict()
     return resolver.task_type == "worker" and resolver.task_id == 0 and not has_chief
+
+
+# ---------------------------------------------------------------------------------------
+# The loss of a worker (killed, out of memory, its machine gone) in a multi-worker run.
+# TensorFlow's coordination service, which MultiWorkerMirroredStrategy starts, notices it
+# by its missing heartbeats (measured with TensorFlow 2.21 on 127.0.0.1: 7-11 s after a
+# SIGKILL when the chief survives) or by the broken connection (about a second when the
+# chief is lost), and aborts the collectives: the survivor's current or next all-reduce
+# raises one of these. A survivor busy with work of its own (the dev BLEU decoding) learns
+# of it at its next all-reduce. train.py turns the error into one line (peer_lost_line)
+# and exit status PEER_LOST_STATUS.
+PEER_ERRORS = (
+    tf.errors.UnavailableError,
+    tf.errors.AbortedError,
+    tf.errors.DeadlineExceededError,
+    tf.errors.InternalError,
+    tf.errors.CancelledError,
+)
+TASK_NAME = re.compile(r"/job:(\w+)/(?:replica:\d+/)?task:(\d+)")
+PEER_LOST_STATUS = 75  # sysexits' EX_TEMPFAIL: run the same command again
+
+
+def cluster_tasks(tf_config: str) -> tuple[dict[tuple[str, int], str], tuple[str, int]]:
+    """TF_CONFIG's cluster as {(job, index): "host:port"}, and this process's (job, index)."""
+    config = json.loads(tf_config)
+    tasks = {
+        (job, index): address
+        for job, addresses in config.get("cluster", {}).items()
+        for index, address in enumerate(addresses)
+    }
+    task = config.get("task", {})
+    return tasks, (task.get("type", ""), int(task.get("index", 0)))
+
+
+def lost_task(message: str, tasks: dict, own: tuple[str, int]) -> tuple[str, int] | None:
+    """The first task of the cluster that ``message`` names ("/job:worker/replica:0/task:1"
+    or "/job:worker/task:1") other than this process's own ``own``; None if there is none."""
+    for job, index in TASK_NAME.findall(message):
+        task = (job, int(index))
+        if task in tasks and task != own:
+            return task
+    return None
+
+
+def peer_lost_line(
+    error: BaseException, logdir: str, step: int | None = None, tf_config: str | None = None
+) -> str | None:
+    """The one line for ``error`` if it tells of another worker's loss in the
+    multi-worker run of ``tf_config`` (default: $TF_CONFIG), else None.
+
+    ``step``: the updates this worker had finished, if known. The line names the lost
+    worker and its address (from TF_CONFIG) and the checkpoint the restart resumes from."""
+    tf_config = tf_config or os.environ.get("TF_CONFIG")
+    if not tf_config or not isinstance(error, PEER_ERRORS):
+        return None
+    tasks, own = cluster_tasks(tf_config)
+    task = lost_task(str(error), tasks, own)
+    if task is None:
+        return None
+    when = f" after step {step}" if step is not None else ""
+    latest = tf.train.latest_checkpoint(logdir) if logdir else None
+    resume = (
+        f"resume from the last checkpoint, {latest}"
+        if latest  # else none yet, or the chief's logdir is not shared with this worker
+        else f"resume from the newest checkpoint in {logdir}, if the chief wrote one"
+    )
+    return (
+        f"{task[0]} {task[1]} ({tasks[task]}) of the multi-worker run was lost{when}; "
+        f"restart all workers with the same command to {resume}"
+    )

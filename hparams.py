@@ -651,12 +651,13 @@ def check_same(
 
 
 def run_main(main) -> None:
-    """Run a script's main(), turning UserError into one line on stderr and exit status 2."""
+    """Run a script's main(), turning UserError into one line on stderr and its exit
+    status (2, or the error's own)."""
     try:
         main()
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(e.status)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         sys.exit(130)

@@ -967,7 +967,21 @@ def train(hp: hparams.Hparams, ckpt: str = "") -> dict:
         )
         translator = dev.translator(trainer.model, tok, hp)
         with Interrupt() as interrupt:
-            return train_loop(hp, trainer, data, dev, translator, writer, interrupt, saved)
+            try:
+                return train_loop(hp, trainer, data, dev, translator, writer, interrupt, saved)
+            except devices.PEER_ERRORS as e:  # another worker of a multi-worker run is lost
+                line = devices.peer_lost_line(e, hp.logdir, finished_step(trainer))
+                if line is None:
+                    raise
+                raise UserError(line, status=devices.PEER_LOST_STATUS) from None
+
+
+def finished_step(trainer) -> int | None:
+    """The trainer's step, or None where it cannot be read (after a failed collective)."""
+    try:
+        return trainer.step
+    except tf.errors.OpError:
+        return None
 
 
 class Stop(NamedTuple):
