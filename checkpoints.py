@@ -1,19 +1,30 @@
 """Checkpoints: the run's default model (best.json), choosing one to decode, averaging
 several, restoring one, and telling a damaged checkpoint from one of another model, each
-error one UserError line that names the file and what to do. Used by train.py,
-decoding.py (loading a run) and average_checkpoints.py.
+error one UserError line that names the file and what to do; a training run's logdir:
+its lock, the check that it can be resumed, the cleanup of a killed save, and the choice
+of the default model at the end of a run. Used by train.py, decoding.py (loading a run)
+and average_checkpoints.py.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import glob
 import json
 import os
 import re
+import shutil
+import socket
+import sys
+import time
 
 import numpy as np
 import tensorflow as tf
 
+import data_load
 import files
+import hparams
 from errors import UserError
 
 DEFAULT_RECORD = "best.json"  # <logdir>/best.json: the run's default model (train.py)
@@ -172,3 +183,136 @@ def restore_checkpoint(checkpoint, path: str, hint: str, partial: bool = True) -
         else f"no earlier checkpoint in {os.path.dirname(path) or '.'} reads back: train again"
     )
     raise UserError(f"checkpoint {path} is damaged: {damage}; {fallback}") from None
+
+
+# ---------------------------------------------------------------------------------------
+# A training run's logdir and its default model
+# ---------------------------------------------------------------------------------------
+def check_logdir(hp: hparams.Hparams) -> None:
+    """A logdir holding a run with another model shape, another batch plan or another
+    vocabulary cannot be resumed."""
+    path = os.path.join(hp.logdir, "hparams.json")
+    if os.path.exists(path):
+        hparams.check_same(
+            hparams.load(path),
+            hp,
+            hparams.MODEL_KEYS + hparams.RESUME_KEYS,
+            f"the checkpoint in {hp.logdir}",
+            "pass a new --logdir, or the same settings to resume it",
+        )
+    data_load.check_vocab_fingerprint(hp)
+
+
+class LogdirLock:
+    """One training run per logdir: the chief holds an exclusive ``fcntl.flock`` on
+    ``<logdir>/train.lock`` for the whole run (other workers of a multi-worker run take
+    none). The kernel releases it when its owner ends, however it ends; the file names
+    the owner (pid, host, start time, command) for the message a second run gets."""
+
+    def __init__(self, logdir: str, active: bool = True):
+        self.path, self.active, self.file = os.path.join(logdir, "train.lock"), active, None
+
+    def __enter__(self):
+        if not self.active:
+            return self
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        self.file = open(self.path, "a+", encoding="utf-8")
+        try:
+            fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.file.seek(0)
+            owner = self.file.read().strip() or "a process that has not named itself yet"
+            self.file.close()
+            raise UserError(
+                f"{os.path.dirname(self.path)} is in use by another training run ({owner}); "
+                f"wait for it to end or stop it, or pass another --logdir"
+            ) from None
+        started = time.strftime("%Y-%m-%d %H:%M:%S")
+        with contextlib.suppress(OSError):  # the lock holds even if its note cannot be written
+            self.file.seek(0)
+            self.file.truncate()
+            self.file.write(
+                f"pid {os.getpid()} on {socket.gethostname()}, started {started}: "
+                f"{' '.join([os.path.basename(sys.executable)] + sys.argv)}\n"
+            )
+            self.file.flush()
+        return self
+
+    def __exit__(self, *exc):
+        if self.file:
+            self.file.close()  # releases the lock
+
+
+def remove_partial_checkpoints(folder: str) -> None:
+    """Remove what TensorFlow leaves of a checkpoint whose writing failed or was killed
+    (``ckpt-N_temp`` folders, in ``folder`` and its ``best``); complete ones are kept."""
+    for path in glob.glob(os.path.join(folder, "ckpt-*_temp")) + glob.glob(
+        os.path.join(folder, "best", "ckpt-*_temp")
+    ):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def keep_best(trainer, bleu: float | None) -> bool:
+    """Whether ``bleu`` beats the run's best dev BLEU (then it becomes the best); a
+    figure that does not counts one more epoch for early stopping."""
+    if bleu is None:
+        return False
+    if bleu > float(trainer.best_bleu):
+        trainer.best_bleu.assign(bleu)
+        trainer.bad_epochs.assign(0)
+        return True
+    trainer.bad_epochs.assign_add(1)
+    return False
+
+
+def average_last(hp, trainer, dev_bleu) -> dict | None:
+    """The average of the run's last ``hp.average`` checkpoints (Vaswani et al. 2017,
+    6.1; under wsd, spread over the cooldown: checkpoints.spread_checkpoints), scored on
+    the dev subset by ``dev_bleu()`` (the model's dev BLEU as it is); written to
+    ``<logdir>/averaged/avg-last<N>-<step>``
+    if it beats the best checkpoint. The model's own weights are put back after."""
+    if trainer.multi_worker:
+        print("train: --average is skipped in a multi-worker run: use average_checkpoints.py")
+        return None
+    saved = trainer.manager.checkpoints
+    if hp.lr_schedule == "wsd":  # Budget.points: at least half their spacing apart
+        gap = 0.5 * hp.cooldown * trainer.step / hp.average
+        paths = spread_checkpoints(saved, hp.average, gap)
+    else:
+        paths = saved[-hp.average :]
+    if len(paths) < hp.average:
+        print(f"train: {len(paths)} checkpoint(s), fewer than --average {hp.average}: no average")
+        return None
+    model, t0 = trainer.model, time.time()
+    own = [w.numpy() for w in model.weights]
+    weights = average_weights(model, paths)
+    bleu, best = dev_bleu(), float(trainer.best_bleu)
+    wins = bleu > best
+    out = os.path.join(hp.logdir, "averaged", f"avg-last{hp.average}-{trainer.step}")
+    if wins and trainer.chief:
+        with files.atomic_path(out) as tmp:  # its .index and .data-* files
+            weights.write(tmp)
+    for w, value in zip(model.weights, own):
+        w.assign(value)
+    trainer.eval_seconds.assign_add(time.time() - t0)
+    names = ", ".join(os.path.basename(p) for p in paths)
+    print(
+        f"train: the average of {names} has dev BLEU {bleu:.2f} against the best "
+        f"checkpoint's {best:.2f}: "
+        + (f"it is the default model ({out})" if wins else "the best checkpoint stays")
+    )
+    return {"checkpoints": paths, "dev_bleu": bleu, "wins": wins, "path": out if wins else ""}
+
+
+def record_default(hp, trainer, averaged: dict | None) -> None:
+    """``<logdir>/best.json``: the model eval.py, translate.py and export.py load by
+    default (checkpoints.choose_checkpoint): the average where it won on dev, else the
+    best checkpoint by dev BLEU."""
+    if averaged and averaged["wins"]:
+        path, bleu = averaged["path"], averaged["dev_bleu"]
+        what = f"average of {', '.join(os.path.basename(p) for p in averaged['checkpoints'])}"
+    else:
+        path, bleu = tf.train.latest_checkpoint(trainer.best.directory), float(trainer.best_bleu)
+        what = "best checkpoint by dev BLEU"
+    if path:
+        write_default(hp.logdir, path, bleu, what)

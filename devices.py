@@ -7,6 +7,7 @@ In a multi-worker run, :func:`peer_lost_line` makes the loss of a worker one lin
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -16,6 +17,7 @@ import keras
 import tensorflow as tf
 
 import hparams
+from errors import UserError
 
 
 def cpu_bf16(cpuinfo: str = "/proc/cpuinfo") -> str:
@@ -172,3 +174,54 @@ def peer_lost_line(
         f"{task[0]} {task[1]} ({tasks[task]}) of the multi-worker run was lost{when}; "
         f"restart all workers with the same command to {resume}"
     )
+
+
+class LossScale:
+    """Dynamic loss scaling (mixed_float16 only), over Keras' LossScaleOptimizer: the loss
+    is multiplied by a scale before its gradients are taken, so that small float16
+    gradients do not underflow; an update whose gradients overflow is skipped and halves
+    the scale. With ``on`` False (float32, mixed_bfloat16) every method is the identity,
+    so the update reads the same in every precision."""
+
+    def __init__(self, optimizer, on: bool):
+        self.optimizer, self.on = optimizer, on
+
+    def scale(self, loss):
+        """The loss whose gradients are taken."""
+        return self.optimizer.scale_loss(loss) if self.on else loss
+
+    def factor(self):
+        """The current scale, float32 (1.0 when off)."""
+        return tf.cast(self.optimizer.scale_loss(1.0), tf.float32) if self.on else 1.0
+
+    def halve(self) -> None:
+        """An update was skipped: halve the scale (what the optimizer does on overflow)."""
+        if self.on:
+            self.optimizer.step_counter.assign(0)
+            self.optimizer.dynamic_scale.assign(self.optimizer.dynamic_scale * 0.5)
+
+    def overflow(self, skipped, bad, scale):
+        """1.0 where a skip was the scale's normal overflow (the loss itself finite and
+        the scale still above 1), else 0.0."""
+        if not self.on:
+            return tf.constant(0.0)
+        return skipped * tf.cast(tf.logical_and(bad[1] == 0.0, scale > 1.0), tf.float32)
+
+    def value(self) -> float | None:
+        """The scale now, for the logs (None when off)."""
+        return float(self.optimizer.dynamic_scale.numpy()) if self.on else None
+
+
+@contextlib.contextmanager
+def out_of_memory(hp: hparams.Hparams, what: str, src_shape, tgt_shape):
+    """A ResourceExhaustedError on a batch becomes one UserError line naming the batch's
+    shape and tokens_per_batch."""
+    try:
+        yield
+    except tf.errors.ResourceExhaustedError:
+        raise UserError(
+            f"out of memory on {what} of shape {tuple(src_shape)} (source) / "
+            f"{tuple(tgt_shape)} (target) under tokens_per_batch={hp.tokens_per_batch}; "
+            f"train in a new --logdir with a lower --tokens_per_batch (and a higher "
+            f"--accum_steps to keep the batch size), or on a device with more memory"
+        ) from None

@@ -438,7 +438,7 @@ class Adam(keras.optimizers.Adam):
     def __init__(self, *args, name: str = "adam", **kwargs):
         super().__init__(*args, name=name, **kwargs)
         # True where the caller passes gradients already summed over the replicas
-        # (train.Trainer, which clips the sum): Keras' own all-reduce is then skipped
+        # (trainer.Trainer, which clips the sum): Keras' own all-reduce is then skipped
         self.summed = False
 
     def _all_reduce_sum_gradients(self, grads_and_vars):

@@ -759,7 +759,7 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
     The budget schedules read ``progress``, the fraction p of the run's budget used (a
     scalar variable the training loop sets before each update: steps or epochs done, or
-    minutes used, whichever binds; see train.Budget), and warm up linearly to ``lr``:
+    minutes used, whichever binds; see budget.Budget), and warm up linearly to ``lr``:
     kind='wsd' (warmup-stable-decay; Hagele et al. 2024): lr until p = 1 - cooldown,
     then lr * (1 - sqrt((p - 1 + cooldown) / cooldown)), reaching 0 at the budget;
     kind='linear' (Li et al. 2020): lr * (1 - p).
@@ -776,7 +776,7 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
         self.kind, self.d_model, self.warmup_steps, self.lr = kind, d_model, warmup_steps, lr
         self.cooldown = cooldown
         self.progress = None
-        if kind in BUDGET_SCHEDULES:  # train.Trainer shares one variable between schedules
+        if kind in BUDGET_SCHEDULES:  # trainer.Trainer shares one variable between schedules
             self.progress = tf.Variable(0.0, trainable=False, name="budget_used")
 
     def __call__(self, step):

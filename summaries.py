@@ -5,8 +5,13 @@ translations and attention images. Every function writes inside the caller's
 
 from __future__ import annotations
 
+import contextlib
+import os
+
 import tensorflow as tf
 
+import files
+import hparams
 import plots
 
 
@@ -40,7 +45,7 @@ def dev_figures(dev_loss: float, dev_nll: float, scores: dict | None) -> None:
 
 
 def budget(used: float, seconds: float) -> None:
-    """train/budget_used: the fraction of the run's budget used (train.Budget), and
+    """train/budget_used: the fraction of the run's budget used (budget.Budget), and
     train/minutes: its wall time over all resumes."""
     tf.summary.scalar("train/budget_used", used)
     tf.summary.scalar("train/minutes", seconds / 60)
@@ -62,3 +67,13 @@ def attention(model, tok, sentence: str, max_len_extra: int, layers="last", gree
         image = tf.image.decode_png(plots.png(fig), channels=3)[None]  # (1, H, W, 3) uint8
         tf.summary.image(f"attention/{tag}", image, description=f"{sentence} -> {att.text}")
     return att
+
+
+@contextlib.contextmanager
+def summaries_at(writer, step: int, hp: hparams.Hparams):
+    """``writer.as_default(step)``; a full disk under its events is one UserError line."""
+    events = os.path.join(hp.logdir, "train")
+    with files.reporting(events, "the checkpoints are kept"):
+        with writer.as_default(step=step):
+            yield
+        writer.flush()  # here, where a write error is reported

@@ -15,7 +15,7 @@ import tensorflow as tf
 import data_load
 import hparams
 import modules
-import train
+from trainer import Trainer
 
 CASES = ("plain", "extra", "universal", "clip", "accum", "weighted_overflow")
 CLIP_NORM = 0.1  # below the tiny model's gradient norms at its first steps: every step clips
@@ -34,8 +34,8 @@ def compare(strategy, hp, variant):
     tok = data_load.load_tokenizer(hp)
     data = data_load.TrainData(hp)
     batch = data_load.build_batch(data.corpus, data.batches(0)[0])
-    single = train.Trainer(hp, tok, tf.distribute.get_strategy(), "float32")
-    mirrored = train.Trainer(hp, tok, strategy, "float32")
+    single = Trainer(hp, tok, tf.distribute.get_strategy(), "float32")
+    mirrored = Trainer(hp, tok, strategy, "float32")
     for a, b in zip(single.model.weights, mirrored.model.weights):
         b.assign(a)
     poison = tf.Variable(0.0)
@@ -126,7 +126,7 @@ def weighted_overflow(strategy, hp):
     keras.mixed_precision.set_global_policy("mixed_float16")
     tok = data_load.load_tokenizer(hp)
     data = data_load.TrainData(hp)
-    t = train.Trainer(hp, tok, strategy, "mixed_float16")
+    t = Trainer(hp, tok, strategy, "mixed_float16")
     t.train_step(*data_load.build_batch(data.corpus, data.batches(0)[0]))
     scale = float(t.optimizer.dynamic_scale.numpy())
     branch = t.group_optimizers["branch"]

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import budget as budget_module
 import checkpoints
 import data_load
 import decoding
@@ -18,10 +19,13 @@ import devices
 import hparams
 import modules
 import train
+import trainer as trainer_module
+from budget import Budget
 from eval import evaluate
 from helpers import tiny
 from hparams import UserError
 from test_interrupts import ckpt_tensor
+from trainer import Dev, Trainer
 
 
 # ---------------------------------------------------------------------------------------
@@ -82,7 +86,7 @@ class FakeTrainer:
 
 def budget(trainer, updates_per_epoch=10, **kw):
     hp = hparams.apply(hparams.Hparams(), {"lr_schedule": "wsd", **kw})
-    return train.Budget(hp, trainer, updates_per_epoch)
+    return Budget(hp, trainer, updates_per_epoch)
 
 
 def test_budget_fraction_for_each_bound():
@@ -122,7 +126,7 @@ def test_budget_used_never_falls():
     # a schedule that does not follow the budget leaves it alone
     t.budget_used.assign(0.0)
     hp = hparams.apply(hparams.Hparams(), {"lr_schedule": "kyubyong", "num_epochs": 4})
-    train.Budget(hp, t, 10).before_update()
+    Budget(hp, t, 10).before_update()
     assert float(t.budget_used) == 0.0
 
 
@@ -145,17 +149,18 @@ def test_dev_bleu_runs_within_its_share_of_a_time_budget():
 
 
 class Clock:
-    """train.py's time.time(), made to advance 0.05 s per training batch, 0.1 s per dev
-    loss pass and 0.5 s per dev translation: a time budget runs the same on a fast or a
-    loaded machine."""
+    """The training modules' time.time(), made to advance 0.05 s per training batch, 0.1 s
+    per dev loss pass and 0.5 s per dev translation: a time budget runs the same on a fast
+    or a loaded machine."""
 
     def __init__(self, monkeypatch):
         self.now = 1000.0
         fake = types.SimpleNamespace(time=lambda: self.now, strftime=time.strftime)
-        monkeypatch.setattr(train, "time", fake)
+        for module in (train, trainer_module, budget_module, checkpoints):
+            monkeypatch.setattr(module, "time", fake)
         for cls, name, seconds in (
-            (train.Trainer, "train_batch", 0.05),
-            (train.Trainer, "dev_loss", 0.1),
+            (Trainer, "train_batch", 0.05),
+            (Trainer, "dev_loss", 0.1),
             (decoding.Translator, "translate", 0.5),
         ):
             monkeypatch.setattr(cls, name, self.taking(getattr(cls, name), seconds))
@@ -346,16 +351,17 @@ def test_average_becomes_the_default_only_where_it_wins(demo_prepro, tmp_path):
     assert path == os.path.join(hp.logdir, record["checkpoint"])
     # an average that wins is written, recorded and loaded; the model gets its weights back
     tok = data_load.load_tokenizer(hp)
-    trainer = train.Trainer(hp, tok, tf.distribute.get_strategy(), "float32")
+    trainer = Trainer(hp, tok, tf.distribute.get_strategy(), "float32")
     trainer.restore()
     own = [w.numpy() for w in trainer.model.weights]
     trainer.best_bleu.assign(-1.0)
-    dev = train.Dev(hp, tok)
-    averaged = train.average_last(hp, trainer, dev, dev.translator(trainer.model, tok, hp))
+    dev = Dev(hp, tok)
+    translator = dev.translator(trainer.model, tok, hp)
+    averaged = checkpoints.average_last(hp, trainer, lambda: train.dev_bleu(dev, translator))
     assert averaged["wins"] and averaged["path"].endswith(f"averaged/avg-last3-{trainer.step}")
     for w, value in zip(trainer.model.weights, own):
         np.testing.assert_array_equal(w.numpy(), value)
-    train.record_default(hp, trainer, averaged)
+    checkpoints.record_default(hp, trainer, averaged)
     saved, _, model, path = decoding.load_run(hp.logdir, {})
     assert path == averaged["path"]
     table = next(n for n, _ in tf.train.list_variables(path) if n.startswith("model/tgt_emb"))
@@ -399,7 +405,7 @@ def test_eval_counts_runaway_outputs(quick_run, tmp_path):
 
 def test_dev_bleu_subset_has_one_length_limit(demo_prepro):
     tok = data_load.load_tokenizer(demo_prepro)
-    dev = train.Dev(demo_prepro, tok)
+    dev = Dev(demo_prepro, tok)
     assert len(dev.src) == demo_prepro.dev_bleu_sents == 8
     assert dev.max_len == max(len(ids) for ids in tok.encode_tgt(dev.ref)) + 10
     model = types.SimpleNamespace(

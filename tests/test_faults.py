@@ -27,6 +27,8 @@ import train
 import translate
 from eval import evaluate
 from helpers import ROOT, tiny
+from model import Transformer
+from trainer import Health, Trainer
 
 NAN, INF = float("nan"), float("inf")
 
@@ -89,7 +91,7 @@ def test_nan_or_inf_update_is_skipped_everywhere(
     )
     tok = data_load.load_tokenizer(hp)
     strategy, precision = devices.setup_devices(hp)
-    trainer = train.Trainer(hp, tok, strategy, precision)
+    trainer = Trainer(hp, tok, strategy, precision)
     trainer.model.variant = poisoned = Poisoned(trainer.model.variant, value)
     flag = poisoned.flag
     data = data_load.TrainData(hp)
@@ -134,14 +136,14 @@ def test_loss_scale_overflow_is_skipped_but_not_counted(demo_prepro, tmp_path):
     )
     tok = data_load.load_tokenizer(hp)
     strategy, precision = devices.setup_devices(hp)
-    trainer = train.Trainer(hp, tok, strategy, precision)
+    trainer = Trainer(hp, tok, strategy, precision)
     data = data_load.TrainData(hp)
     batch = data_load.build_batch(data.corpus, data.batches(0)[0])
     trainer.optimizer.dynamic_scale.assign(2.0**60)
     stats, updated = trainer.train_batch(*batch)
     assert not updated and stats.skipped == 0 and stats.scale_skip == 1 and trainer.step == 0
     assert float(trainer.optimizer.dynamic_scale) == 2.0**59
-    health = train.Health(hp, trainer, tf.summary.create_noop_writer())
+    health = Health(hp, trainer, tf.summary.create_noop_writer())
     health.after(stats, updated)
     assert health.in_a_row == 0 and int(trainer.skipped_steps) == 0
     trainer.optimizer.dynamic_scale.assign(2.0**10)
@@ -199,7 +201,7 @@ def test_out_of_memory_names_the_batch_and_the_budget(demo_prepro, tmp_path, mon
     def exhausted(*args, **kw):
         raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor")
 
-    monkeypatch.setattr(train.Trainer, "train_step", exhausted)
+    monkeypatch.setattr(Trainer, "train_step", exhausted)
     shape = r"\(\d+, \d+\)"
     with pytest.raises(
         hparams.UserError,
@@ -208,7 +210,7 @@ def test_out_of_memory_names_the_batch_and_the_budget(demo_prepro, tmp_path, mon
         r"--tokens_per_batch \(and a higher --accum_steps to keep the batch size\)",
     ):
         train.train(hp)
-    model = train.Transformer.from_hparams(hp, 200, 200)
+    model = Transformer.from_hparams(hp, 200, 200)
     translator = decoding.Translator(model, data_load.load_tokenizer(hp), hp)
     translator.decode = exhausted
     with pytest.raises(
@@ -377,7 +379,7 @@ def tensorboard():
     hp = run("log")
     hp = hparams.apply(hp, {"logdir": cfg["events"]})
     writer = tf.summary.create_file_writer(os.path.join(cfg["events"], "train"))
-    with train.summaries_at(writer, 1, hp):
+    with summaries.summaries_at(writer, 1, hp):
         means = {"loss": 1.0, "nll": 1.0, "accuracy": 0.5, "tokens_per_sec": 1.0}
         summaries.train_scalars(means, 1.0, 1e-3)
 

@@ -17,11 +17,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import checkpoints
 import data_load
 import decoding
 import hparams
 import train
 from helpers import ROOT, tiny
+from trainer import Trainer
 
 
 def ckpt_tensor(path, key):
@@ -38,7 +40,7 @@ def rng_counters(path):
 def signal_after(monkeypatch, batch, *signums):
     """Make Trainer.train_batch send ``signums`` to this process right after its
     ``batch``-th call (the handlers run before that call returns)."""
-    original, calls = train.Trainer.train_batch, []
+    original, calls = Trainer.train_batch, []
 
     def patched(self, *args, **kw):
         result = original(self, *args, **kw)
@@ -48,7 +50,7 @@ def signal_after(monkeypatch, batch, *signums):
                 os.kill(os.getpid(), signum)
         return result
 
-    monkeypatch.setattr(train.Trainer, "train_batch", patched)
+    monkeypatch.setattr(Trainer, "train_batch", patched)
 
 
 def argv(hp):
@@ -157,7 +159,7 @@ def test_one_training_per_logdir(quick_run):
     """While a process holds the logdir's lock, train() stops at once, naming it; a
     non-chief worker takes no lock; the lock goes with its holder."""
     hp, _ = quick_run
-    with train.LogdirLock(hp.logdir):
+    with checkpoints.LogdirLock(hp.logdir):
         with open(os.path.join(hp.logdir, "train.lock")) as f:
             assert f.read().startswith(f"pid {os.getpid()} on ")
         with pytest.raises(
@@ -166,9 +168,9 @@ def test_one_training_per_logdir(quick_run):
             + r".*started .*\); wait for it to end or stop it, or pass another --logdir",
         ):
             train.train(hp)
-        with train.LogdirLock(hp.logdir, active=False):  # a non-chief worker
+        with checkpoints.LogdirLock(hp.logdir, active=False):  # a non-chief worker
             pass
-    with train.LogdirLock(hp.logdir):  # released
+    with checkpoints.LogdirLock(hp.logdir):  # released
         pass
 
 
@@ -200,7 +202,7 @@ def test_interrupted_run_resumes_to_the_same_weights(demo_prepro, tmp_path, caps
     assert rng_counters(straight["checkpoint"]) == rng_counters(resumed["checkpoint"]) == [26]
     # the same resume from a checkpoint without the dropout state
     strategy = tf.distribute.get_strategy()
-    trainer = train.Trainer(old, data_load.load_tokenizer(old), strategy, "float32")
+    trainer = Trainer(old, data_load.load_tokenizer(old), strategy, "float32")
     trainer.restore()
     items = {k: v for k, v in trainer.items.items() if k != "dropout_rng"}
     # ckpt-12 again, as an older version wrote it

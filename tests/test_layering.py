@@ -140,7 +140,7 @@ def test_the_modules_are_found():
         "weighted",
     } <= LIBRARIES
     graph = import_graph(TREES)
-    assert {"model", "decoding", "devices"} <= graph["train"]
+    assert {"decoding", "devices", "trainer"} <= graph["train"] and "model" in graph["trainer"]
 
 
 # ---------------------------------------------------------------------------------------

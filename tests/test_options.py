@@ -254,7 +254,7 @@ out = {}
 for name, values in json.loads(sys.argv[1]).items():
     hp = hparams.apply(hparams.Hparams(), values)
     summary = train.train(hp)
-    out[name] = [summary["step"], summary["train_loss"], train.Trainer.__name__]
+    out[name] = [summary["step"], summary["train_loss"], Trainer.__name__]
 print(json.dumps(out))
 """
 

@@ -32,6 +32,7 @@ from helpers import (
     tiny_model,
 )
 from hparams import UserError
+from trainer import Trainer
 
 D, H, T = 16, 2, 8  # d_model, heads, positions: distances up to 7 pass k and the buckets
 DK = D // H
@@ -406,7 +407,7 @@ def test_a_family_in_a_test_file_trains_a_step_and_decodes(sides, demo_prepro, t
     assert "sides" in hparams.CHOICES["position"]
     hp = hparams.apply(demo_prepro, {"position": "sides", "logdir": str(tmp_path / "log")})
     tok = train.data_load.load_tokenizer(hp)
-    trainer = train.Trainer(hp, tok, tf.distribute.get_strategy(), "float32")
+    trainer = Trainer(hp, tok, tf.distribute.get_strategy(), "float32")
     model = trainer.model
     assert not model.absolute and model.src_relative.family.name == "sides"
     table = model.src_relative.sides

@@ -25,6 +25,8 @@ import prepro
 import train
 from eval import evaluate
 from helpers import ROOT, results_hypotheses, tiny
+from model import Transformer
+from trainer import StepStats, Trainer
 
 
 def test_max_steps_run_checkpoints_every_step(quick_run):
@@ -51,11 +53,11 @@ def test_max_steps_run_checkpoints_every_step(quick_run):
 
 def test_step_stats_and_window():
     """StepStats are named sums; the Window turns them into per-token means."""
-    stats = train.StepStats(30.0, 20.0, 10.0, 4.0)
+    stats = StepStats(30.0, 20.0, 10.0, 4.0)
     assert stats.grad_norm == 0.0 and stats._replace(grad_norm=2.0)[4] == 2.0
     window = train.Window()
     window.add(stats)
-    window.add(train.StepStats(10.0, 10.0, 10.0, 6.0, 5.0))
+    window.add(StepStats(10.0, 10.0, 10.0, 6.0, 5.0))
     means = window.means()
     assert (means["loss"], means["nll"], means["accuracy"]) == (2.0, 1.5, 0.5)
     assert means["tokens_per_sec"] > 0
@@ -212,7 +214,7 @@ def test_mixed_precision_training_loss_falls(demo_prepro):
         keras.utils.set_random_seed(hp.seed)
         strategy, resolved = devices.setup_devices(hp)
         assert resolved == precision
-        trainer = train.Trainer(hp, tok, strategy, resolved)
+        trainer = Trainer(hp, tok, strategy, resolved)
         losses[precision] = []
         for batch in batches[:60]:
             stats, updated = trainer.train_batch(*batch)
@@ -250,8 +252,8 @@ def test_gradient_accumulation_equals_larger_batch(tmp_path, demo_prepro, extra_
     hp_big = tiny(str(tmp_path / "big"), **base)
     tok = data_load.load_tokenizer(hp_acc)
     strategy, precision = devices.setup_devices(hp_acc)
-    acc = train.Trainer(hp_acc, tok, strategy, precision)
-    big = train.Trainer(hp_big, tok, strategy, precision)
+    acc = Trainer(hp_acc, tok, strategy, precision)
+    big = Trainer(hp_big, tok, strategy, precision)
     for a, b in zip(acc.model.weights, big.model.weights):
         b.assign(a)
     if extra_loss:
@@ -353,7 +355,7 @@ def check_mirrored(hp, values, variant, out):
     else:
         assert out["diff"] < 1e-5  # the trainable weights
     if variant == "plain":  # both replicas skipped the update, on every copy of a weight
-        n = 2 * len(train.Transformer.from_hparams(hparams.apply(hp, values), 200, 200).weights)
+        n = 2 * len(Transformer.from_hparams(hparams.apply(hp, values), 200, 200).weights)
         assert out["nan"] == {"skipped": 1.0, "step": 1, "copies": n, "unchanged": True}
 
 

@@ -25,6 +25,7 @@ import universal
 from eval import evaluate
 from helpers import check_cached_equals_full, check_greedy_and_beam, rand_ids, tiny, tiny_model
 from model import Transformer
+from trainer import Trainer
 
 
 def ut_model(seed=0, **kw):
@@ -321,7 +322,7 @@ def test_universal_trains_in_mixed_precision(demo_prepro, precision):
     tok = data_load.load_tokenizer(hp)
     strategy, resolved = devices.setup_devices(hp)
     assert resolved == precision
-    trainer = train.Trainer(hp, tok, strategy, resolved)
+    trainer = Trainer(hp, tok, strategy, resolved)
     enc = trainer.model.encoder_layers[0]
     assert enc.block.compute_dtype != "float32" and enc.halting.compute_dtype == "float32"
     data = data_load.TrainData(hp)

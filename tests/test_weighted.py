@@ -25,6 +25,7 @@ from helpers import (
     tiny,
 )
 from model import Transformer
+from trainer import Trainer
 
 
 def weighted_model(V, d=32, d_ff=64, n=2, h=4, **kw):
@@ -406,7 +407,7 @@ def weighted_trainer(hp):
     prepro.preprocess(hp)
     tok = data_load.load_tokenizer(hp)
     strategy, precision = devices.setup_devices(hp)
-    return train.Trainer(hp, tok, strategy, precision), tok, strategy, precision
+    return Trainer(hp, tok, strategy, precision), tok, strategy, precision
 
 
 def test_branch_schedule_peaks_at_its_own_warmup(tmp_path):
@@ -471,7 +472,7 @@ def test_training_keeps_the_simplex_and_moves_the_weights(tmp_path):
     assert np.mean(losses[-5:]) < np.mean(losses[:5]) - 0.5
     # the branch optimizer's state is checkpointed and restored
     path = trainer.manager.save(checkpoint_number=trainer.step)
-    again = train.Trainer(hp, tok, strategy, precision)
+    again = Trainer(hp, tok, strategy, precision)
     assert again.restore()
     for k, v in after.items():
         np.testing.assert_array_equal(again.model.variant.branch_weights(again.model)[k], v)

@@ -1,0 +1,106 @@
+"""What bounds a training run (``num_epochs``, ``max_steps``, ``max_minutes``) and the
+fraction of it used, which the wsd and linear schedules read (modules.TransformerSchedule;
+README "Training on a budget")."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import hparams
+import modules
+
+if TYPE_CHECKING:  # for the annotations only
+    import decoding
+    from trainer import Dev, Trainer
+
+
+class Budget:
+    """What bounds a run, and the fraction of it used (README "Training on a budget").
+
+    The run ends at whichever comes first: ``num_epochs`` of ``updates_per_epoch``
+    updates, ``max_steps``, or ``max_minutes`` of wall time summed over its resumes,
+    dev evaluation included (Trainer.seconds_used). The fraction used is the larger of
+    steps / planned steps and seconds / (budget - reserve), where ``reserve`` is the
+    time the run's final evaluation will take (twice that with ``average``): before
+    the first dev evaluation with BLEU, :meth:`estimate`; after it, that evaluation's
+    duration. The wsd and linear schedules read the fraction from
+    ``trainer.budget_used``, which only ever grows, so the lr never rises on a resume.
+    """
+
+    def __init__(self, hp: hparams.Hparams, trainer: Trainer, updates_per_epoch: int):
+        self.hp, self.trainer = hp, trainer
+        steps = hp.num_epochs * updates_per_epoch
+        self.steps = min(steps, hp.max_steps) if hp.max_steps else steps
+        self.seconds = 60.0 * hp.max_minutes
+        self.reserve = 0.0
+        self.follow = hp.lr_schedule in modules.BUDGET_SCHEDULES
+        # wsd with --average N: N - 1 checkpoints inside the cooldown, at the fractions
+        # 1 - cooldown * k / N (k = N - 1, ..., 1), and the run's end saves the last one
+        n = hp.average if hp.lr_schedule == "wsd" else 0
+        self.points = [1.0 - hp.cooldown * k / n for k in range(n - 1, 0, -1)]
+        self.checked = float(trainer.budget_used)  # the fraction at the last check
+
+    def estimate(self, dev: Dev, translator: decoding.Translator) -> float:
+        """The seconds a dev evaluation with BLEU takes, before any has run (a run under
+        ``max_minutes`` must keep them back from its first step, or a short run ends its
+        budget before an evaluation that takes as long again). Timed here: the dev loss
+        (all of dev), then one batch of the dev BLEU subset decoded twice (the first call
+        traces the decoder, which this process then keeps), the second call's time
+        scaled to the subset's batches. An untrained model's outputs run to the subset's
+        length limit, so early in a run this is about the most the evaluation takes.
+        The chief's figure, on every worker; the time counts as dev evaluation."""
+        trainer, hp = self.trainer, self.hp
+        t0 = time.time()
+        trainer.dev_loss(dev.corpus, max(1, hp.tokens_per_batch // 64))
+        seconds = time.time() - t0
+        n = min(len(dev.src), hp.eval_batch_size)
+        if n:
+            translator.translate(dev.src[:n], dev.docs[:n])
+            t1 = time.time()
+            translator.translate(dev.src[:n], dev.docs[:n])
+            seconds += (time.time() - t1) * -(-len(dev.src) // n)
+        trainer.eval_seconds.assign_add(time.time() - t0)
+        return trainer.chief_value(seconds)
+
+    def fraction(self, step: int) -> float:
+        """The fraction of the budget used after ``step`` updates (by the chief's clock
+        in a multi-worker run: the workers' lr must agree)."""
+        used = step / max(self.steps, 1)
+        if self.seconds:
+            spent = self.trainer.chief_value(self.trainer.seconds_used())
+            used = max(used, spent / max(self.seconds - self.reserve, 1.0))
+        return min(used, 1.0)
+
+    def checkpoint_due(self, step: int) -> bool:
+        """Whether the update that made ``step`` passed one of :attr:`points`: the run's
+        last ``average`` checkpoints then lie evenly in the cooldown, whatever the number
+        of epochs (a time-bounded run of a few long epochs would otherwise average
+        checkpoints from before the decay)."""
+        if not self.points:
+            return False
+        before, self.checked = self.checked, self.fraction(step)
+        return any(before < p <= self.checked for p in self.points)
+
+    def before_update(self) -> None:
+        """Set ``budget_used`` for the next update, which the schedule reads."""
+        if self.follow:
+            used = max(float(self.trainer.budget_used), self.fraction(self.trainer.step))
+            self.trainer.budget_used.assign(used)
+
+    def out_of_time(self) -> bool:
+        """The time left is what the final evaluation needs (by the chief's clock)."""
+        if not self.seconds:
+            return False
+        spent = self.trainer.chief_value(self.trainer.seconds_used())
+        return spent + self.reserve >= self.seconds
+
+    def bleu_due(self, last_seconds: float) -> bool:
+        """Under max_minutes, an epoch's dev BLEU runs only while evaluation, this one
+        included (it takes about ``last_seconds``), stays within ``eval_share`` of the
+        time used; the run's final evaluation always runs."""
+        if not self.seconds:
+            return True
+        spent = self.trainer.chief_value(self.trainer.seconds_used())
+        evals = float(self.trainer.eval_seconds)
+        return evals + last_seconds <= self.hp.eval_share * (spent + last_seconds)
