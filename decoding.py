@@ -19,6 +19,7 @@ import checkpoints
 import data_load
 import devices
 import hparams
+import recurrence
 from hparams import UserError
 from model import Transformer
 
@@ -328,10 +329,10 @@ def translation_states(model, ids, encoded, context):
     (N, T) (PAD after </S>) fed after <S>, </S> left out, as a training pair's context
     holds its reference (data_load.context_batch): what a later sentence's decoder memory
     keeps of this one, from one teacher-forced pass under the same ``encoded`` source and
-    ``context`` (Transformer.target_states)."""
+    ``context`` (recurrence.target_states)."""
     fed = tf.where(tf.equal(ids, data_load.EOS_ID), data_load.PAD_ID, ids)
     tgt_in = tf.concat([tf.fill((tf.shape(ids)[0], 1), data_load.BOS_ID), fed], axis=1)
-    states, _ = model.target_states(tgt_in, encoded, context)
+    states, _ = recurrence.target_states(model, tgt_in, encoded, context)
     return tf.cast(tf.stack(states), tf.float32)
 
 
@@ -390,7 +391,7 @@ def window_encoder(model):
     T_t) bool)``: the encoder-layer inputs of the last M of the K sentences and the
     decoder-layer inputs of the last M_t of their targets (K, K_t:
     Transformer.context_depths), each computed in order under the context of the ones
-    before it, as training computes them (Transformer.document_windows): for a lane that
+    before it, as training computes them (recurrence.document_windows): for a lane that
     starts inside a document, or that recomputes every sentence's context."""
     depth, target_depth = model.context_depths
     spec = [
@@ -406,7 +407,9 @@ def window_encoder(model):
         return states, tf.stack([mask[:, 0, 0] for _, mask in window])
 
     def window(context, context_tgt):
-        enc, dec = model.document_windows(context, context_tgt if target_depth else None)
+        enc, dec = recurrence.document_windows(
+            model, context, context_tgt if target_depth else None
+        )
         n = tf.shape(context)[0]
         return (*stacked(enc, n), *stacked(dec, n))
 

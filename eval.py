@@ -70,6 +70,7 @@ import tensorflow as tf
 import data_load
 import decoding
 import files
+import recurrence
 from hparams import UserError
 
 CONTRASTIVE_KEYS = ("context", "source", "reference", "contrastive")
@@ -295,9 +296,9 @@ def forced_scores(
                 flat = [s for i in rows for s in c[i]]
                 flat = data_load.pad_batch(flat, width=max(1, *map(len, flat)))
                 window[w] = tf.constant(flat.reshape(len(rows), n, -1))
-        enc_window, dec_window = model.document_windows(*window)
-        memory, mask = model.encode(batch, context=model.context_of(enc_window))
-        dec_context = model.context_of(dec_window)
+        enc_window, dec_window = recurrence.document_windows(model, *window)
+        memory, mask = model.encode(batch, context=recurrence.context_of(enc_window))
+        dec_context = recurrence.context_of(dec_window)
         for c, tgt in enumerate(tgts):
             labels = data_load.pad_batch([np.concatenate([tgt[i], eos]) for i in rows])
             dec = data_load.pad_batch([np.concatenate([bos, tgt[i]]) for i in rows])

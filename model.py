@@ -17,6 +17,7 @@ import fast_ops
 import hparams
 import modules
 import positions
+import recurrence
 import universal
 import weighted
 
@@ -74,11 +75,6 @@ def check_config(c: hparams.ModelConfig) -> None:
     problem = memory_problem(dataclasses.asdict(c))
     if problem:
         raise ValueError(problem)
-
-
-def sentences_of(context) -> list:
-    """Earlier sentences as a list of (N, T) tensors, from a list or one (N, K, T) tensor."""
-    return list(context) if isinstance(context, (list, tuple)) else tf.unstack(context, axis=1)
 
 
 @keras.saving.register_keras_serializable(package="transformer")
@@ -251,7 +247,7 @@ class Transformer(keras.Model):
         self((one, one), training=False)
 
     # -- the two stacks -------------------------------------------------------------------
-    def _embed(self, ids, embedding, position, dropout, training, offset=0):
+    def embed(self, ids, embedding, position, dropout, training, offset=0):
         x = embedding(ids)
         if self.absolute and not self.variant.positions_in_layers:
             x = position(x, offset=offset)
@@ -295,7 +291,7 @@ class Transformer(keras.Model):
         input (N, T1, d_model) under stop-gradient, what a later sentence's context keeps
         of this one (:meth:`sentence_states`, computed in the same pass)."""
         mask, query_mask = self.masks(src)
-        x = self._embed(src, self.src_embedding, self.src_position, self.src_dropout, training)
+        x = self.embed(src, self.src_embedding, self.src_position, self.src_dropout, training)
         weights = []
         for i, layer in enumerate(self.encoder_layers):
             if layer_inputs is not None:
@@ -307,161 +303,21 @@ class Transformer(keras.Model):
                 mask,
                 training=training,
                 query_mask=query_mask,
-                **self._earlier(context, i),
+                **recurrence.layer_context(context, i),
             )
             weights.append(w)
         if self.norm == "pre":
             x = self.encoder_norm(x)
         return (x, mask, weights) if return_attention else (x, mask)
 
-    # -- document context (Transformer-XL's segment-level recurrence) ---------------------
-    @staticmethod
-    def _earlier(context, i: int, names=("memory", "memory_mask")) -> dict:
-        """Layer i's keyword arguments (``names``) for the earlier sentences of ``context``."""
-        return {} if context is None else dict(zip(names, context[i]))
-
-    def _check_memory(self):
-        if not self.variant.document_memory:
-            raise ValueError(f"model_type={self.model_type} has no document memory")
-
-    def sentence_states(self, src, context=None, layers: int | None = None):
-        """What a later sentence's context keeps of the sentences src (N, T): the inputs of
-        the first ``layers`` encoder layers (all by default), under stop-gradient and
-        without dropout (Dai et al. 2019, 3.2: the memory is not trained through),
-        computed under their own ``context``. Returns (per layer (N, T, d_model), key
-        mask (N, 1, 1, T))."""
-        self._check_memory()
-        layers = self.num_blocks if layers is None else layers
-        mask, query_mask = self.masks(src)
-        x = self._embed(src, self.src_embedding, self.src_position, self.src_dropout, False)
-        states = [tf.stop_gradient(x)]
-        for i, layer in enumerate(self.encoder_layers[: layers - 1]):
-            x = layer(x, mask, query_mask=query_mask, **self._earlier(context, i))
-            states.append(tf.stop_gradient(x))
-        return states, mask
-
-    def target_states(self, tgt_in, encoded, context=None, layers: int | None = None):
-        """The decoder's counterpart of :meth:`sentence_states` for the target sentences
-        tgt_in (N, T2) (<S> and the tokens, teacher-forced: the reference in training, the
-        model's own translation in decoding), each under its source's ``encoded`` (output,
-        mask) and its own ``context`` of earlier target sentences: the inputs of the first
-        ``layers`` decoder layers under stop-gradient, without dropout, and the key mask
-        (N, 1, 1, T2)."""
-        self._check_memory()
-        layers = self.num_blocks if layers is None else layers
-        x = self._embed(tgt_in, self.tgt_embedding, self.tgt_position, self.tgt_dropout, False)
-        causal, query_mask = modules.causal_mask(tf.shape(tgt_in)[1]), self.masks(tgt_in)[1]
-        states = [tf.stop_gradient(x)]
-        for i, layer in enumerate(self.decoder_layers[: layers - 1]):
-            x = layer(
-                x,
-                *encoded[:1],
-                causal,
-                encoded[1],
-                query_mask=query_mask,
-                **self._earlier(context, i, self.DECODER_MEMORY),
-            )
-            states.append(tf.stop_gradient(x))
-        return states, modules.padding_mask(tgt_in)
-
-    # the decoder layers' keyword arguments for the earlier target sentences
-    DECODER_MEMORY = ("earlier", "earlier_mask")
-
-    @staticmethod
-    def context_of(window):
-        """The context of the next sentence from ``window``, the :meth:`sentence_states` (or
-        :meth:`target_states`) of its earlier sentences (oldest first): per layer, their
-        states side by side, the real tokens of each row moved to the right end in order
-        (left padding), so the last token of the previous sentence sits at position -1
-        whatever the padding: per layer (states (N, T_m, d_model), mask (N, 1, 1, T_m)),
-        for the layers every sentence of the window has; None for an empty window."""
-        if not window:
-            return None
-        mask = tf.concat([m for _, m in window], axis=-1)  # (N, 1, 1, T_m)
-        # a stable sort of the mask puts each row's padding first, its tokens after in order
-        order = tf.argsort(tf.cast(mask[:, 0, 0], tf.int32), axis=1, stable=True)
-        left = tf.gather(mask, order, axis=3, batch_dims=1)
-        layers = zip(*[states for states, _ in window])
-        return [
-            (tf.gather(tf.concat(list(states), axis=1), order, axis=1, batch_dims=1), left)
-            for states in layers
-        ]
-
-    def encode_in_context(self, src, context_ids, sentences: int, training=False, **kwargs):
-        """src (N, T1) encoded with each encoder layer attending also to that layer's inputs
-        for the last ``sentences`` (M) sentences before it in its document, as
-        Transformer-XL's recurrence (Dai et al. 2019, 3.2) with a sentence as the segment
-        (the encoder's memory alone: :meth:`forward` reads the decoder's too).
-
-        ``context_ids``: the earlier sentences, oldest first, each (N, T_c) ids, or one
-        (N, K, T_c) tensor of K of them (a training batch's); a row whose document has
-        fewer earlier sentences has all-PAD ones first (they add no key). Each
-        is encoded in order, under the context of the M before it, so that with the
-        num_blocks * M sentences before src the states equal those of decoding a whole
-        document in order (its first sentence without context). A sentence j before src
-        needs only the inputs of its first L - ceil(j / M) + 1 layers (L = num_blocks; the
-        earlier a sentence, the fewer layers still see it): the context costs
-        M * L * (L - 1) / 2 layer passes, under half of encoding its L * M sentences
-        whole; sentences before those count for nothing.
-        Returns what :meth:`encode` returns (``kwargs`` go to it)."""
-        window, _ = self.document_windows(context_ids, None, sentences, 0)
-        return self.encode(src, training=training, context=self.context_of(window), **kwargs)
-
-    def document_windows(
-        self, context_ids, context_tgt=None, memory: int | None = None, target: int | None = None
-    ) -> tuple[list, list]:
-        """The windows a sentence reads: the :meth:`sentence_states` of its last ``memory``
-        (M; the model's by default) earlier sentences and the :meth:`target_states` of the
-        last ``target`` (M_t) earlier target sentences, each computed in order under the
-        context of the ones before it, each giving what hparams.context_needs asks of it
-        (the encoder output of a sentence whose decoder states are needed, its source's
-        context with it). ``context_ids``: as in :meth:`encode_in_context`;
-        ``context_tgt``: the decoder inputs (<S> and the tokens) of the last of them, each
-        (N, T_t) or one (N, K_t, T_t); needed when ``target`` > 0."""
-        memory = self.memory_sentences if memory is None else memory
-        target = self.target_memory_sentences if target is None else target
-        enc_need, dec_need = hparams.context_needs(self.num_blocks, memory, target)
-        if not enc_need or context_ids is None:
-            return [], []
-        self._check_memory()
-        sources = sentences_of(context_ids)[-len(enc_need) :]
-        targets = sentences_of(context_tgt) if target else []
-        wanted = min(len(sources), sum(1 for d in dec_need if d))
-        if len(targets) < wanted:
-            raise ValueError(
-                f"the decoder's memory reads the targets of the last {wanted} earlier "
-                f"sentences; context_tgt holds {len(targets)}"
-            )
-        enc_window, dec_window = [], []
-        for k, ids in enumerate(sources):
-            back = len(sources) - k  # sentences between this one and src, plus one
-            e, d = enc_need[back - 1], dec_need[back - 1]
-            context = self.context_of(enc_window) if e >= 2 else None
-            states = encoded = None
-            if e > self.num_blocks:  # its output too, for its decoder states
-                inputs = []
-                output, mask = self.encode(ids, context=context, layer_inputs=inputs)
-                states, encoded = (inputs, mask), (tf.stop_gradient(output), mask)
-            elif e:
-                states = self.sentence_states(ids, context, e)
-            if memory:
-                enc_window = (enc_window + [states])[-memory:]
-            if target:
-                tgt_states = None
-                if d:
-                    tgt_context = self.context_of(dec_window) if d >= 2 else None
-                    tgt_states = self.target_states(targets[-back], encoded, tgt_context, d)
-                dec_window = (dec_window + [tgt_states])[-target:]
-        return enc_window, dec_window
-
     def forward(self, src, tgt_in, context_ids=None, context_tgt=None, training=False, extras=None):
         """The teacher-forced pass: decoder output (N, T2, d_model) before the projection,
         with the document context of :meth:`document_windows` for a model with memory
         (``context_ids`` (N, K, T_c) sources and ``context_tgt`` (N, K_t, T_t) decoder
         inputs of the sentences before, as data_load.context_batch builds them)."""
-        enc_window, dec_window = self.document_windows(context_ids, context_tgt)
+        enc_window, dec_window = recurrence.document_windows(self, context_ids, context_tgt)
         memory, mask = self.encode(
-            src, training=training, extras=extras, context=self.context_of(enc_window)
+            src, training=training, extras=extras, context=recurrence.context_of(enc_window)
         )
         return self.decode(
             tgt_in,
@@ -469,7 +325,7 @@ class Transformer(keras.Model):
             mask,
             training=training,
             extras=extras,
-            context=self.context_of(dec_window),
+            context=recurrence.context_of(dec_window),
         )
 
     def decode(
@@ -486,7 +342,7 @@ class Transformer(keras.Model):
         [, weights]; ``extras`` as in :meth:`encode`. ``context``: per decoder layer, the
         (states, mask) of earlier target sentences (:meth:`target_states`, through
         :meth:`context_of`), which that layer's self-attention attends to as well."""
-        x = self._embed(tgt_in, self.tgt_embedding, self.tgt_position, self.tgt_dropout, training)
+        x = self.embed(tgt_in, self.tgt_embedding, self.tgt_position, self.tgt_dropout, training)
         self_mask = modules.causal_mask(tf.shape(tgt_in)[1])
         query_mask = self.masks(tgt_in)[1]
         weights = []
@@ -500,7 +356,7 @@ class Transformer(keras.Model):
                 memory_mask,
                 training=training,
                 query_mask=query_mask,
-                **self._earlier(context, i, self.DECODER_MEMORY),
+                **recurrence.layer_context(context, i, recurrence.DECODER_MEMORY),
             )
             weights.append(w)
         if self.norm == "pre":
@@ -570,7 +426,7 @@ class Transformer(keras.Model):
     def decode_step(self, tokens, cache):
         """tokens (N,) at position cache['step'] -> (logits (N, V) float32, new cache)."""
         step = cache["step"]
-        x = self._embed(
+        x = self.embed(
             tokens[:, None],
             self.tgt_embedding,
             self.tgt_position,

@@ -860,7 +860,7 @@ class Variant:
     # PositionalEncoding as ``position``) and the model's embedding adds none
     positions_in_layers = False
     # True: each encoder layer takes ``memory`` / ``memory_mask``, the states of earlier
-    # sentences (document context, Transformer.encode_in_context)
+    # sentences (document context, recurrence.encode_in_context)
     document_memory = True
 
     def num_layers(self, num_blocks: int) -> int:

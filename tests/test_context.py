@@ -1,5 +1,5 @@
 """Document context in the encoder (Transformer-XL's segment-level recurrence, Dai et al.
-2019, 3.2, with a sentence as the segment): model.Transformer.encode_in_context,
+2019, 3.2, with a sentence as the segment): recurrence.encode_in_context,
 sentence_states and context_of."""
 
 import json
@@ -15,6 +15,7 @@ import export
 import hparams
 import modules
 import positions
+import recurrence
 import train
 import translate
 from eval import contrastive, evaluate, forced_scores
@@ -52,9 +53,9 @@ def in_order(model, doc, sentences):
     sentence's states kept for the next ones (decoding's reuse)."""
     window, outs = [], []
     for ids in doc:
-        context = model.context_of(window)
+        context = recurrence.context_of(window)
         outs.append(real(model.encode(ids, context=context)[0], ids))
-        window = (window + [model.sentence_states(ids, context)])[-sentences:]
+        window = (window + [recurrence.sentence_states(model, ids, context)])[-sentences:]
     return outs
 
 
@@ -63,7 +64,7 @@ def recomputed(model, doc, k, sentences, depth):
     (training's recomputation), all-PAD sentences where the document has fewer."""
     before = doc[max(0, k - depth) : k]
     pad = [tf.zeros_like(doc[0][:, :1])] * (depth - len(before))
-    return real(model.encode_in_context(doc[k], pad + before, sentences)[0], doc[k])
+    return real(recurrence.encode_in_context(model, doc[k], pad + before, sentences)[0], doc[k])
 
 
 # each family with each norm once across the two tests (their pairs are complementary)
@@ -90,7 +91,7 @@ def test_weighted_layers_take_the_context():
     reused = in_order(model, doc, 1)
     np.testing.assert_allclose(recomputed(model, doc, 3, 1, LAYERS), reused[3], atol=1e-5)
     with pytest.raises(ValueError, match="universal has no document memory"):
-        relative_model("shaw", model_type="universal").sentence_states(doc[0])
+        recurrence.sentence_states(relative_model("shaw", model_type="universal"), doc[0])
 
 
 def test_context_changes_the_output_and_empty_context_is_none():
@@ -99,14 +100,16 @@ def test_context_changes_the_output_and_empty_context_is_none():
     model = relative_model("t5", seed=5)
     src, before = document(seed=6, sentences=2)
     alone = model.encode(src)[0].numpy()
-    with_context = model.encode_in_context(src, [before], 1)[0].numpy()
+    with_context = recurrence.encode_in_context(model, src, [before], 1)[0].numpy()
     assert np.abs(with_context - alone).max() > 1e-2
     reset = before.numpy().copy()
     reset[0] = 0  # row 0 starts its document here
-    mixed = model.encode_in_context(src, [tf.constant(reset)], 1)[0].numpy()
+    mixed = recurrence.encode_in_context(model, src, [tf.constant(reset)], 1)[0].numpy()
     np.testing.assert_allclose(mixed[0], alone[0], atol=1e-6)
     np.testing.assert_allclose(mixed[1], with_context[1], atol=1e-6)
-    np.testing.assert_array_equal(model.encode_in_context(src, [before], 0)[0].numpy(), alone)
+    np.testing.assert_array_equal(
+        recurrence.encode_in_context(model, src, [before], 0)[0].numpy(), alone
+    )
 
 
 def test_context_is_left_aligned_whatever_the_padding():
@@ -115,8 +118,8 @@ def test_context_is_left_aligned_whatever_the_padding():
     model = relative_model("xl", seed=7)
     a = tf.constant([[5, 6, 0, 0], [7, 8, 9, 10]])
     b = tf.constant([[11, 0], [12, 13]])
-    window = [model.sentence_states(a), model.sentence_states(b)]
-    context = model.context_of(window)
+    window = [recurrence.sentence_states(model, a), recurrence.sentence_states(model, b)]
+    context = recurrence.context_of(window)
     states, mask = context[0]
     assert mask.shape == (2, 1, 1, 6)
     np.testing.assert_array_equal(
@@ -130,9 +133,9 @@ def test_context_is_left_aligned_whatever_the_padding():
         states[1].numpy(), np.concatenate([embedded[0][1], embedded[1][1]])
     )
     src = tf.constant([[14, 15, 16], [17, 18, 0]])
-    narrow = model.encode_in_context(src, [a, b], 2)[0].numpy()
-    wide = model.encode_in_context(
-        src, [tf.pad(a, [[0, 0], [0, 3]]), tf.pad(b, [[0, 0], [0, 5]])], 2
+    narrow = recurrence.encode_in_context(model, src, [a, b], 2)[0].numpy()
+    wide = recurrence.encode_in_context(
+        model, src, [tf.pad(a, [[0, 0], [0, 3]]), tf.pad(b, [[0, 0], [0, 5]])], 2
     )[0].numpy()
     np.testing.assert_allclose(wide, narrow, atol=1e-6)
 
@@ -145,7 +148,7 @@ def test_no_gradient_reaches_the_context():
     src = tf.constant([[5, 6, 7, 0], [8, 9, 10, 11]])
     before = tf.constant([[20, 21, 0], [20, 22, 21]])  # tokens 20..22 are only here
     with tf.GradientTape() as tape:
-        out = model.encode_in_context(src, [before], 1, training=False)[0]
+        out = recurrence.encode_in_context(model, src, [before], 1, training=False)[0]
         loss = tf.reduce_sum(out**2)
     grads = dict(
         zip(
@@ -157,7 +160,7 @@ def test_no_gradient_reaches_the_context():
     assert np.abs(emb.numpy()[20:23]).max() == 0.0
     assert np.abs(emb.numpy()[5:12]).max() > 0.0
     other = tf.constant([[20, 20, 0], [22, 22, 22]])
-    moved = model.encode_in_context(src, [other], 1)[0]
+    moved = recurrence.encode_in_context(model, src, [other], 1)[0]
     assert np.abs((moved - out).numpy()).max() > 1e-3
 
 
@@ -223,7 +226,7 @@ def test_documents_decode_in_lanes_as_recomputed(kind, norm):
     m = 1
     model = relative_model(kind, seed=9, norm=norm, memory_sentences=m)
     corpus, src_ids, hp, src, context, limits = three_documents(LAYERS * m)
-    encoded = model.encode_in_context(src, context, m)
+    encoded = recurrence.encode_in_context(model, src, context, m)
     pieces = decoding.Translator(model, None, hp, chunk=2)
     greedy = pieces.translate_ids(src_ids, docs=corpus.docs)
     naive = decoding.naive_greedy(model, src, int(limits.max()), limits, encoded=encoded)

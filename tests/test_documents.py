@@ -11,6 +11,7 @@ import tensorflow as tf
 import data_load
 import eval as evaluation
 import hparams
+import recurrence
 from demo import corpus as dc
 from demo import documents
 from helpers import relative_model
@@ -130,9 +131,9 @@ def test_forced_scores_are_the_cached_decoders_log_probabilities(target_memory):
         src = tf.constant([[int(t) for t in item["source"].split()] + [eos]])
         context = [tf.constant([[int(t) for t in s.split()] + [eos]]) for s in item["context"]]
         tgt_context = [tf.constant([[bos] + [int(t) for t in s.split()]]) for s in before]
-        enc_window, dec_window = model.document_windows(context, tgt_context)
-        memory, mask = model.encode(src, context=model.context_of(enc_window))
-        cache = model.init_cache(memory, mask, model.context_of(dec_window))
+        enc_window, dec_window = recurrence.document_windows(model, context, tgt_context)
+        memory, mask = model.encode(src, context=recurrence.context_of(enc_window))
+        cache = model.init_cache(memory, mask, recurrence.context_of(dec_window))
         total, token = 0.0, data_load.BOS_ID
         for nxt in [int(t) for t in target.split()] + [eos]:
             logits, cache = model.decode_step(tf.constant([token]), cache)

@@ -285,10 +285,10 @@ def test_no_absolute_position_unless_asked():
     ids = tf.constant([[5, 6, 7, 3]])
     alone = tiny_model(position="shaw")
     emb = alone.src_embedding(ids)
-    got = alone._embed(ids, alone.src_embedding, alone.src_position, alone.src_dropout, False)
+    got = alone.embed(ids, alone.src_embedding, alone.src_position, alone.src_dropout, False)
     np.testing.assert_array_equal(got.numpy(), emb.numpy())
     both = tiny_model(position="shaw", position_add_absolute=True)
-    got = both._embed(ids, both.src_embedding, both.src_position, both.src_dropout, False)
+    got = both.embed(ids, both.src_embedding, both.src_position, both.src_dropout, False)
     want = both.src_embedding(ids) + positions.sinusoid_encoding(tf.range(4), 32)[None]
     np.testing.assert_allclose(got.numpy(), want.numpy(), atol=1e-6)
 

@@ -1,5 +1,5 @@
 """The decoder's memory of earlier target sentences (``target_memory_sentences``, as
-Transformer-XL's language model, Dai et al. 2019, 3.2): model.Transformer.target_states,
+Transformer-XL's language model, Dai et al. 2019, 3.2): model.recurrence.target_states,
 document_windows and forward, the cached decoder steps, the lanes of decoding.Translator,
 and the training batches that carry the earlier targets."""
 
@@ -10,6 +10,7 @@ import tensorflow as tf
 import data_load
 import decoding
 import hparams
+import recurrence
 from helpers import check_beam_scores, rand_ids, relative_model
 from test_context import RELATIVE, corpus_of, document, three_documents
 
@@ -36,12 +37,12 @@ def in_order(model, src, tgt, m, mt):
     enc_window, dec_window, outs = [], [], []
     for s, t in zip(src, tgt):
         inputs = []
-        encoded = model.encode(s, context=model.context_of(enc_window), layer_inputs=inputs)
-        dec_context = model.context_of(dec_window)
+        encoded = model.encode(s, context=recurrence.context_of(enc_window), layer_inputs=inputs)
+        dec_context = recurrence.context_of(dec_window)
         outs.append(real(model.decode(t, *encoded, context=dec_context), t))
         if m:
             enc_window = (enc_window + [(inputs, encoded[1])])[-m:]
-        dec_window = (dec_window + [model.target_states(t, encoded, dec_context)])[-mt:]
+        dec_window = (dec_window + [recurrence.target_states(model, t, encoded, dec_context)])[-mt:]
     return outs
 
 
@@ -174,9 +175,9 @@ def test_documents_decode_with_own_translations_as_recomputed(kind, norm):
 
     greedy = decoding.Translator(model, None, hp).translate_ids(src_ids, docs=corpus.docs)
     best = [list(g[0][0]) for g in greedy]
-    windows = model.document_windows(context, own_targets(best))
-    encoded = model.encode(src, context=model.context_of(windows[0]))
-    dec_context = model.context_of(windows[1])
+    windows = recurrence.document_windows(model, context, own_targets(best))
+    encoded = model.encode(src, context=recurrence.context_of(windows[0]))
+    dec_context = recurrence.context_of(windows[1])
     naive = decoding.naive_greedy(model, src, int(limits.max()), limits, encoded, dec_context)
     for i, (row, ref) in enumerate(zip(best, naive)):
         n = row.index(eos) + 1 if eos in row else len(row)

@@ -142,7 +142,7 @@ def test_learned_positions_enter_at_every_step():
     tables = [w.path for w in m.weights if w.path.endswith("table")]
     assert len(tables) == 2
     src = tf.constant([[5, 6, 7]])
-    x = m._embed(src, m.src_embedding, m.src_position, m.src_dropout, False)
+    x = m.embed(src, m.src_embedding, m.src_position, m.src_dropout, False)
     np.testing.assert_allclose(x.numpy(), m.src_embedding(src).numpy())
 
 
