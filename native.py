@@ -4,28 +4,36 @@
 (``$CXX``, else ``g++``) against the installed TensorFlow's headers (``tf.sysconfig``),
 for this CPU (``-march=native``), once per machine: the library is kept in
 ``$TRANSFORMER_NATIVE_CACHE`` (default ``~/.cache/transformer-tf2``) under a name made of
-the source, TensorFlow's version, the compiler and the CPU's flags, written to a
-temporary name and renamed (two processes building at once both end with a whole file).
-A failed build is remembered the same way, so that later runs do not retry it. Without a
-compiler, or where the build or the load fails, :func:`ops` logs one line and returns
-None, and the callers keep TensorFlow's own ops. ``TRANSFORMER_NATIVE=0`` turns the
-kernels off.
+the source, TensorFlow's version, location and compile and link flags, the compiler, the
+build flags and the CPU's flags, written to a temporary name and renamed. One process
+builds a given library at a time (an ``fcntl`` lock per name); the others wait for it and
+load what it built. The whole build is bounded by :data:`BUILD_SECONDS`.
+
+A compile error is remembered in a ``.failed`` marker beside the library (written
+atomically, naming the compiler's first error line), so that later runs do not retry it;
+a timeout or a compiler killed by a signal (out of memory, say) is not: the next run tries
+again. A library that exists wins over a marker. Without a compiler, or where the build or
+the load fails, :func:`ops` logs one line and returns None, and the callers keep
+TensorFlow's own ops. ``TRANSFORMER_NATIVE=0`` turns the kernels off.
 
 The kernels run on the CPU only, in the train step's layers and in the loss (fast_ops
-decides), never in decoding, so that exported SavedModels and checkpoints never depend
-on the library.
+decides), never in decoding nor inside an XLA-compiled function, so that exported
+SavedModels and checkpoints never depend on the library.
 """
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import hashlib
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 import tensorflow as tf
 
@@ -34,6 +42,7 @@ SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "native_ops.cc
 # with AVX512-FP16 on, so that is turned off where the compiler knows the flag
 ARCH_FLAGS = (["-march=native", "-mno-avx512fp16"], ["-march=native"], [])
 BUILD_FLAGS = ["-shared", "-fPIC", "-O3", "-fopenmp-simd", "-w"]
+BUILD_SECONDS = 300  # the whole build, every set of ARCH_FLAGS tried, and a wait for another's
 
 
 def cache_dir() -> str:
@@ -56,37 +65,111 @@ def compiler() -> str | None:
     return shutil.which(os.environ.get("CXX") or "g++")
 
 
+def tf_flags() -> list[str]:
+    """TensorFlow's compile and link flags (its headers and library)."""
+    return tf.sysconfig.get_compile_flags() + tf.sysconfig.get_link_flags()
+
+
 def library_path(cxx: str) -> str:
-    """Where the library of this source, TensorFlow, compiler and CPU is kept."""
+    """Where the library of this source, TensorFlow (version, location, flags), compiler
+    and CPU is kept."""
     with open(SOURCE, "rb") as f:
         key = hashlib.sha256(f.read())
-    for part in (tf.__version__, cxx, cpu_flags(), " ".join(BUILD_FLAGS)):
-        key.update(part.encode())
+    tensorflow = os.path.dirname(os.path.abspath(tf.__file__))
+    parts = (tf.__version__, tensorflow, *tf_flags(), cxx, cpu_flags(), " ".join(BUILD_FLAGS))
+    for part in parts:
+        key.update(part.encode() + b"\0")
     return os.path.join(cache_dir(), f"native_ops-{key.hexdigest()[:16]}.so")
 
 
-def build(cxx: str, path: str) -> str:
-    """Compile SOURCE into ``path`` (the first of ARCH_FLAGS the compiler takes); return
-    "" or, when every try failed, the compiler's last error line."""
+class BuildError(Exception):
+    """A build that did not give a library: ``remembered`` for a compile error (the
+    compiler ran and refused the source), not for a timeout or a killed compiler."""
+
+    def __init__(self, message: str, remembered: bool):
+        super().__init__(message)
+        self.remembered = remembered
+
+
+def build(cxx: str, path: str, deadline: float) -> None:
+    """Compile SOURCE into ``path`` with the first of ARCH_FLAGS the compiler takes, all
+    tries before ``deadline`` (time.time()); BuildError where none gives a library."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    tf_flags = tf.sysconfig.get_compile_flags() + tf.sysconfig.get_link_flags()
     error = ""
-    for arch in ARCH_FLAGS:
+    for arch in ARCH_FLAGS:  # the first compile error is the one remembered
+        left = deadline - time.time()
+        if left <= 0:
+            raise BuildError(f"no library within {BUILD_SECONDS} s", remembered=False)
         fd, tmp = tempfile.mkstemp(suffix=".so", dir=os.path.dirname(path))
         os.close(fd)
-        cmd = [cxx, *BUILD_FLAGS, *arch, SOURCE, "-o", tmp, *tf_flags]
+        cmd = [cxx, *BUILD_FLAGS, *arch, SOURCE, "-o", tmp, *tf_flags()]
         try:
-            run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+            run = subprocess.run(cmd, capture_output=True, text=True, timeout=left)
         except (OSError, subprocess.TimeoutExpired) as e:
-            run, error = None, str(e)
-        if run is not None and run.returncode == 0:
+            os.unlink(tmp)
+            timeout = isinstance(e, subprocess.TimeoutExpired)
+            why = f"no library within {BUILD_SECONDS} s" if timeout else f"{cxx}: {e}"
+            raise BuildError(why, remembered=False) from None
+        if run.returncode == 0:
             os.replace(tmp, path)
-            return ""
+            return
         os.unlink(tmp)
-        if run is not None:
-            lines = [ln for ln in run.stderr.splitlines() if "error" in ln] or [""]
-            error = lines[0].strip() or f"exit status {run.returncode}"
-    return error
+        if run.returncode < 0:  # killed by a signal (the out-of-memory killer, say)
+            name = signal_name(-run.returncode)
+            raise BuildError(f"the compiler was killed by {name}", remembered=False)
+        lines = [ln for ln in run.stderr.splitlines() if "error" in ln] or [""]
+        error = error or lines[0].strip() or f"exit status {run.returncode}"
+    raise BuildError(error, remembered=True)
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def write_marker(path: str, text: str) -> None:
+    """``path`` holding ``text``, written to a temporary name and renamed."""
+    fd, tmp = tempfile.mkstemp(suffix=".tmp", dir=os.path.dirname(path))
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text + "\n")
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def built(cxx: str, path: str) -> str:
+    """An empty string once ``path`` holds a library (built here, or by another process
+    while this one waited on the lock), else why not. One lock file per library: the process that
+    holds it builds; the others wait for it, at most until the build's deadline."""
+    deadline = time.time() + BUILD_SECONDS
+    failed = path + ".failed"
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".lock", "a") as lock:
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.time() >= deadline:
+                    return f"another process held the build lock {path}.lock for {BUILD_SECONDS} s"
+                time.sleep(0.2)
+        if os.path.exists(path):  # a good library wins over a marker
+            return ""
+        if os.path.exists(failed):
+            with open(failed) as f:
+                return f"an earlier build failed ({f.read().strip()}; remove {failed} to retry)"
+        try:
+            build(cxx, path, deadline)
+        except BuildError as e:
+            if not e.remembered:
+                return f"the build failed: {e} (the next run tries again)"
+            write_marker(failed, str(e))
+            return f"the build failed: {e} (remove {failed} to retry)"
+    return ""
 
 
 @functools.lru_cache(maxsize=1)
@@ -101,19 +184,13 @@ def ops():
     if cxx is None:
         return _unavailable("no C++ compiler (set CXX or install g++)")
     path = library_path(cxx)
-    failed = path + ".failed"
-    if os.path.exists(failed):
-        with open(failed) as f:
-            return _unavailable(f"an earlier build failed ({f.read().strip()}; {failed})")
     if not os.path.exists(path):
         try:
-            error = build(cxx, path)
+            why = built(cxx, path)
         except OSError as e:
             return _unavailable(f"cannot build in {os.path.dirname(path)}: {e}")
-        if error:
-            with open(failed, "w") as f:
-                f.write(error)
-            return _unavailable(f"the build failed: {error} (remove {failed} to retry)")
+        if why:
+            return _unavailable(why)
     try:
         lib = tf.load_op_library(path)
     except (tf.errors.OpError, OSError) as e:

@@ -3,11 +3,22 @@ session-wide fixtures of growing cost on the tiny demo corpus: preprocessed, tra
 three steps, trained for three epochs. Under pytest-xdist each of them is built once for
 all the workers (:func:`once`), not once per worker. Plain helpers are in helpers.py."""
 
+import atexit
 import json
 import os
 import pickle
+import shutil
+import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow is imported
+# The native kernels (native.py) are built into a temporary folder of the test session,
+# never the user's cache: made by the first process (pytest, or its xdist controller, whose
+# environment the workers inherit) and shared, so one process compiles while the others
+# wait on its lock; removed when that process ends.
+if "TRANSFORMER_TEST_NATIVE_CACHE" not in os.environ:
+    os.environ["TRANSFORMER_TEST_NATIVE_CACHE"] = tempfile.mkdtemp(prefix="transformer-native-")
+    atexit.register(shutil.rmtree, os.environ["TRANSFORMER_TEST_NATIVE_CACHE"], True)
+os.environ["TRANSFORMER_NATIVE_CACHE"] = os.environ["TRANSFORMER_TEST_NATIVE_CACHE"]
 import cli  # noqa: E402, F401  (its import turns oneDNN on, as for the scripts)
 
 # TensorFlow's C++ start-up lines, which TF_CPP_MIN_LOG_LEVEL cannot hide (cli.NOISE), go

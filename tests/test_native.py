@@ -6,9 +6,11 @@ The kernels need a C++ compiler: where there is none, the tests of their values 
 skipped (and the one of the fallback still runs).
 """
 
+import fcntl
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -71,32 +73,39 @@ def test_layer_norm_kernel_rejects_a_gamma_of_the_wrong_size():
         lib.native_layer_norm(tf.zeros((2, 4)), tf.ones(3), tf.zeros(3), epsilon=1e-6)
 
 
+COLUMN_SUMS = """
+import sys
+import numpy as np
+import tensorflow as tf
+tf.config.threading.set_intra_op_parallelism_threads(int(sys.argv[4]))
+sys.path.insert(0, sys.argv[1])
+import native
+a, lib = np.load(sys.argv[2]), native.ops()
+_, m, r = lib.native_layer_norm(a["x"], a["g"], a["b"], epsilon=1e-6)
+out = lib.native_layer_norm_grad(a["dy"], a["x"], a["g"], m, r)
+assert tf.config.threading.get_intra_op_parallelism_threads() == int(sys.argv[4])
+np.save(sys.argv[3], np.stack([out[1].numpy(), out[2].numpy()]))
+"""
+
+
 @needs_compiler
-def test_layer_norm_gradient_columns_do_not_depend_on_the_thread_count():
+@pytest.mark.slow
+def test_layer_norm_gradient_columns_do_not_depend_on_the_thread_count(tmp_path):
     """The column sums add fixed 64-row blocks in block order: the same bits whichever
-    thread runs which block, here one call against another on a 1-thread pool."""
-    lib = library()
+    thread runs which block. One process with 1 intra-op thread against one with 4 (each
+    its own setting, whatever the split of pytest-xdist's workers)."""
+    library()  # built once, before the two processes load it
     rng = np.random.default_rng(2)
-    x, dy = rng.normal(size=(2, 1000, 32)).astype(np.float32)
-    gamma, beta = np.ones(32, np.float32), np.zeros(32, np.float32)
-    _, mean, rstd = lib.native_layer_norm(x, gamma, beta, epsilon=1e-6)
-    first = lib.native_layer_norm_grad(dy, x, gamma, mean, rstd)
-    code = (
-        "import sys, numpy as np, tensorflow as tf; sys.path.insert(0, sys.argv[1]);"
-        "tf.config.threading.set_intra_op_parallelism_threads(1); import native;"
-        "a = np.load(sys.argv[2]); lib = native.ops();"
-        "_, m, r = lib.native_layer_norm(a['x'], a['g'], a['b'], epsilon=1e-6);"
-        "out = lib.native_layer_norm_grad(a['dy'], a['x'], a['g'], m, r);"
-        "np.save(sys.argv[3], np.stack([out[1].numpy(), out[2].numpy()]))"
-    )
-    tmp = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"native-{os.getpid()}")
-    np.savez(tmp + ".npz", x=x, dy=dy, g=gamma, b=beta)
-    subprocess.run([sys.executable, "-c", code, ROOT, tmp + ".npz", tmp + ".npy"], check=True)
-    columns = np.load(tmp + ".npy")
-    os.unlink(tmp + ".npz")
-    os.unlink(tmp + ".npy")
-    np.testing.assert_array_equal(columns[0], first[1].numpy())
-    np.testing.assert_array_equal(columns[1], first[2].numpy())
+    x, dy = rng.normal(size=(2, 4000, 32)).astype(np.float32)
+    gamma, beta = rng.normal(size=(2, 32)).astype(np.float32)
+    np.savez(tmp_path / "in.npz", x=x, dy=dy, g=gamma, b=beta)
+    columns = []
+    for threads in (1, 4):
+        out = tmp_path / f"columns-{threads}.npy"
+        code = [sys.executable, "-c", COLUMN_SUMS, ROOT, str(tmp_path / "in.npz"), str(out)]
+        subprocess.run([*code, str(threads)], check=True, timeout=120)
+        columns.append(np.load(out))
+    np.testing.assert_array_equal(columns[0], columns[1])
 
 
 @needs_compiler
@@ -149,24 +158,127 @@ def run_native(env: dict, cache: str) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.mark.slow
-def test_a_failed_build_is_one_line_and_is_not_retried(tmp_path):
-    """A compiler that fails: ops() is None, one line says why and where, the failure is
-    kept, and the next process reports it instead of building again."""
-    calls = tmp_path / "calls"
-    fake = tmp_path / "cxx"
-    script = f"echo x >> {calls}\necho 'native_ops.cc:1: error: no luck' >&2\nexit 1\n"
-    fake.write_text("#!/bin/sh\n" + script)
+def fake_compiler(folder, script: str):
+    """An executable that logs each call to ``folder/calls``, then runs ``script``."""
+    fake = folder / "cxx"
+    fake.write_text(f"#!/bin/sh\necho x >> {folder / 'calls'}\n{script}")
     fake.chmod(0o755)
-    first = run_native({"CXX": str(fake)}, str(tmp_path / "cache"))
+    return str(fake)
+
+
+def calls(folder) -> int:
+    path = folder / "calls"
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+@pytest.mark.slow
+def test_a_compile_error_is_one_line_and_is_not_retried(tmp_path):
+    """A compiler that refuses the source: ops() is None, one line says why and where, the
+    failure is kept in a marker naming the compiler's first error line, and the next
+    process reports it instead of building again."""
+    script = (
+        "echo 'native_ops.cc:1: error: no luck' >&2\necho 'native_ops.cc:2: error: x' >&2\nexit 1\n"
+    )
+    cxx = fake_compiler(tmp_path, script)
+    first = run_native({"CXX": cxx}, str(tmp_path / "cache"))
     assert first.stdout.strip() == "None"
     lines = [ln for ln in first.stderr.splitlines() if ln.startswith("native kernels off")]
     assert len(lines) == 1 and "error: no luck" in lines[0] and ".failed" in lines[0], lines
-    tries = len(calls.read_text().splitlines())
+    tries = calls(tmp_path)
     assert tries == len(native.ARCH_FLAGS)  # each set of flags tried once
-    second = run_native({"CXX": str(fake)}, str(tmp_path / "cache"))
+    (marker,) = [f for f in os.listdir(tmp_path / "cache") if f.endswith(".failed")]
+    text = (tmp_path / "cache" / marker).read_text()
+    assert text == "native_ops.cc:1: error: no luck\n"
+    assert not [f for f in os.listdir(tmp_path / "cache") if f.endswith(".tmp")]
+    second = run_native({"CXX": cxx}, str(tmp_path / "cache"))
     assert "an earlier build failed" in second.stderr and second.stdout.strip() == "None"
-    assert len(calls.read_text().splitlines()) == tries  # not built again
+    assert calls(tmp_path) == tries  # not built again
+
+
+@pytest.mark.slow
+def test_a_killed_compiler_is_not_remembered_and_is_retried(tmp_path):
+    """A compiler killed by a signal (the out-of-memory killer): one line, no marker, and
+    the next run tries again."""
+    cxx = fake_compiler(tmp_path, "kill -9 $$\n")
+    first = run_native({"CXX": cxx}, str(tmp_path / "cache"))
+    assert first.stdout.strip() == "None"
+    assert "killed by SIGKILL (the next run tries again)" in first.stderr
+    assert calls(tmp_path) == 1  # no other flags tried after a kill
+    assert not [f for f in os.listdir(tmp_path / "cache") if f.endswith(".failed")]
+    run_native({"CXX": cxx}, str(tmp_path / "cache"))
+    assert calls(tmp_path) == 2
+
+
+def test_the_whole_build_is_bounded_by_one_timeout(tmp_path, monkeypatch):
+    """A compiler that hangs: the build gives up once BUILD_SECONDS have passed in all
+    (not per set of flags), says so, and leaves no marker and no temporary file."""
+    monkeypatch.setattr(native, "BUILD_SECONDS", 1.0)
+    monkeypatch.setattr(native, "tf_flags", lambda: [])
+    cxx = fake_compiler(tmp_path, "sleep 30\n")
+    path = str(tmp_path / "cache" / "lib.so")
+    start = time.time()
+    why = native.built(cxx, path)
+    assert time.time() - start < 2.5  # one timeout in all: not one per set of flags
+    assert why == "the build failed: no library within 1.0 s (the next run tries again)"
+    assert calls(tmp_path) == 1 and sorted(os.listdir(tmp_path / "cache")) == ["lib.so.lock"]
+
+
+def test_a_marker_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    """The marker goes to a temporary name first: a write that fails before the rename
+    leaves no marker (a half-written one would be read as a compile error) and no
+    temporary file."""
+    native.write_marker(str(tmp_path / "lib.so.failed"), "error: one")
+    assert (tmp_path / "lib.so.failed").read_text() == "error: one\n"
+
+    def full_disk(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(native.os, "replace", full_disk)
+    with pytest.raises(OSError):
+        native.write_marker(str(tmp_path / "other.so.failed"), "error: two")
+    assert sorted(os.listdir(tmp_path)) == ["lib.so.failed"]
+
+
+def test_a_library_wins_over_a_marker(tmp_path, monkeypatch):
+    """Another process built the library after an earlier failure was remembered: the
+    library is used, and the compiler is not run."""
+    cxx = fake_compiler(tmp_path, "exit 1\n")
+    path = tmp_path / "lib.so"
+    path.write_bytes(b"a library")
+    (tmp_path / "lib.so.failed").write_text("an old error\n")
+    assert native.built(cxx, str(path)) == "" and calls(tmp_path) == 0
+
+
+LOCKED_BUILD = """
+import sys, time
+sys.path.insert(0, sys.argv[1])
+import native
+native.BUILD_SECONDS = float(sys.argv[4])
+start = time.time()
+print(repr(native.built(sys.argv[2], sys.argv[3])), round(time.time() - start, 1))
+"""
+
+
+def test_one_process_builds_while_the_others_wait(tmp_path):
+    """The build lock: a process that finds it held waits, and loads what the holder
+    built without running the compiler; one that waits past the deadline gives up with
+    one line."""
+    cxx = fake_compiler(tmp_path, "exit 1\n")
+    path = tmp_path / "lib.so"
+    args = [sys.executable, "-c", LOCKED_BUILD, ROOT, cxx, str(path)]
+    with open(str(path) + ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        waiting = subprocess.Popen([*args, "60"], stdout=subprocess.PIPE, text=True)
+        time.sleep(3)  # the other process is waiting on the lock
+        assert waiting.poll() is None
+        path.write_bytes(b"built by the holder")
+    out, _ = waiting.communicate(timeout=60)
+    assert out.split()[0] == "''" and calls(tmp_path) == 0
+    path.unlink()
+    with open(str(path) + ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        out = subprocess.run([*args, "1"], capture_output=True, text=True, timeout=60).stdout
+    assert out.startswith("'another process held the build lock") and calls(tmp_path) == 0
 
 
 @pytest.mark.slow
@@ -180,7 +292,9 @@ def test_without_a_compiler_or_switched_off_tensorflow_ops_are_kept(tmp_path):
 
 
 @needs_compiler
-def test_the_library_is_named_by_source_tensorflow_compiler_and_cpu(monkeypatch, tmp_path):
+def test_the_library_is_named_by_source_tensorflow_its_flags_compiler_and_cpu(
+    monkeypatch, tmp_path
+):
     cxx = native.compiler()
     monkeypatch.setenv("TRANSFORMER_NATIVE_CACHE", str(tmp_path))
     path = native.library_path(cxx)
@@ -190,6 +304,12 @@ def test_the_library_is_named_by_source_tensorflow_compiler_and_cpu(monkeypatch,
         assert native.library_path(cxx) != path
     with monkeypatch.context() as patch:
         patch.setattr(tf, "__version__", "0.0.0")
+        assert native.library_path(cxx) != path
+    with monkeypatch.context() as patch:  # another TensorFlow install of the same version
+        patch.setattr(tf, "__file__", "/elsewhere/tensorflow/__init__.py")
+        assert native.library_path(cxx) != path
+    with monkeypatch.context() as patch:  # built with other flags (another ABI, say)
+        patch.setattr(native, "tf_flags", lambda: ["-D_GLIBCXX_USE_CXX11_ABI=0"])
         assert native.library_path(cxx) != path
     assert native.library_path(cxx) == path
 
@@ -379,3 +499,14 @@ def test_the_loss_uses_the_kernel_with_the_same_values_and_gradient(monkeypatch)
     assert "NativeSmoothedXent" not in std_kinds
     for a, b in zip(native_out, std_out):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_the_tests_build_the_kernels_in_a_temporary_folder():
+    """conftest.py points the kernel cache at a temporary folder of the test session: a
+    test run never writes into the user's ~/.cache."""
+    import tempfile
+
+    folder = native.cache_dir()
+    assert folder == os.environ["TRANSFORMER_TEST_NATIVE_CACHE"]
+    assert os.path.commonpath([folder, tempfile.gettempdir()]) == tempfile.gettempdir()
+    assert not folder.startswith(os.path.expanduser("~"))
