@@ -139,6 +139,56 @@ def test_a_row_per_position_family_against_the_sinusoid_row():
     assert throughput.family_ratios(results) == [("shaw", 800.0, 0.8), ("xl", 600.0, 0.6)]
 
 
+def test_the_keras_hub_side_smooths_its_labels_and_ties_its_output():
+    """The keras-hub reference trains as ours does: label smoothing 0.1 over the real
+    target tokens (PAD left out), against the formula in float64, not plain
+    cross-entropy; and one token embedding, whose matrix is the output projection (no
+    output kernel of its own)."""
+    pytest.importorskip("keras_hub")
+    import keras
+
+    keras.utils.set_random_seed(0)
+    model = throughput.keras_hub_model(50, 16, 32, 1, 2, 12, 0.0)
+    src = np.array([[5, 6, 7, 0], [8, 9, 0, 0]], np.int32)
+    tgt = np.array([[1, 5, 6, 0], [1, 7, 0, 0]], np.int32)
+    labels = np.array([[5, 6, 2, 0], [7, 2, 0, 0]], np.int32)
+    logits = model((src, tgt))
+    got = float(throughput.smoothed_loss(0.1)(labels, logits))
+    z = logits.numpy().astype(np.float64)
+    lse = np.log(np.exp(z - z.max(-1, keepdims=True)).sum(-1)) + z.max(-1)
+    nll = lse - np.take_along_axis(z, labels[..., None], -1)[..., 0]
+    real = labels != 0
+    smoothed = ((0.9 * nll + 0.1 * (lse - z.mean(-1))) * real).sum() / real.sum()
+    assert got == pytest.approx(smoothed, rel=1e-5)
+    assert abs(got - (nll * real).sum() / real.sum()) > 1e-3  # not the plain loss
+    paths = [w.path for w in model.trainable_weights]
+    assert [p for p in paths if p.endswith("token_embedding/embeddings")] == [
+        "token_and_position_embedding/token_embedding/embeddings"
+    ]
+    assert tuple(logits.shape) == (2, 4, 50)
+    kernels = [w for w in model.trainable_weights if w.shape[-1] == 50]  # (d, V) or (V,)
+    assert kernels == []  # no output kernel nor bias: the logits come from the embedding
+
+
+def test_the_table_ends_with_both_ratios_to_keras_hub(capsys):
+    """Ours against keras-hub on the same padded batches and with each one's batching."""
+    rows = [
+        {"cfg": {"name": "ours float32"}, "tok_s": 3000.0},
+        {"cfg": {"name": throughput.SAME_BATCHES}, "tok_s": 1500.0},
+        {"cfg": {"name": "keras-hub fit float32"}, "tok_s": 1000.0},
+    ]
+    throughput.print_two_ratios(rows)
+    out = capsys.readouterr().out.splitlines()
+    assert (
+        out[0]
+        == "ours float32 / keras-hub float32, the same padded batches (the ops' speed): 2.00x"
+    )
+    assert out[1].endswith("each with its own batching (what a user gets): 3.00x")
+    cfgs = throughput.configurations("multi30k", ["small"], quick=True)
+    same = [c for c in cfgs if c["name"] == throughput.SAME_BATCHES]
+    assert len(same) == 1 and same[0]["our_batches"] and same[0]["side"] == "keras-hub"
+
+
 def test_a_stage_logs_its_command_and_output_and_a_failure_names_the_log(tmp_path):
     log = str(tmp_path / "stage.log")
     script = tmp_path / "train.py"
