@@ -179,8 +179,7 @@ def beam_loop(
     the encoder once per sentence, and the beams share its output; the keys/values of
     the decoder's memory are computed once per sentence and never reordered).
     """
-    k = beam_size
-    neg = -1e9
+    k, neg = beam_size, -1e9
     memory, mask = model.encode(src) if encoded is None else encoded
     n = tf.shape(src)[0]
     limits, max_len = decode_budgets(model, src, extra, max_len)
@@ -213,16 +212,7 @@ def beam_loop(
         seq = tf.gather(alive_seq, beam, batch_dims=1)
         seq = keras.ops.slice_update(seq, [0, 0, i], tok[:, :, None])
         ended = tf.logical_or(tf.equal(tok, data_load.EOS_ID), top_logp <= neg / 2)
-        # finished set: merge the newly ended hypotheses, keep the k best
-        new_score = tf.where(
-            tf.logical_and(tf.equal(tok, data_load.EOS_ID), top_logp > neg / 2),
-            top_logp / length_penalty(i + 1, alpha),
-            neg,
-        )
-        all_score = tf.concat([fin_score, new_score], axis=1)
-        all_seq = tf.concat([fin_seq, seq], axis=1)
-        fin_score, keep = tf.math.top_k(all_score, k=k)
-        fin_seq = tf.gather(all_seq, keep, batch_dims=1)
+        fin_seq, fin_score = merge_finished(fin_seq, fin_score, seq, tok, top_logp, i, alpha)
         # alive set: the extensions that did not end; ended slots become empty
         alive_logp = tf.where(ended, neg, top_logp)
         order = tf.argsort(alive_logp, axis=1, direction="DESCENDING", stable=True)
@@ -232,11 +222,8 @@ def beam_loop(
         source_beam = tf.gather(beam, order, batch_dims=1)
         cache = model.reorder_cache(cache, tf.reshape(source_beam + batch_offsets, (-1,)))
         # sentences past their own budget keep their state unchanged
-        active = i < limits
-        alive_seq, alive_logp, fin_seq, fin_score = (
-            tf.where(tf.reshape(active, (-1,) + (1,) * (len(cur.shape) - 1)), cur, prev)
-            for cur, prev in zip((alive_seq, alive_logp, fin_seq, fin_score), old)
-        )
+        new = (alive_seq, alive_logp, fin_seq, fin_score)
+        alive_seq, alive_logp, fin_seq, fin_score = rows_where(i < limits, new, old)
         return i + 1, tokens, alive_seq, alive_logp, fin_seq, fin_score, cache
 
     loop_vars = (tf.constant(0), tokens, alive_seq, alive_logp, fin_seq, fin_score, cache)
@@ -247,6 +234,31 @@ def beam_loop(
         cond, body, loop_vars, shape_invariants=shapes
     )
     return final_beams(i, limits, alpha, k, alive_seq, alive_logp, fin_seq, fin_score)
+
+
+def merge_finished(fin_seq, fin_score, seq, tok, top_logp, i, alpha: float, neg: float = -1e9):
+    """The finished set of a beam step: the k best of the finished hypotheses (N, k, L)
+    with scores (N, k) and the step's extensions seq (N, k, L) that end in </S> (tok
+    (N, k), log-probabilities top_logp (N, k)), scored with the length penalty at their
+    length i + 1. Returns (fin_seq, fin_score)."""
+    k = fin_score.shape[1]
+    new_score = tf.where(
+        tf.logical_and(tf.equal(tok, data_load.EOS_ID), top_logp > neg / 2),
+        top_logp / length_penalty(i + 1, alpha),
+        neg,
+    )
+    all_score = tf.concat([fin_score, new_score], axis=1)
+    all_seq = tf.concat([fin_seq, seq], axis=1)
+    fin_score, keep = tf.math.top_k(all_score, k=k)
+    return tf.gather(all_seq, keep, batch_dims=1), fin_score
+
+
+def rows_where(active, new: tuple, old: tuple) -> tuple:
+    """Each tensor of ``new`` where ``active`` (N,) is true in its row, else ``old``'s."""
+    return tuple(
+        tf.where(tf.reshape(active, (-1,) + (1,) * (len(cur.shape) - 1)), cur, prev)
+        for cur, prev in zip(new, old)
+    )
 
 
 def final_beams(i, limits, alpha: float, k: int, alive_seq, alive_logp, fin_seq, fin_score):

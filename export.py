@@ -61,6 +61,26 @@ LEGACY_CLEAN_RE2 = r"[^\s\v\x{85}\p{Z}\p{Latin}']"
 SPACES_RE2 = r"[\v\x{85}\p{Z}]"
 
 
+def add_vocabulary(module: tf.Module, tok, hp: hparams.Hparams) -> None:
+    """The in-graph vocabulary as attributes of ``module`` (so that they are saved): for
+    BPE, tensorflow-text's SentencepieceTokenizer of the run's model (``sp``); for a word
+    vocabulary, the source word -> id table (``src_table``) and the target words by id
+    (``tgt_words``)."""
+    if tok.kind == "bpe":
+        # tensorflow-text (the [export] extra) is needed for BPE models only
+        import tensorflow_text as tft
+
+        with open(os.path.join(hp.prepro_dir, "bpe.model"), "rb") as f:
+            module.sp = tft.SentencepieceTokenizer(model=f.read())
+        return
+    src_words = tf.constant(list(tok.src_vocab))
+    ids = tf.range(tf.size(src_words), dtype=tf.int32)
+    module.src_table = tf.lookup.StaticHashTable(
+        tf.lookup.KeyValueTensorInitializer(src_words, ids), data_load.UNK_ID
+    )
+    module.tgt_words = tf.Variable(tf.constant(tok.tgt_words), trainable=False)
+
+
 def build_module(model, tok, hp: hparams.Hparams):
     """A tf.Module with a ``translate(strings [N]) -> {"translations": strings [N]}``."""
     limit = decoding.source_limit(model)
@@ -72,21 +92,7 @@ def build_module(model, tok, hp: hparams.Hparams):
             # Track the model's variables, not the Keras model itself (saving a Keras
             # model inside a tf.Module makes Keras trace its call with float inputs).
             self.weights = [w.value for w in model.weights]
-            if tok.kind == "bpe":
-                # tensorflow-text (the [export] extra) is needed for BPE models only
-                import tensorflow_text as tft
-
-                proto = open(os.path.join(hp.prepro_dir, "bpe.model"), "rb").read()
-                self.sp = tft.SentencepieceTokenizer(model=proto)
-            else:
-                src_words = tf.constant(list(tok.src_vocab))
-                self.src_table = tf.lookup.StaticHashTable(
-                    tf.lookup.KeyValueTensorInitializer(
-                        src_words, tf.range(tf.size(src_words), dtype=tf.int32)
-                    ),
-                    data_load.UNK_ID,
-                )
-                self.tgt_words = tf.Variable(tf.constant(tok.tgt_words), trainable=False)
+            add_vocabulary(self, tok, hp)
 
         def encode(self, sentences):
             if tok.kind == "bpe":

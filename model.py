@@ -77,6 +77,96 @@ def check_config(c: hparams.ModelConfig) -> None:
         raise ValueError(problem)
 
 
+def model_config(src_vocab_size, tgt_vocab_size, config, kwargs: dict) -> hparams.ModelConfig:
+    """``config``, or one made of the vocabulary sizes and the ModelConfig fields among
+    ``kwargs`` (taken out of it: the rest go to keras.Model)."""
+    fields = {k: kwargs.pop(k) for k in list(kwargs) if k in CONFIG_FIELDS}
+    if config is None:
+        return hparams.ModelConfig(src_vocab_size, tgt_vocab_size, **fields)
+    if fields or src_vocab_size is not None or tgt_vocab_size is not None:
+        raise TypeError("give either config or its fields, not both")
+    return config
+
+
+def token_embeddings(c: hparams.ModelConfig) -> tuple:
+    """(target, source) modules.TokenEmbedding (3.4): one object twice with
+    ``share_embeddings`` (a joint vocabulary)."""
+    emb = dict(d_model=c.d_model, init=c.embedding_init)
+    tgt = modules.TokenEmbedding(c.tgt_vocab_size, **emb, name="tgt_embedding")
+    if c.share_embeddings:
+        return tgt, tgt
+    return tgt, modules.TokenEmbedding(c.src_vocab_size, **emb, name="src_embedding")
+
+
+def absolute_positions(c: hparams.ModelConfig, family) -> tuple:
+    """(source, target) modules.PositionalEncoding of the absolute encoding the family
+    adds (3.5: the sinusoid, or a learned table); a sinusoid that is not added where the
+    family is relative alone."""
+    kind = family.embedding_of(c) or "sinusoid"
+    pos = dict(kind=kind, max_position=c.max_position, init=c.embedding_init)
+    return tuple(
+        modules.PositionalEncoding(c.d_model, **pos, name=f"{side}_position")
+        for side in ("src", "tgt")
+    )
+
+
+def relative_positions(c: hparams.ModelConfig, family) -> tuple:
+    """(source, target) positions.StackPosition of a relative ``family`` (one per stack,
+    read by its layers' self-attention), or (None, None) for an absolute one."""
+    if not family.relative:
+        return None, None
+    rel = dict(
+        max_relative_position=c.max_relative_position,
+        t5_buckets=c.t5_buckets,
+        t5_max_distance=c.t5_max_distance,
+    )
+    return tuple(
+        positions.StackPosition(
+            c.position, c.d_model, c.num_heads, causal=causal, **rel, name=f"{side}_relative"
+        )
+        for side, causal in (("src", False), ("tgt", True))
+    )
+
+
+def stack_layer_args(model, c: hparams.ModelConfig) -> tuple[dict, dict]:
+    """The keyword arguments of the encoder's and the decoder's layers (3.1-3.3): the
+    sizes, dropout and TF1 switches of ``c``, the variant's own, and the positions the
+    layers read (a relative family's StackPosition; the absolute encoding where the
+    variant adds it in its layers)."""
+    args = dict(
+        d_model=c.d_model,
+        num_heads=c.num_heads,
+        d_ff=c.d_ff,
+        dropout_rate=c.rate("residual"),
+        norm=c.norm,
+        attention_dropout=c.attention_dropout,
+        qkv_activation=c.qkv_activation,
+        qkv_bias=c.qkv_bias,
+        output_projection=c.output_projection,
+        layer_norm_epsilon=c.layer_norm_epsilon,
+        **model.variant.layer_args(c),
+    )
+    enc_args, dec_args = dict(args), dict(args)
+    if model.encoding.relative:
+        enc_args["relative_position"] = model.src_relative
+        dec_args["relative_position"] = model.tgt_relative
+    if model.variant.positions_in_layers:  # the layers add the absolute positions
+        enc_args["position"] = model.src_position if model.absolute else None
+        dec_args["position"] = model.tgt_position if model.absolute else None
+    return enc_args, dec_args
+
+
+def run_layer(layer, extras, *args, **kwargs):
+    """One stack layer called with ``return_attention=True``: (output, weights). A layer
+    may return a third element, a dict of tensors it reports for this pass (the Universal
+    Transformer's ponder cost); it goes into ``extras`` (when given) under the layer's
+    name, for Variant.extra_loss and Variant.per_token."""
+    x, w, *reported = layer(*args, return_attention=True, **kwargs)
+    if reported and extras is not None:
+        extras[layer.name] = reported[0]
+    return x, w
+
+
 @keras.saving.register_keras_serializable(package="transformer")
 class Transformer(keras.Model):
     """Encoder and decoder stacks of ``num_blocks`` layers each (3.1).
@@ -115,11 +205,7 @@ class Transformer(keras.Model):
         """Either ``config`` or the vocabulary sizes and any :class:`hparams.ModelConfig`
         fields as keywords (how Keras rebuilds the model from ``get_config``); the other
         keywords go to keras.Model."""
-        fields = {k: kwargs.pop(k) for k in list(kwargs) if k in CONFIG_FIELDS}
-        if config is None:
-            config = hparams.ModelConfig(src_vocab_size, tgt_vocab_size, **fields)
-        elif fields or src_vocab_size is not None or tgt_vocab_size is not None:
-            raise TypeError("give either config or its fields, not both")
+        config = model_config(src_vocab_size, tgt_vocab_size, config, kwargs)
         super().__init__(**kwargs)
         c = self.config = config
         check_config(c)
@@ -136,58 +222,17 @@ class Transformer(keras.Model):
         self.max_position = c.max_position
         self.query_masking, self.key_mask_defect = c.query_masking, c.key_mask_defect
         self.tie_softmax = c.tie_softmax
-        d_model, num_heads, position = c.d_model, c.num_heads, c.position
-        emb = dict(d_model=d_model, init=c.embedding_init)
-        self.tgt_embedding = modules.TokenEmbedding(c.tgt_vocab_size, **emb, name="tgt_embedding")
-        self.src_embedding = (
-            self.tgt_embedding
-            if c.share_embeddings
-            else modules.TokenEmbedding(c.src_vocab_size, **emb, name="src_embedding")
-        )
-        self.encoding = family = positions.get(position)  # the position family
+        self.tgt_embedding, self.src_embedding = token_embeddings(c)
+        self.encoding = family = positions.get(c.position)  # the position family
         self.max_length = family.max_length(c)  # the longest sequence it places, or None
         # the absolute encoding added to the embeddings (none with a relative family alone)
-        embedding = family.embedding_of(c)
-        self.absolute = embedding is not None
-        pos = dict(kind=embedding or "sinusoid", max_position=c.max_position, init=c.embedding_init)
-        self.src_position = modules.PositionalEncoding(d_model, **pos, name="src_position")
-        self.tgt_position = modules.PositionalEncoding(d_model, **pos, name="tgt_position")
-        self.src_relative = self.tgt_relative = None
-        if family.relative:
-            rel = dict(
-                max_relative_position=c.max_relative_position,
-                t5_buckets=c.t5_buckets,
-                t5_max_distance=c.t5_max_distance,
-            )
-            self.src_relative = positions.StackPosition(
-                position, d_model, num_heads, causal=False, **rel, name="src_relative"
-            )
-            self.tgt_relative = positions.StackPosition(
-                position, d_model, num_heads, causal=True, **rel, name="tgt_relative"
-            )
+        self.absolute = family.embedding_of(c) is not None
+        self.src_position, self.tgt_position = absolute_positions(c, family)
+        self.src_relative, self.tgt_relative = relative_positions(c, family)
         rate = c.rate("embedding")
         self.src_dropout = fast_ops.Dropout(rate)
         self.tgt_dropout = fast_ops.Dropout(rate)
-        layer_args = dict(
-            d_model=d_model,
-            num_heads=num_heads,
-            d_ff=c.d_ff,
-            dropout_rate=c.rate("residual"),
-            norm=c.norm,
-            attention_dropout=c.attention_dropout,
-            qkv_activation=c.qkv_activation,
-            qkv_bias=c.qkv_bias,
-            output_projection=c.output_projection,
-            layer_norm_epsilon=c.layer_norm_epsilon,
-            **self.variant.layer_args(c),
-        )
-        enc_args, dec_args = dict(layer_args), dict(layer_args)
-        if family.relative:
-            enc_args["relative_position"] = self.src_relative
-            dec_args["relative_position"] = self.tgt_relative
-        if self.variant.positions_in_layers:  # the layers add the absolute positions
-            enc_args["position"] = self.src_position if self.absolute else None
-            dec_args["position"] = self.tgt_position if self.absolute else None
+        enc_args, dec_args = stack_layer_args(self, c)
         # Each layer is a direct attribute (not a list) so that tf.train.Checkpoint,
         # which does not follow Keras-tracked lists, saves its weights.
         self.num_blocks = self.variant.num_layers(c.num_blocks)
@@ -202,7 +247,7 @@ class Transformer(keras.Model):
             self.encoder_norm = modules.layer_norm("encoder_norm", c.layer_norm_epsilon)
             self.decoder_norm = modules.layer_norm("decoder_norm", c.layer_norm_epsilon)
         if not c.tie_softmax:
-            self.output_layer = modules.OutputProjection(c.tgt_vocab_size, d_model, name="output")
+            self.output_layer = modules.OutputProjection(c.tgt_vocab_size, c.d_model, name="output")
 
     @property
     def encoder_layers(self) -> list:
@@ -263,17 +308,6 @@ class Transformer(keras.Model):
         queries = modules.query_padding_mask(ids) if self.query_masking else None
         return modules.padding_mask(ids), queries
 
-    @staticmethod
-    def _run_layer(layer, extras, *args, **kwargs):
-        """One stack layer called with ``return_attention=True``: (output, weights). A
-        layer may return a third element, a dict of tensors it reports for this pass (the
-        Universal Transformer's ponder cost); it goes into ``extras`` (when given) under
-        the layer's name, for Variant.extra_loss and Variant.per_token."""
-        x, w, *reported = layer(*args, return_attention=True, **kwargs)
-        if reported and extras is not None:
-            extras[layer.name] = reported[0]
-        return x, w
-
     def encode(
         self,
         src,
@@ -296,7 +330,7 @@ class Transformer(keras.Model):
         for i, layer in enumerate(self.encoder_layers):
             if layer_inputs is not None:
                 layer_inputs.append(tf.stop_gradient(x))
-            x, w = self._run_layer(
+            x, w = run_layer(
                 layer,
                 extras,
                 x,
@@ -347,7 +381,7 @@ class Transformer(keras.Model):
         query_mask = self.masks(tgt_in)[1]
         weights = []
         for i, layer in enumerate(self.decoder_layers):
-            x, w = self._run_layer(
+            x, w = run_layer(
                 layer,
                 extras,
                 x,

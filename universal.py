@@ -171,7 +171,7 @@ class _Recurrent(keras.layers.Layer):
     @staticmethod
     def outputs(out, weights, report, return_attention):
         """What call returns: out [, weights [, report]] (the report, with ACT, for
-        Transformer._run_layer)."""
+        model.run_layer)."""
         if not return_attention:
             return out
         return (out, weights) if report is None else (out, weights, report)
