@@ -235,6 +235,41 @@ def build_parser(
     return parser
 
 
+ROOT = os.path.dirname(os.path.abspath(__file__))
+# the top-level scripts, each declaring its SCRIPT before it imports TensorFlow
+SCRIPTS = ("prepro", "train", "eval", "translate", "export", "average_checkpoints", "plot_logs")
+
+
+def script_of(name: str, folder: str = ROOT) -> Script:
+    """The :class:`Script` that ``folder/NAME.py`` declares, read from its source: its
+    docstring, the assignments above its ``SCRIPT = cli.Script(...)`` (the constants it
+    may name) and that statement run alone, so that nothing the script imports after it
+    (TensorFlow) loads."""
+    path = os.path.join(folder, f"{name}.py")
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
+    header = []
+    for node in tree.body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            header.append(node)
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        if [getattr(t, "id", "") for t in targets] == ["SCRIPT"]:
+            namespace = {"cli": sys.modules[__name__], "hparams": hparams}
+            namespace["__doc__"] = ast.get_docstring(tree, clean=False)
+            exec(compile(ast.Module(header, []), path, "exec"), namespace)
+            return namespace["SCRIPT"]
+    raise ValueError(f"{path} declares no SCRIPT = cli.Script(...)")
+
+
+def parser(name: str, preset: str = "demo") -> argparse.ArgumentParser:
+    """The parser of the script ``name`` (the one its ``--help`` prints, with ``preset``'s
+    defaults), built without TensorFlow. To check a command line, :func:`parse_args`
+    with ``script=script_of(name)`` also names an unknown option's closest match."""
+    script = script_of(name)
+    options = {"verbose": (False, VERBOSE_HELP), **script.options}
+    return build_parser(script, hparams.preset(preset), options)
+
+
 def _convert_option(key: str, default: Any, value: str) -> Any:
     if isinstance(default, bool):
         return hparams.to_bool(key, value)

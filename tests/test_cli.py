@@ -356,3 +356,27 @@ def test_onednn_is_turned_on_on_x86_unless_the_user_chose():
     env = {}
     cli.default_onednn(env, machine="aarch64")
     assert env == {}  # elsewhere TensorFlow decides
+
+
+def test_every_script_parser_builds_without_tensorflow():
+    """cli.parser(NAME) reads each script's SCRIPT from its source and builds the parser
+    its --help prints, in a process that never imports TensorFlow; parse_args with that
+    Script accepts a documented command and names a misspelt option's closest match."""
+    code = (
+        "import sys, cli\n"
+        "names = [cli.parser(n).prog for n in cli.SCRIPTS]\n"
+        "hp, opts = cli.parse_args(['--preset', 'multi30k', '--max_steps', '3'],"
+        " script=cli.script_of('train'))\n"
+        "assert hp.max_steps == 3 and opts['_preset'] == 'multi30k'\n"
+        "try:\n"
+        "    cli.parse_args(['--beam_sise', '4'], script=cli.script_of('eval'))\n"
+        "except cli.UserError as e:\n"
+        "    names.append(str(e))\n"
+        "print(names, 'tensorflow' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    progs = [f"'python {name}.py'" for name in cli.SCRIPTS]
+    misspelt = "'unknown option --beam_sise; did you mean --beam_size?'"
+    assert out == f"[{', '.join(progs + [misspelt])}] False"
