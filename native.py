@@ -7,14 +7,16 @@ for this CPU (``-march=native``), once per machine: the library is kept in
 the source, TensorFlow's version, location and compile and link flags, the compiler, the
 build flags and the CPU's flags, written to a temporary name and renamed. One process
 builds a given library at a time (an ``fcntl`` lock per name); the others wait for it and
-load what it built. The whole build is bounded by :data:`BUILD_SECONDS`.
+load what it built. The whole build, a wait included, is bounded by :data:`BUILD_SECONDS`;
+a compiler still running then is killed with the processes it started.
 
 A compile error is remembered in a ``.failed`` marker beside the library (written
 atomically, naming the compiler's first error line), so that later runs do not retry it;
-a timeout or a compiler killed by a signal (out of memory, say) is not: the next run tries
-again. A library that exists wins over a marker. Without a compiler, or where the build or
-the load fails, :func:`ops` logs one line and returns None, and the callers keep
-TensorFlow's own ops. ``TRANSFORMER_NATIVE=0`` turns the kernels off.
+a timeout, or a compiler killed by a signal (the driver or the compiler proper it runs:
+out of memory, say), is not: the next run tries again. A library that exists wins over a
+marker. Without a compiler, or where the build or the load fails, :func:`ops` logs one
+line and returns None, and the callers keep TensorFlow's own ops. ``TRANSFORMER_NATIVE=0``
+turns the kernels off.
 
 The kernels run on the CPU only, in the train step's layers and in the loss (fast_ops
 decides), never in decoding nor inside an XLA-compiled function, so that exported
@@ -28,6 +30,7 @@ import functools
 import hashlib
 import os
 import platform
+import re
 import shutil
 import signal
 import subprocess
@@ -43,6 +46,11 @@ SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "native_ops.cc
 ARCH_FLAGS = (["-march=native", "-mno-avx512fp16"], ["-march=native"], [])
 BUILD_FLAGS = ["-shared", "-fPIC", "-O3", "-fopenmp-simd", "-w"]
 BUILD_SECONDS = 300  # the whole build, every set of ARCH_FLAGS tried, and a wait for another's
+ERROR = re.compile(r"\berror: |\bld: ")  # GCC's and Clang's error lines, and the linker's
+# a compiler proper killed by a signal (out of memory), as the driver reports it (GCC, Clang)
+KILLED = re.compile(
+    r"Killed signal terminated|compiler error: Killed|due to signal|command: Killed"
+)
 
 
 def cache_dir() -> str:
@@ -95,31 +103,70 @@ def build(cxx: str, path: str, deadline: float) -> None:
     """Compile SOURCE into ``path`` with the first of ARCH_FLAGS the compiler takes, all
     tries before ``deadline`` (time.time()); BuildError where none gives a library."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    error = ""
-    for arch in ARCH_FLAGS:  # the first compile error is the one remembered
+    errors = []  # the first error line of each try
+    for arch in ARCH_FLAGS:
         left = deadline - time.time()
         if left <= 0:
             raise BuildError(f"no library within {BUILD_SECONDS} s", remembered=False)
         fd, tmp = tempfile.mkstemp(suffix=".so", dir=os.path.dirname(path))
         os.close(fd)
-        cmd = [cxx, *BUILD_FLAGS, *arch, SOURCE, "-o", tmp, *tf_flags()]
         try:
-            run = subprocess.run(cmd, capture_output=True, text=True, timeout=left)
-        except (OSError, subprocess.TimeoutExpired) as e:
-            os.unlink(tmp)
-            timeout = isinstance(e, subprocess.TimeoutExpired)
-            why = f"no library within {BUILD_SECONDS} s" if timeout else f"{cxx}: {e}"
-            raise BuildError(why, remembered=False) from None
-        if run.returncode == 0:
-            os.replace(tmp, path)
-            return
-        os.unlink(tmp)
-        if run.returncode < 0:  # killed by a signal (the out-of-memory killer, say)
-            name = signal_name(-run.returncode)
-            raise BuildError(f"the compiler was killed by {name}", remembered=False)
-        lines = [ln for ln in run.stderr.splitlines() if "error" in ln] or [""]
-        error = error or lines[0].strip() or f"exit status {run.returncode}"
-    raise BuildError(error, remembered=True)
+            code, stderr = compile_once(
+                [cxx, *BUILD_FLAGS, *arch, SOURCE, "-o", tmp, *tf_flags()], left
+            )
+            if code == 0:
+                os.replace(tmp, path)
+                return
+        except subprocess.TimeoutExpired:
+            raise BuildError(f"no library within {BUILD_SECONDS} s", remembered=False) from None
+        except OSError as e:
+            raise BuildError(f"{cxx}: {e}", remembered=False) from None
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        killed = next((ln.strip() for ln in stderr.splitlines() if KILLED.search(ln)), "")
+        if code < 0 or killed:  # by a signal: the out-of-memory killer, say
+            why = f"by {signal_name(-code)}" if code < 0 else f"({killed})"
+            raise BuildError(f"the compiler was killed {why}", remembered=False)
+        if not stderr.strip():  # not a compile error that it could name
+            raise BuildError(f"{cxx} stopped with exit status {code} and no message", False)
+        errors.append(first_error(stderr))
+    # the first error of the first try, unless it only refused that try's flags
+    flags = {flag for arch in ARCH_FLAGS for flag in arch}
+    real = [e for e in errors if not any(flag in e for flag in flags)]
+    raise BuildError((real or errors)[0], remembered=True)
+
+
+def compile_once(cmd: list[str], seconds: float) -> tuple[int, str]:
+    """Run ``cmd`` in a process group of its own: (exit status, stderr). Where it outlives
+    ``seconds`` (subprocess.TimeoutExpired) or this process is interrupted, the whole group
+    is killed: the compiler proper (cc1plus) too, not only the driver."""
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        encoding="utf-8",
+        errors="replace",
+        start_new_session=True,
+    )
+    try:
+        _, stderr = proc.communicate(timeout=seconds)
+    except BaseException:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.communicate()
+        raise
+    return proc.returncode, stderr
+
+
+def first_error(stderr: str) -> str:
+    """The compiler's first error line ("file:line:col: error: ...", or the linker's), else
+    its first line of output."""
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    return next((ln for ln in lines if ERROR.search(ln)), lines[0])
 
 
 def signal_name(number: int) -> str:
@@ -155,7 +202,10 @@ def built(cxx: str, path: str) -> str:
                 break
             except BlockingIOError:
                 if time.time() >= deadline:
-                    return f"another process held the build lock {path}.lock for {BUILD_SECONDS} s"
+                    return (
+                        f"another process held the build lock {path}.lock for {BUILD_SECONDS} s"
+                        " (the next run tries again)"
+                    )
                 time.sleep(0.2)
         if os.path.exists(path):  # a good library wins over a marker
             return ""
