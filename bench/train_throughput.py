@@ -12,6 +12,9 @@ same size, and against the machine's measured matmul peak.
     python bench/train_throughput.py --preset multi30k --ablate dense2d,xent_grad [--pairs 3]
     python bench/train_throughput.py --preset multi30k --ablate f32_logits \
         --precision mixed_bfloat16 [--paired [--paired_norm pre]]
+    python bench/train_throughput.py --preset multi30k --xla_pairs 2 [--precision float32]
+    python bench/train_throughput.py --preset multi30k --sizes small \
+        --configs "ours float32,ours float32 xla,keras-hub fit float32"
 
 ``--ablate`` measures each rewrite of fast_ops.py against the standard op: for every
 name, ``--pairs`` interleaved on/off pairs of the small configuration (float32, or the
@@ -24,7 +27,11 @@ in turn over the same batches (``--paired_steps`` timed steps each, in three win
 pairs), which a drifting machine disturbs far less than children one after the other
 (``--paired_norm pre``: the small model with pre-norm sublayers, for the rewrites that
 only pre-norm models run); ``--ablate a+b`` turns the switches a and b on and off together.
-``--baseline_tree`` runs another checkout of the project (for example
+``--xla_pairs N`` measures XLA (``--jit_compile true``, pad_multiple 8) against none for
+our small rows in float32 and mixed_bfloat16 (or the ``--precision`` given): N
+interleaved pairs of children each, and prints each pair's ratio and the median; the
+table prints "XLA / no XLA" too where it has both rows of a precision. ``--configs``
+names rows in any case. ``--baseline_tree`` runs another checkout of the project (for example
 ``git worktree add /tmp/old HEAD~5``) in the same run, so that a change of code is compared
 with its predecessor on the same machine at the same time; in float32, or in the
 ``--precision`` given. ``--sizes preset`` times the preset's own model (its position
@@ -39,24 +46,34 @@ and its own precision) before, between and after its three timed windows, and co
 every window with the better of the two probes around it. The parent prints one table
 with the ratios.
 
-Both sides train on the same preprocessed data (the preset's BPE ids), the same model
-size (d_model, d_ff, heads, layers, vocabulary), dropout 0.1, label smoothing 0.1 over the
-real target tokens, and a tied output projection (the target token embedding's matrix):
-* ours: train.Trainer's compiled step on the token-budget, length-bucketed batch plan
-  (tokens_per_batch, pad_multiple), with XLA off/on and float32/mixed_bfloat16, and one
-  float32 row per position family (``position`` learned, shaw, t5, xl, alibi, rotary;
-  their tokens/s also as a fraction of the sinusoid row's, which each should keep at
-  0.75 or more; the FLOP columns count the paper's matmuls only, not the relative terms);
-* keras-hub: keras_hub.layers.TokenAndPositionEmbedding (one for both languages, as our
-  joint vocabulary shares one) + TransformerEncoder/Decoder + the embedding's matrix as
-  the output projection, model.compile(Adam, the label-smoothed loss) + model.fit.
+Both sides train on the same preprocessed data (the preset's BPE ids) and the same model
+size (d_model, d_ff, heads, layers, vocabulary), post-norm, with dropout 0.1 on each
+sublayer's output and on the attention weights, label smoothing 0.1 (epsilon / V on every
+token of the vocabulary, as in 5.4) averaged over the real target tokens (PAD left out),
+and the output projection tied to the one token embedding that both languages share
+(logits = hidden @ E^T: no bias, no scale on the logits):
+* ours: train.Trainer's compiled step (its label-smoothed cross-entropy, fast_ops.Adam)
+  on the token-budget, length-bucketed batch plan (tokens_per_batch, pad_multiple), with
+  XLA off/on and float32/mixed_bfloat16, and one float32 row per position family
+  (``position`` learned, shaw, t5, xl, alibi, rotary; their tokens/s also as a fraction
+  of the sinusoid row's, which each should keep at 0.75 or more; the FLOP columns count
+  the paper's matmuls only, not the relative terms);
+* keras-hub: keras_hub.layers.TokenAndPositionEmbedding (mask_zero) +
+  TransformerEncoder/Decoder, the logits from the embedding's ReversibleEmbedding with
+  ``reverse=True``; model.compile(Keras' Adam, keras.losses.CategoricalCrossentropy(
+  from_logits=True, label_smoothing=0.1, reduction="mean_with_sample_weight")) over
+  one-hot labels with sample weight 0 at PAD (Keras' sparse cross-entropy has no label
+  smoothing; the one-hot loss measured faster here than a sparse label-smoothed one
+  written with keras.ops) + model.fit, float32 (Keras turns XLA off on a CPU).
   Two rows: "keras-hub fit float32" on shuffled batches of 64 sentence pairs padded to
   the batch's longest sentence (what a keras-hub user writes), and "(our batches)" on our
   own padded batches. The table ends with ours against each: on the same batches, the
   speed of the ops; each with its own batching, what a user gets.
-Where the two sides still differ: keras-hub learns its positions (ours: the sinusoid of
-3.5) and computes the logits at every target position, PAD included (ours: at the real
-ones only); its Adam is Keras' own (ours: fast_ops.Adam).
+Where the two sides still differ: keras-hub learns its positions and does not scale its
+embeddings (ours: the sinusoid of 3.5 and sqrt(d_model), 3.4), has no dropout on the
+embedding sums (ours: 0.1, 5.4), computes the logits at every target position, PAD
+included (ours: at the real ones only; with XLA at every one, PAD weighted 0), and uses
+LayerNorm epsilon 1e-5 (ours: 1e-6).
 Throughput counts real target tokens only (labels that are not PAD). GFLOP/s are on
 real tokens: 6 * params * tokens (params of our model, embeddings counted once: they are
 the output projection) and an explicit matmul count (forward x 3) from the real source
@@ -80,8 +97,9 @@ import numpy as np
 import cli
 import hparams
 
-# the model keras-hub's row mirrors: the paper's sinusoid and post-norm, whatever the preset
-MIRRORED = dict(position="sinusoid", norm="post")
+# the model keras-hub's row mirrors: the paper's sinusoid and post-norm, whatever the preset,
+# and dropout 0.1 on the attention weights (keras-hub's dropout drops them too)
+MIRRORED = dict(position="sinusoid", norm="post", attention_dropout=0.1)
 SIZES = {
     "small": dict(
         d_model=256, d_ff=1024, num_blocks=3, num_heads=4, tokens_per_batch=2048, **MIRRORED
@@ -313,7 +331,9 @@ def run_ours(cfg: dict) -> dict:
 def keras_hub_model(vocab, d, d_ff, n, h, max_len, dropout):
     """The encoder-decoder of the keras-hub translation example, at our size and tied as
     ours is (3.4): one token embedding for both languages (a joint vocabulary), whose
-    matrix is also the output projection (keras' ReversibleEmbedding, ``reverse=True``)."""
+    matrix is also the output projection (its ReversibleEmbedding called with
+    ``reverse=True``: logits = hidden @ E^T, no bias, no scale, no Keras mask).
+    Inputs src (N, S) and tgt (N, T) int32 ids, PAD 0 -> logits (N, T, vocab)."""
     import keras
     import keras_hub
 
@@ -326,51 +346,65 @@ def keras_hub_model(vocab, d, d_ff, n, h, max_len, dropout):
     y = embedding(tgt)
     for _ in range(n):
         y = keras_hub.layers.TransformerDecoder(d_ff, h, dropout=dropout)(y, x)
-    logits = tied_logits_layer()(embedding.token_embedding)(y)
+    logits = embedding.token_embedding(y, reverse=True)
     return keras.Model([src, tgt], logits)
 
 
-def tied_logits_layer():
-    """keras.layers.Layer: hidden (N, T, d) -> logits (N, T, V) through an embedding's
-    transposed matrix, with no Keras mask on the logits (the loss masks PAD itself)."""
+def keras_hub_compiled(hp, vocab: int):
+    """:func:`keras_hub_model` at ``hp``'s size, compiled as a Keras user does: Adam with
+    the paper's betas (5.3) and Keras' label-smoothed cross-entropy (5.4: epsilon
+    ``hp.label_smoothing`` spread uniformly over the vocabulary, as ours), averaged over
+    the real target tokens (the PAD positions weigh 0: :func:`keras_hub_dataset`).
+    Keras' sparse cross-entropy has no label smoothing, hence one-hot labels."""
     import keras
 
-    class TiedLogits(keras.layers.Layer):
-        def __init__(self, embedding, **kwargs):
-            super().__init__(**kwargs)
-            self.embedding = embedding
-
-        def call(self, hidden):
-            return keras.ops.matmul(hidden, keras.ops.transpose(self.embedding.embeddings))
-
-        def compute_mask(self, inputs, mask=None):
-            return None
-
-    return TiedLogits
+    model = keras_hub_model(
+        vocab, hp.d_model, hp.d_ff, hp.num_blocks, hp.num_heads, hp.maxlen1 + 2, hp.dropout_rate
+    )
+    loss = keras.losses.CategoricalCrossentropy(
+        from_logits=True,
+        label_smoothing=hp.label_smoothing,
+        reduction="mean_with_sample_weight",  # sum over the real tokens / their count
+    )
+    model.compile(keras.optimizers.Adam(3e-4, beta_2=0.98, epsilon=1e-9), loss)
+    return model
 
 
-def smoothed_loss(epsilon: float):
-    """The label-smoothed cross-entropy (5.4) per real target token, as ours computes it
-    (uniform epsilon / V over the vocabulary; PAD labels, id 0, left out): labels (N, T)
-    and logits (N, T, V) -> the mean over the real tokens."""
-    import keras
+def keras_hub_dataset(batches, vocab: int):
+    """tf.data.Dataset of ((source, decoder input), one-hot labels (N, T, vocab), sample
+    weights (N, T): 1 at the real target tokens, 0 at PAD) for model.fit, from the
+    (source, decoder input, labels) numpy batches."""
+    import tensorflow as tf
 
-    ops = keras.ops
+    spec = tf.TensorSpec([None, None], tf.int32)
 
-    def loss(labels, logits):
-        labels = ops.cast(labels, "int32")
-        logp = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
-        nll = -ops.squeeze(ops.take_along_axis(logp, labels[..., None], axis=-1), -1)
-        smoothed = (1.0 - epsilon) * nll - epsilon * ops.mean(logp, axis=-1)
-        real = ops.cast(ops.not_equal(labels, 0), "float32")
-        return ops.sum(smoothed * real) / ops.maximum(ops.sum(real), 1.0)
+    def gen():
+        for src, dec, lab in batches:
+            yield (src, dec), lab
 
-    return loss
+    def labelled(inputs, lab):
+        return inputs, tf.one_hot(lab, vocab), tf.cast(tf.not_equal(lab, 0), tf.float32)
+
+    ds = tf.data.Dataset.from_generator(gen, output_signature=((spec, spec), spec))
+    return ds.map(labelled).prefetch(2)
+
+
+def user_batches(data, count: int, size: int = 64, seed: int = 0):
+    """What a keras-hub user writes: ``count`` batches of ``size`` shuffled sentence pairs
+    each padded to its longest sentence (source, decoder input, labels numpy arrays)."""
+    import data_load
+
+    order = np.random.default_rng(seed).permutation(data.keep)
+    return [
+        data_load.build_batch(data.corpus, order[i * size : (i + 1) * size]) for i in range(count)
+    ]
 
 
 def run_keras_hub(cfg: dict) -> dict:
+    """keras-hub's row: model.fit of :func:`keras_hub_compiled` over our padded batches
+    (``cfg['our_batches']``) or a keras-hub user's (:func:`user_batches`), each step timed
+    from the end of the one before (data and callbacks included)."""
     import keras
-    import tensorflow as tf
 
     import data_load
 
@@ -381,28 +415,14 @@ def run_keras_hub(cfg: dict) -> dict:
     count = cfg["warmup"] + cfg["steps"]
     if cfg.get("our_batches"):  # the same padded batches as ours: per-op speed
         batches = batches_for(hp, data, count)
-    else:  # what a keras-hub user writes: shuffled batches of 64 pairs
-        order = np.random.default_rng(hp.seed).permutation(data.keep)
-        batches = [
-            data_load.build_batch(data.corpus, order[i * 64 : (i + 1) * 64]) for i in range(count)
-        ]
+    else:
+        batches = user_batches(data, count, seed=hp.seed)
     vocab = tok.tgt_vocab_size
-    model = keras_hub_model(
-        vocab, hp.d_model, hp.d_ff, hp.num_blocks, hp.num_heads, hp.maxlen1 + 2, hp.dropout_rate
-    )
-    model.compile(
-        keras.optimizers.Adam(3e-4, beta_2=0.98, epsilon=1e-9), smoothed_loss(hp.label_smoothing)
-    )
-    spec = tf.TensorSpec([None, None], tf.int32)
-
-    def gen():
-        for src, dec, lab in batches:
-            yield (src, dec), lab
-
-    ds = tf.data.Dataset.from_generator(gen, output_signature=((spec, spec), spec))
+    model = keras_hub_compiled(hp, vocab)
     step_times, last = [], []
     peaks = Peaks("float32")
     probe_after = {cfg["warmup"] + b - 1 for b in window_bounds(cfg["steps"])}
+    probe = cfg.get("probe", True)
 
     class Clock(keras.callbacks.Callback):
         """Each step's time from the end of the one before (data, callbacks and all);
@@ -418,10 +438,10 @@ def run_keras_hub(cfg: dict) -> dict:
             step_times.append(now - last[-1])
             last.append(now)
             if batch in probe_after:
-                peaks.probe()
+                peaks.probe(probe)
                 last.append(time.perf_counter())
 
-    hist = model.fit(ds.prefetch(2), epochs=1, verbose=0, callbacks=[Clock()])
+    hist = model.fit(keras_hub_dataset(batches, vocab), epochs=1, verbose=0, callbacks=[Clock()])
     times, tokens, flops, first = per_step(batches, cfg["warmup"], step_times, hp, vocab)
     return {
         **timed_result(times, tokens, flops, first, batches, peaks),
@@ -672,69 +692,138 @@ SAME_BATCHES = "keras-hub fit float32 (our batches)"
 
 
 def print_two_ratios(group: list[dict]) -> None:
-    """Ours (float32, no XLA) against keras-hub on the same padded batches (the speed of
-    the ops alone) and with each side's own batching (what a user gets)."""
+    """Ours (float32, no XLA) against keras-hub's model.fit: on the same padded batches
+    (ours; the speed of the ops alone) and each with its own batching (ours: the
+    length-bucketed token budget; keras-hub: :func:`user_batches`; what a user gets),
+    with each side's padded share of the target positions."""
     by_name = {r["cfg"]["name"]: r for r in group}
     ours = by_name.get("ours float32")
     if ours is None:
         return
+    budget = ours["cfg"].get("hparams", {}).get("tokens_per_batch", 0)
+    mine = f"ours: length-bucketed, <= {budget} tokens a batch, pad {ours['tgt_padding']:.1%}"
     for name, what in (
-        (SAME_BATCHES, "the same padded batches (the ops' speed)"),
-        ("keras-hub fit float32", "each with its own batching (what a user gets)"),
+        (SAME_BATCHES, "the same padded batches ({mine}; the ops' speed)"),
+        (
+            "keras-hub fit float32",
+            "each with its own batching ({mine}; keras-hub: 64 shuffled pairs a batch, "
+            "padded to the longest, pad {theirs:.1%}; what a user gets)",
+        ),
     ):
         if name in by_name:
-            ratio = ours["tok_s"] / by_name[name]["tok_s"]
-            print(f"ours float32 / keras-hub float32, {what}: {ratio:.2f}x")
+            ref = by_name[name]
+            ratio = ours["tok_s"] / ref["tok_s"]
+            label = what.format(mine=mine, theirs=ref["tgt_padding"])
+            print(f"ours float32 / keras-hub fit float32, {label}: {ratio:.2f}x")
     print()
 
 
-def main() -> None:
-    hp, opts = cli.parse_args(
-        extra={
-            "sizes": "small,base",
-            "quick": False,
-            "worker": "",
-            "configs": "",
-            "baseline_tree": "",
-            "ablate": "",
-            "pairs": 3,
-            "paired": False,
-            "paired_steps": 90,
-            "paired_norm": "post",
-        }
-    )
-    if opts["worker"]:
-        child(opts["worker"])
-        return
-    preset = opts["_preset"]
-    import tensorflow as tf
+def xla_configurations(preset: str, pairs: int, quick: bool, precisions: list[str]) -> list[dict]:
+    """``--xla_pairs``: per precision, ``pairs`` interleaved (no XLA, XLA) runs of the
+    small rows "ours <precision>" and "ours <precision> XLA" (off on, on off, ...: a drift
+    of the machine's speed does not favour one side)."""
+    rows = {c["name"]: c for c in configurations(preset, ["small"], quick)}
+    out = []
+    for precision in precisions:
+        off, on = rows[f"ours {precision}"], rows[f"ours {precision} XLA"]
+        for k in range(pairs):
+            pair = [
+                dict(cfg, name=f"{cfg['name']} #{k + 1}", xla_pair=[precision, k])
+                for cfg in (off, on)
+            ]
+            out += pair if k % 2 == 0 else pair[::-1]
+    return out
 
-    print(
-        f"TensorFlow {tf.__version__}; {os.cpu_count()} CPUs; preset {preset} "
-        f"(prepro_dir {hp.prepro_dir})"
-    )
-    print(
-        f"matmul peak (TensorFlow, best of 2048^3 and 4096^3) before the runs: float32 "
-        f"{matmul_peak('float32'):.0f} GFLOP/s, bfloat16 {matmul_peak('bfloat16'):.0f}"
-    )
-    rows = []
-    wanted = [x.strip() for x in opts["configs"].split(",") if x.strip()]
+
+def xla_ratio_lines(rows: list[dict]) -> list[str]:
+    """For the rows of :func:`xla_configurations`: per precision and pair, tokens/s
+    without and with XLA and their ratio (also of the steady tokens/s: the steps whose
+    batch shape was traced and compiled before), then the median ratio. A pair with a
+    failed side is left out."""
+    sides = {}
+    for r in rows:
+        precision, k = r["cfg"]["xla_pair"]
+        sides.setdefault(precision, {}).setdefault(k, {})[r["cfg"]["hparams"]["jit_compile"]] = r
+    lines = [f"{'ours':16} {'pair':>4} {'tok/s':>7} {'XLA tok/s':>9} {'XLA/no':>6} {'steady':>6}"]
+    for precision, pairs in sides.items():
+        ratios = []
+        for k, pair in sorted(pairs.items()):
+            if len(pair) < 2:
+                continue
+            off, on = pair[False], pair[True]
+            ratios.append(on["tok_s"] / off["tok_s"])
+            steady = on["steady_tok_s"] / off["steady_tok_s"] if off["steady_tok_s"] else 0.0
+            lines.append(
+                f"{precision:16} {k + 1:4d} {off['tok_s']:7,.0f} {on['tok_s']:9,.0f} "
+                f"{ratios[-1]:6.2f} {steady:6.2f}"
+            )
+        if ratios:
+            lines.append(f"{precision:16} {'med':>4} {'':7} {'':9} {np.median(ratios):6.2f}")
+    return lines
+
+
+def print_xla_ratios(group: list[dict]) -> None:
+    """Ours with XLA against ours without, per precision, where the table has both rows."""
+    by_name, shown = {r["cfg"]["name"]: r for r in group}, False
+    for precision in hparams.CHOICES["precision"]:
+        off, on = by_name.get(f"ours {precision}"), by_name.get(f"ours {precision} XLA")
+        if off and on:
+            print(f"ours {precision}: XLA / no XLA: {on['tok_s'] / off['tok_s']:.2f}x")
+            shown = True
+    if shown:
+        print()
+
+
+LEGEND = (
+    "tgt tok/s: real (non-PAD) target tokens per second, median of 3 windows; steady: "
+    "over the steps whose batch shape was seen before (no trace, no XLA compile); "
+    "ratio: to keras-hub (or to the first row); 6PT: 6 x params x tokens/s; mm: "
+    "matmul FLOPs of the real tokens per second; fp32 pk / own pk: the best float32 / "
+    "own-precision matmul GFLOP/s probed in the same child process before, between "
+    "and after its timed windows; of fp32 / of own: median over the windows of the "
+    "window's mm GFLOP/s over the better of the two probes around it; pad: padded "
+    "fraction of target positions; traces: tf.function traces of the train step; "
+    "shapes: distinct batch shapes (XLA compiles one program per shape); RSS: peak "
+    "resident memory of the child process while it trains (the peak probes' "
+    "matrices excluded)"
+)
+NAME_WIDTH = 36  # "keras-hub fit float32 (our batches)" and more
+
+
+def chosen_configurations(hp, opts: dict) -> list[dict]:
+    """The children to run: the ablation pairs (``--ablate``, ``--paired``), the XLA pairs
+    (``--xla_pairs``) or the table's rows (``--sizes``), those named in ``--configs`` (in
+    any case) only, each reading ``hp``'s prepro_dir."""
+    preset = opts["_preset"]
     ablate = [x.strip() for x in opts["ablate"].split(",") if x.strip()]
     precision = hp.precision if "precision" in opts["_set"] else "float32"
-    if ablate:
-        if opts["paired"]:
-            configs = paired_configurations(
-                preset, ablate, opts["paired_steps"], precision, opts["paired_norm"]
-            )
-        else:
-            configs = ablation_configurations(preset, ablate, opts["pairs"], precision)
+    if ablate and opts["paired"]:
+        configs = paired_configurations(
+            preset, ablate, opts["paired_steps"], precision, opts["paired_norm"]
+        )
+    elif ablate:
+        configs = ablation_configurations(preset, ablate, opts["pairs"], precision)
+    elif opts["xla_pairs"]:
+        chosen = [precision] if "precision" in opts["_set"] else ["float32", "mixed_bfloat16"]
+        configs = xla_configurations(preset, opts["xla_pairs"], opts["quick"], chosen)
     else:
         configs = configurations(
             preset, opts["sizes"].split(","), opts["quick"], opts["baseline_tree"], precision
         )
+    wanted = [x.strip().lower() for x in opts["configs"].split(",") if x.strip()]
+    return [
+        dict(cfg, hparams=dict(cfg["hparams"], prepro_dir=hp.prepro_dir))
+        for cfg in configs
+        if not wanted or cfg["name"].lower() in wanted
+    ]
+
+
+def run_children(configs: list[dict]) -> list[dict]:
+    """Each configuration in a fresh child process, one after the other: their results
+    (a paired child's as its on/off rows), with ``cfg`` and ``wall``; a failed child
+    prints its stderr's tail and gives no row."""
+    rows = []
     for cfg in configs:
-        if wanted and cfg["name"] not in wanted:
-            continue
         t0 = time.time()
         proc = subprocess.run(
             [sys.executable, os.path.abspath(__file__), "--worker", json.dumps(cfg)],
@@ -757,60 +846,88 @@ def main() -> None:
             f"  done: {cfg['size']} {cfg['name']} in {res['wall']:.0f}s: {res['tok_s']:,.0f} tok/s",
             flush=True,
         )
-    print()
-    if ablate:
-        print_ablation(rows)
-        return
-    for size in dict.fromkeys(r["cfg"]["size"] for r in rows):
-        group = [r for r in rows if r["cfg"]["size"] == size]
-        ref = next((r for r in group if r["cfg"]["side"] == "keras-hub"), None)
-        ours_params = next((r["params"] for r in group if r["cfg"]["side"] == "ours"), 0)
-        # without a keras-hub row, ratios are to the first row ("x first" column)
-        base_row = group[0] if ref is None else None
-        m = size_model(preset, size)
-        print(
-            f"## {size}: d_model {m['d_model']}, d_ff {m['d_ff']}, {m['num_blocks']}+"
-            f"{m['num_blocks']} layers, {m['num_heads']} heads, {m['position']}, "
-            f"{m['norm']}-norm; our params {ours_params:,}"
-        )
-        print(
-            f"{'configuration':26} {'tgt tok/s':>9} {'steady':>7} {'ratio':>6} "
-            f"{'6PT GF/s':>8} {'mm GF/s':>8} {'fp32 pk':>8} {'of fp32':>7} {'own pk':>7} "
-            f"{'of own':>6} {'pad':>6} {'traces':>6} {'shapes':>6} {'RSS':>7}"
-        )
-        for r in group:
-            six = 6 * ours_params * r["tok_s"] / 1e9
-            mm = r["matmul_flop_s"] / 1e9
-            ratio = r["tok_s"] / ref["tok_s"] if ref else float("nan")
-            if ref is None and base_row and r is not base_row:
-                ratio = r["tok_s"] / base_row["tok_s"]
-            traces = "-" if r["traces"] is None else str(r["traces"])
-            name = r["cfg"]["name"]
-            if r["cfg"]["side"] == "keras-hub":
-                name += " (XLA)" if r.get("jit_compile") else ""
-            steady = f"{r['steady_tok_s']:7,.0f}" if r["steady_tok_s"] else "      -"
-            print(
-                f"{name:26} {r['tok_s']:9,.0f} {steady} {ratio:6.2f} "
-                f"{six:8.1f} {mm:8.1f} {r['peak_fp32']:8.0f} {r['of_fp32']:7.1%} "
-                f"{r['peak']:7.0f} {r['of_own']:6.1%} {r['tgt_padding']:6.1%} "
-                f"{traces:>6} {r['shapes']:6d} {r['rss_mb']:5.0f}MB"
-            )
-        print()
-        print_two_ratios(group)
-        print_families(group)
+    return rows
+
+
+def print_size_table(preset: str, size: str, group: list[dict]) -> None:
+    """One size's rows, then its ratios: ours to keras-hub, XLA to none, the families."""
+    ref = next((r for r in group if r["cfg"]["side"] == "keras-hub"), None)
+    ours_params = next((r["params"] for r in group if r["cfg"]["side"] == "ours"), 0)
+    base_row = group[0] if ref is None else None  # no keras-hub row: ratios to the first
+    m = size_model(preset, size)
     print(
-        "tgt tok/s: real (non-PAD) target tokens per second, median of 3 windows; steady: "
-        "over the steps whose batch shape was seen before (no trace, no XLA compile); "
-        "ratio: to keras-hub (or to the first row); 6PT: 6 x params x tokens/s; mm: "
-        "matmul FLOPs of the real tokens per second; fp32 pk / own pk: the best float32 / "
-        "own-precision matmul GFLOP/s probed in the same child process before, between "
-        "and after its timed windows; of fp32 / of own: median over the windows of the "
-        "window's mm GFLOP/s over the better of the two probes around it; pad: padded "
-        "fraction of target positions; traces: tf.function traces of the train step; "
-        "shapes: distinct batch shapes (XLA compiles one program per shape); RSS: peak "
-        "resident memory of the child process while it trains (the peak probes' "
-        "matrices excluded)"
+        f"## {size}: d_model {m['d_model']}, d_ff {m['d_ff']}, {m['num_blocks']}+"
+        f"{m['num_blocks']} layers, {m['num_heads']} heads, {m['position']}, "
+        f"{m['norm']}-norm; our params {ours_params:,}"
     )
+    print(
+        f"{'configuration':{NAME_WIDTH}} {'tgt tok/s':>9} {'steady':>7} {'ratio':>6} "
+        f"{'6PT GF/s':>8} {'mm GF/s':>8} {'fp32 pk':>8} {'of fp32':>7} {'own pk':>7} "
+        f"{'of own':>6} {'pad':>6} {'traces':>6} {'shapes':>6} {'RSS':>7}"
+    )
+    for r in group:
+        six = 6 * ours_params * r["tok_s"] / 1e9
+        mm = r["matmul_flop_s"] / 1e9
+        ratio = r["tok_s"] / ref["tok_s"] if ref else float("nan")
+        if ref is None and base_row and r is not base_row:
+            ratio = r["tok_s"] / base_row["tok_s"]
+        traces = "-" if r["traces"] is None else str(r["traces"])
+        name = r["cfg"]["name"]
+        if r["cfg"]["side"] == "keras-hub":
+            name += " (XLA)" if r.get("jit_compile") else ""
+        steady = f"{r['steady_tok_s']:7,.0f}" if r["steady_tok_s"] else "      -"
+        print(
+            f"{name:{NAME_WIDTH}} {r['tok_s']:9,.0f} {steady} {ratio:6.2f} "
+            f"{six:8.1f} {mm:8.1f} {r['peak_fp32']:8.0f} {r['of_fp32']:7.1%} "
+            f"{r['peak']:7.0f} {r['of_own']:6.1%} {r['tgt_padding']:6.1%} "
+            f"{traces:>6} {r['shapes']:6d} {r['rss_mb']:5.0f}MB"
+        )
+    print()
+    print_two_ratios(group)
+    print_xla_ratios(group)
+    print_families(group)
+
+
+def main() -> None:
+    hp, opts = cli.parse_args(
+        extra={
+            "sizes": "small,base",
+            "quick": False,
+            "worker": "",
+            "configs": "",
+            "baseline_tree": "",
+            "ablate": "",
+            "pairs": 3,
+            "paired": False,
+            "paired_steps": 90,
+            "paired_norm": "post",
+            "xla_pairs": 0,
+        }
+    )
+    if opts["worker"]:
+        child(opts["worker"])
+        return
+    preset = opts["_preset"]
+    import tensorflow as tf
+
+    print(
+        f"TensorFlow {tf.__version__}; {os.cpu_count()} CPUs; preset {preset} "
+        f"(prepro_dir {hp.prepro_dir})"
+    )
+    print(
+        f"matmul peak (TensorFlow, best of 2048^3 and 4096^3) before the runs: float32 "
+        f"{matmul_peak('float32'):.0f} GFLOP/s, bfloat16 {matmul_peak('bfloat16'):.0f}"
+    )
+    rows = run_children(chosen_configurations(hp, opts))
+    print()
+    if any(x.strip() for x in opts["ablate"].split(",")):
+        print_ablation(rows)
+    elif opts["xla_pairs"]:
+        print("\n".join(xla_ratio_lines(rows)))
+    else:
+        for size in dict.fromkeys(r["cfg"]["size"] for r in rows):
+            print_size_table(preset, size, [r for r in rows if r["cfg"]["size"] == size])
+        print(LEGEND)
 
 
 if __name__ == "__main__":
