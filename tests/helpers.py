@@ -1,9 +1,11 @@
 """Plain helpers shared by the test files (the fixtures are in conftest.py)."""
 
+import io
 import json
 import os
 import subprocess
 import sys
+import tarfile
 
 import keras
 import numpy as np
@@ -182,3 +184,15 @@ def check_beam_scores(model, src, ids, scores, limits, context=None, target_cont
         total = logp[r, np.arange(len(hyp)), hyp].sum()
         penalty = ((5.0 + len(hyp)) / 6.0) ** 0.6
         np.testing.assert_allclose(score, total / penalty, atol=1e-4, err_msg=str(hyp))
+
+
+def tgz_bytes(members) -> bytes:
+    """A gzipped tarball of (name, bytes) members (mode 0644), as the IWSLT releases are."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            info.mode = 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()

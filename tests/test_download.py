@@ -13,6 +13,7 @@ import pytest
 
 import download
 from download import DownloadError, download_corpus, fetch
+from helpers import tgz_bytes
 
 IWSLT_FILES = {
     "train.tags.de-en.de": "<url>http://www.ted.com/talks/x</url>\nHallo Welt.\nWie geht es dir?\n",
@@ -43,22 +44,11 @@ def _make_tgz(path, members):
             tar.addfile(info, io.BytesIO(data))
 
 
-def _tgz_bytes(members):
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            info.mode = 0o644
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
 def _make_release(path, inner=None, before=(), after=()):
     """The WIT3 release layout: one tarball of all pairs, each pair its own tarball under
     2016-01/texts/<s>/<t>/; the other pairs come first, so that reading stops mid-way."""
-    inner = _tgz_bytes(_iwslt_members()) if inner is None else inner
-    decoy = _tgz_bytes([("fr-en/train.tags.fr-en.fr", b"Bonjour.\n")])
+    inner = tgz_bytes(_iwslt_members()) if inner is None else inner
+    decoy = tgz_bytes([("fr-en/train.tags.fr-en.fr", b"Bonjour.\n")])
     members = [
         *before,
         ("2016-01/README", b"release notes\n"),
@@ -519,7 +509,7 @@ def test_release_unsafe_member_refused(tmp_path, where):
     if where == "release":
         _make_release(tgz, before=[(evil, b"pwned\n")])
     else:
-        _make_release(tgz, inner=_tgz_bytes(_iwslt_members([(evil, b"pwned\n")])))
+        _make_release(tgz, inner=tgz_bytes(_iwslt_members([(evil, b"pwned\n")])))
     with pytest.raises(DownloadError) as ei:
         download.extract_iwslt(tgz, str(d))
     msg = str(ei.value)
@@ -531,7 +521,7 @@ def test_release_unsafe_member_refused(tmp_path, where):
 
 def test_release_without_the_pair(tmp_path):
     tgz = str(tmp_path / "2016-01.tgz")
-    _make_tgz(tgz, [("2016-01/texts/fr/en/fr-en.tgz", _tgz_bytes([("fr-en/x", b"x")]))])
+    _make_tgz(tgz, [("2016-01/texts/fr/en/fr-en.tgz", tgz_bytes([("fr-en/x", b"x")]))])
     with pytest.raises(DownloadError) as ei:
         download.extract_iwslt(tgz, str(tmp_path / "d"))
     assert str(ei.value) == (

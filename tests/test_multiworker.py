@@ -67,6 +67,14 @@ def start_workers(hp, workers=None, logs=None):
     return procs
 
 
+def one_epoch(demo_prepro, tmp_path, ckpt_every_steps: int) -> hparams.Hparams:
+    """The demo run of the multi-worker tests: one epoch without dropout in tmp_path."""
+    values = dict(logdir=str(tmp_path / "log"), evaldir=str(tmp_path / "eval"), num_epochs=1)
+    return hparams.apply(
+        demo_prepro, dict(values, ckpt_every_steps=ckpt_every_steps, dropout_rate=0.0)
+    )
+
+
 def finish(procs):
     """[(exit status, stdout, stderr)] of each worker."""
     outs = []
@@ -88,16 +96,7 @@ def test_two_workers_stop_together_resume_and_only_the_chief_checkpoints(demo_pr
     with status 143, and the chief writes the checkpoint of that step. Started again,
     both resume and end the epoch (its end: a dev evaluation on each, an agreement on
     not stopping, a collective save) at the same step; only the chief checkpoints."""
-    hp = hparams.apply(
-        demo_prepro,
-        dict(
-            logdir=str(tmp_path / "log"),
-            evaldir=str(tmp_path / "eval"),
-            num_epochs=1,
-            ckpt_every_steps=0,
-            dropout_rate=0.0,
-        ),
-    )
+    hp = one_epoch(demo_prepro, tmp_path, ckpt_every_steps=0)
     n = len(data_load.TrainData(hp, replicas=2).batches(0))  # one update per global batch
     procs = start_workers(hp)
     for line in procs[1].stdout:  # the worker has started its epochs
@@ -278,16 +277,7 @@ def test_a_killed_worker_stops_the_other_with_one_line_and_the_run_resumes(demo_
     with the one line that names it. The same command (same addresses) resumes both at
     the newest checkpoint; SIGKILL the chief there: the other worker ends the same way.
     Started again, both resume at the chief's newest checkpoint and finish the run."""
-    hp = hparams.apply(
-        demo_prepro,
-        dict(
-            logdir=str(tmp_path / "log"),
-            evaldir=str(tmp_path / "eval"),
-            num_epochs=1,
-            ckpt_every_steps=2,
-            dropout_rate=0.0,
-        ),
-    )
+    hp = one_epoch(demo_prepro, tmp_path, ckpt_every_steps=2)
     n = len(data_load.TrainData(hp, replicas=2).batches(0))  # one update per global batch
     workers = [f"127.0.0.1:{p}" for p in free_ports(2)]
     logs, deadline, step, started = str(tmp_path), time.time() + 300, 0, []

@@ -6,12 +6,10 @@ through data_load, but not used).
 
 import collections
 import gzip
-import io
 import json
 import os
 import re
 import socket
-import tarfile
 
 import numpy as np
 import pytest
@@ -20,6 +18,7 @@ import data_load
 import download
 import hparams
 import prepro
+from helpers import tgz_bytes
 from hparams import UserError
 
 # ---------------------------------------------------------------------------------------
@@ -717,17 +716,6 @@ def iwslt_files():
 
 def xml_escape(text):
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def tgz_bytes(members):
-    """A gzipped tarball of (name, bytes) members."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
 
 
 def pair_tgz():
