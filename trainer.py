@@ -280,9 +280,10 @@ class Trainer:
         """The gradients' global norm; if it or the loss is a NaN or an Inf on any
         replica, no update anywhere (no weight, optimizer slot or step count changes, and
         the loss scale halves); else clipped to ``clip_norm`` (if set) and applied by Adam
-        and the variant's optimizer groups. Returns (global gradient norm (this replica's
-        share), skipped, scale_skip) as float32 scalars: scale_skip marks a skip that was
-        the loss scale's normal overflow (not counted as a bad step)."""
+        and the variant's optimizer groups. Returns (the global norm of the gradient
+        summed over the replicas, skipped, scale_skip) as float32 scalars: scale_skip
+        marks a skip that was the loss scale's normal overflow (not counted as a bad
+        step)."""
         scale = self.loss_scale.factor()
         grads = self.sum_gradients(grads)
         norm = tf.linalg.global_norm(grads) / scale
