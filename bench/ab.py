@@ -41,12 +41,11 @@ import statistics
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+import common
 
-import files  # noqa: E402  (no TensorFlow: the benchmark itself stays light)
-import stages  # noqa: E402
+import files  # no TensorFlow: the benchmark itself stays light
 
+ROOT = common.ROOT
 ARMS = ("old", "new")
 
 
@@ -54,7 +53,7 @@ def tree_of(opts, arm: str) -> str:
     return os.path.abspath(opts.old_tree) if arm == "old" and opts.old_tree else ROOT
 
 
-def common(opts, arm: str) -> list[str]:
+def shared_args(opts, arm: str) -> list[str]:
     """The options every stage of an arm shares: preset, data, its prepro folder."""
     args = ["--preset", opts.preset]
     if opts.data_dir:
@@ -63,7 +62,7 @@ def common(opts, arm: str) -> list[str]:
 
 
 def prepro_command(opts, arm: str) -> list[str]:
-    return [sys.executable, os.path.join(tree_of(opts, arm), "prepro.py"), *common(opts, arm)]
+    return [sys.executable, os.path.join(tree_of(opts, arm), "prepro.py"), *shared_args(opts, arm)]
 
 
 def train_command(opts, arm: str, seed: int) -> list[str]:
@@ -73,7 +72,7 @@ def train_command(opts, arm: str, seed: int) -> list[str]:
     )
     extra = shlex.split(opts.old_args if arm == "old" else opts.new_args)
     return [
-        sys.executable, os.path.join(tree_of(opts, arm), "train.py"), *common(opts, arm),
+        sys.executable, os.path.join(tree_of(opts, arm), "train.py"), *shared_args(opts, arm),
         "--seed", str(seed), *budget,
         "--logdir", os.path.join(opts.out, name), "--evaldir", os.path.join(opts.out, "eval", name),
         *extra,
@@ -122,22 +121,16 @@ def figures(opts, arm: str, seed: int) -> dict | None:
 
 def run(command: list[str], log: str, cwd: str) -> None:
     """One stage in ``cwd`` (the arm's tree), its output appended to ``log``."""
-    stages.run_logged("ab", command, log, cwd)
+    common.run_logged("ab", command, log, cwd)
 
 
 def check_plan(opts) -> None:
-    path = os.path.join(opts.out, "ab.json")
     plan = {
         k: getattr(opts, k)
         for k in ("preset", "old_tree", "old_args", "new_args", "minutes", "steps", "beam")
     }
     plan["old_tree"] = tree_of(opts, "old")
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as f:
-            if json.load(f) != plan:
-                sys.exit(f"ab: {path} holds another plan; pass another --out or the same options")
-        return
-    files.atomic_write(path, json.dumps(plan, indent=1) + "\n")
+    common.check_plan("ab", os.path.join(opts.out, "ab.json"), plan)
 
 
 def table(rows: list[tuple[str, int, dict]]) -> str:
@@ -164,7 +157,7 @@ def table(rows: list[tuple[str, int, dict]]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> None:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", default="multi30k")
     ap.add_argument("--data_dir", default="")
@@ -177,6 +170,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--beam", type=int, default=4, help="the beam size of the second eval")
     ap.add_argument("--arms", default=",".join(ARMS), help="the arms to run: old,new, old or new")
     ap.add_argument("--out", default=os.path.join("runs", "ab"))
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = parser()
     opts = ap.parse_args(argv)
     asked = {a.strip() for a in opts.arms.split(",") if a.strip()}
     if not asked or asked - set(ARMS):

@@ -23,14 +23,12 @@ and sacreBLEU of greedy and beam. ``--profile`` first prints where one greedy st
 goes (profile_step).
 """
 
-import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
 import numpy as np
+
+import common
 
 import cli
 import hparams
@@ -67,7 +65,7 @@ def timed(fn, batches, repeats: int):
         t0 = time.perf_counter()
         outs = [fn(b) for _, b in batches]
         times.append(time.perf_counter() - t0)
-    return float(np.median(times)), outs
+    return common.median(times), outs
 
 
 def keras_hub_decoder(model, extra: int):
@@ -230,8 +228,23 @@ def profile_step(model, src, steps_done: int, repeats: int = 200) -> list[tuple[
             t0 = time.perf_counter()
             [t.numpy() for t in first()]
             times.append(time.perf_counter() - t0)
-        out.append((name, 1000 * float(np.median(times))))
+        out.append((name, 1000 * common.median(times)))
     return out
+
+
+OPTIONS = {
+    "sents": 1000,
+    "naive_sents": 200,
+    "naive_extra": 50,
+    "batch": 64,
+    "repeats": 3,
+    "profile": False,
+}
+
+
+def parser(preset: str = "demo"):
+    """The command line's parser (``--help``), built without TensorFlow."""
+    return common.hparams_parser(OPTIONS, preset)
 
 
 def main() -> None:
@@ -240,16 +253,7 @@ def main() -> None:
     import data_load
     import decoding
 
-    hp, opts = cli.parse_args(
-        extra={
-            "sents": 1000,
-            "naive_sents": 200,
-            "naive_extra": 50,
-            "batch": 64,
-            "repeats": 3,
-            "profile": False,
-        }
-    )
+    hp, opts = cli.parse_args(extra=OPTIONS)
     reps = opts["repeats"]
     hp, tok, model, path = decoding.load_run(hp.logdir, {}, who="bench")
     differ = pinned_mismatch(hp)

@@ -30,22 +30,24 @@ tokens/s of each and their ratio.
 
 import argparse
 import os
-import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import common
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--logdir", default="log/demo_memory")
+    ap.add_argument("--sents", type=int, default=500, help="test sentences (0: all)")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--train", action="store_true", help="the training cost instead")
+    ap.add_argument("--steps", type=int, default=60)
+    return ap
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--logdir", default="log/demo_memory")
-    parser.add_argument("--sents", type=int, default=500, help="test sentences (0: all)")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--train", action="store_true", help="the training cost instead")
-    parser.add_argument("--steps", type=int, default=60)
-    args = parser.parse_args()
+    args = parser().parse_args()
     if args.train:
         train_cost(args.logdir, args.steps)
         return
@@ -85,7 +87,7 @@ def main() -> None:
             t0 = time.perf_counter()
             tr.translate(sources, docs)
             seconds[name].append(time.perf_counter() - t0)
-    median = {name: statistics.median(s) for name, s in seconds.items()}
+    median = {name: common.median(s) for name, s in seconds.items()}
     for name in translators:
         print(
             f"{name:>23}: {tokens / median[name]:8.1f} source tokens/s, "
@@ -146,7 +148,7 @@ def train_cost(logdir: str, steps: int) -> None:
             if i >= 5:
                 seconds[m].append(time.perf_counter() - t0)
     tokens = [float(np.sum(b[2].numpy() != 0)) for b in batches[(0, 0)][5:]]
-    rate = {m: statistics.median(np.array(tokens) / np.array(s)) for m, s in seconds.items()}
+    rate = {m: common.median(np.array(tokens) / np.array(s)) for m, s in seconds.items()}
     print(
         f"bench: {hp.position}, num_blocks={hp.num_blocks}, d_model={hp.d_model}, "
         f"tokens_per_batch={hp.tokens_per_batch}, precision={precision}; {steps} batches"

@@ -15,11 +15,9 @@ project (``git worktree add /tmp/old HEAD~1``) on this checkout's preprocessed d
 
 import argparse
 import json
-import os
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import common
 
 
 def first_losses(preset: str, steps: int) -> list[float]:
@@ -49,21 +47,26 @@ def first_losses(preset: str, steps: int) -> list[float]:
     return losses
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--preset", default="demo")
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--out", default="")
     ap.add_argument("--tree", default="", help="another checkout of the project to run")
     ap.add_argument("--compare", nargs=2, metavar=("A", "B"))
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    args = parser().parse_args()
     if args.compare:
         a, b = (json.load(open(path)) for path in args.compare)
         diff = max((abs(x - y) for x, y in zip(a, b)), default=float("nan"))
         same = a == b
         print(f"{len(a)} and {len(b)} losses; identical: {same}; largest difference {diff:.3g}")
         sys.exit(0 if same else 1)
-    sys.path.insert(0, os.path.abspath(args.tree) if args.tree else ROOT)
+    if args.tree:
+        common.use_tree(args.tree)
     losses = first_losses(args.preset, args.steps)
     text = json.dumps(losses)
     if args.out:

@@ -46,11 +46,11 @@ import os
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+import common
 
-import files  # noqa: E402  (no TensorFlow: the benchmark itself stays light)
-import stages  # noqa: E402
+import files  # no TensorFlow: the benchmark itself stays light
+
+ROOT = common.ROOT
 
 POSITIONS = ("sinusoid", "learned", "shaw", "t5", "xl", "rotary", "alibi", "alibi_dir")
 
@@ -130,22 +130,13 @@ def write_score_set(position: str, opts: argparse.Namespace) -> None:
 def check_plan(opts: argparse.Namespace) -> None:
     """OUT/bench.json holds the budget, the scored set and the options passed on to train.py;
     an OUT of other ones is refused (its figures would not compare)."""
-    path = os.path.join(opts.out, "bench.json")
     plan = {
         "budget": budget_args(opts),
         "score": opts.score,
         "max_tokens": opts.max_tokens,
         "train_args": opts.train_args,
     }
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as f:
-            if json.load(f) != plan:
-                sys.exit(
-                    f"length_generalisation: {path} holds other settings (budget, --score, "
-                    f"--max_tokens or train.py options); pass another --out or the same options"
-                )
-        return
-    files.atomic_write(path, json.dumps(plan) + "\n")
+    common.check_plan("length_generalisation", os.path.join(opts.out, "bench.json"), plan)
 
 
 def results_json(position: str, opts: argparse.Namespace) -> dict | None:
@@ -197,10 +188,11 @@ def table(rows: list[tuple[str, dict]]) -> str:
 
 def run(command: list[str], log: str) -> None:
     """One stage in this checkout, its output appended to ``log``."""
-    stages.run_logged("length_generalisation", command, log, ROOT)
+    common.run_logged("length_generalisation", command, log, ROOT)
 
 
-def main(argv: list[str] | None = None) -> None:
+def parser() -> argparse.ArgumentParser:
+    """The options; any other is passed on to train.py."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", default="multi30k")
     ap.add_argument("--data_dir", default="")
@@ -211,6 +203,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max_tokens", type=int, default=16, help="longest training pair, tokens")
     ap.add_argument("--edges", default="16,24", help="eval.py --length_buckets")
     ap.add_argument("--out", default=os.path.join("runs", "lengths"))
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = parser()
     opts, rest = ap.parse_known_args(argv)
     opts.train_args = rest
     positions = [p for p in opts.positions.split(",") if p]

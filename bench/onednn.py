@@ -16,17 +16,14 @@ The projects' scripts set the variable to 1 where the user has not set it (cli.p
 
 import json
 import os
-import statistics
-import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, "bench"))
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import common
 
-import cli  # noqa: E402
-import hparams  # noqa: E402
+import cli
+import hparams
+
+ROOT = common.ROOT
 
 VARIABLE = "TF_ENABLE_ONEDNN_OPTS"
 
@@ -34,7 +31,7 @@ VARIABLE = "TF_ENABLE_ONEDNN_OPTS"
 CHOSEN = r"""
 import json
 from tensorflow.python.util import _pywrap_util_port
-print(json.dumps({"onednn": bool(_pywrap_util_port.IsMklEnabled())}))
+print("RESULT " + json.dumps({"onednn": bool(_pywrap_util_port.IsMklEnabled())}))
 """
 
 DECODE = r"""
@@ -54,22 +51,18 @@ for b in batches:  # the first pass traces each shape
 t0 = time.perf_counter()
 for b in batches:
     greedy(tf.constant(b), extra).numpy()
-print(json.dumps({"sents_s": len(ids) / (time.perf_counter() - t0),
+print("RESULT " + json.dumps({"sents_s": len(ids) / (time.perf_counter() - t0),
                   "onednn": bool(_pywrap_util_port.IsMklEnabled())}))
 """
 
 
 def run_json(args: list[str], value: str | None) -> dict:
+    """A child's result, run with TF_ENABLE_ONEDNN_OPTS set to ``value`` (None: unset)."""
     env = dict(os.environ)
     env.pop(VARIABLE, None)
     if value is not None:
         env[VARIABLE] = value
-    proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, env=env)
-    lines = [x for x in proc.stdout.splitlines() if x.strip()]
-    if proc.returncode or not lines:
-        sys.exit(f"bench: a child failed ({VARIABLE}={value}): {proc.stderr[-2000:]}")
-    last = lines[-1]
-    return json.loads(last[7:] if last.startswith("RESULT ") else last)
+    return common.run_child(args, f"bench ({VARIABLE}={value})", env=env)
 
 
 def train_config(preset: str, precision: str) -> dict:
@@ -89,10 +82,16 @@ def train_config(preset: str, precision: str) -> dict:
     )
 
 
+OPTIONS = {"pairs": 3, "precisions": "float32,mixed_bfloat16", "sents": 300}
+
+
+def parser(preset: str = "demo"):
+    """The command line's parser (``--help``), built without TensorFlow."""
+    return common.hparams_parser(OPTIONS, preset)
+
+
 def main() -> None:
-    hp, opts = cli.parse_args(
-        extra={"pairs": 3, "precisions": "float32,mixed_bfloat16", "sents": 300}
-    )
+    hp, opts = cli.parse_args(extra=OPTIONS)
     preset = opts["_preset"]
     chosen = run_json([sys.executable, "-c", CHOSEN], None)["onednn"]
     print(f"{VARIABLE} unset: TensorFlow turns oneDNN {'on' if chosen else 'off'} on this CPU")
@@ -100,7 +99,7 @@ def main() -> None:
     throughput = os.path.join(ROOT, "bench", "train_throughput.py")
     rows: dict[tuple[str, str], list[float]] = {}
     for k in range(opts["pairs"]):
-        for value in ("0", "1") if k % 2 == 0 else ("1", "0"):
+        for value in common.interleaved(k, "0", "1"):
             for precision in precisions:
                 cfg = json.dumps(train_config(preset, precision))
                 res = run_json([sys.executable, throughput, "--worker", cfg], value)
@@ -115,10 +114,9 @@ def main() -> None:
     for name in dict.fromkeys(n for n, _ in rows):
         off, on = rows[(name, "0")], rows[(name, "1")]
         pairs = " ".join(f"{a / b:.3f}" for a, b in zip(on, off))
-        med = statistics.median(a / b for a, b in zip(on, off))
+        med = common.median(a / b for a, b in zip(on, off))
         print(
-            f"{name:34}{statistics.median(off):>10,.1f}{statistics.median(on):>10,.1f}"
-            f"{med:>8.3f}   {pairs}"
+            f"{name:34}{common.median(off):>10,.1f}{common.median(on):>10,.1f}{med:>8.3f}   {pairs}"
         )
 
 

@@ -13,12 +13,12 @@ import gzip
 import json
 import os
 import resource
-import subprocess
 import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+import common
+
 BUDGET_S, BUDGET_MB = 60.0, 2048.0
 
 
@@ -35,14 +35,12 @@ def make_corpus(folder: str, pairs: int, multi30k: str) -> None:
                 with open(os.path.join(folder, f"{stem}.{lang}"), "w", encoding="utf-8") as g:
                     g.write(part)
     else:
-        sys.path.insert(0, ROOT)
         from demo import corpus as demo_corpus
 
         demo_corpus.write_demo_corpus(folder, seed=1, n_train=pairs)
 
 
 def child(args) -> None:
-    sys.path.insert(0, ROOT)
     import hparams
     import prepro
 
@@ -51,15 +49,19 @@ def child(args) -> None:
     prepro.preprocess(hp, force=True)
     seconds = time.time() - t0
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"seconds": seconds, "peak_mb": peak_mb}))
+    common.emit({"seconds": seconds, "peak_mb": peak_mb})
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--pairs", type=int, default=200_000)
+    ap.add_argument("--multi30k", default="", help="a Multi30k folder (else the demo corpus)")
+    ap.add_argument("--child", default="", help="internal: one vocabulary's run")
+    return ap
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--pairs", type=int, default=200_000)
-    ap.add_argument("--multi30k", default="")
-    ap.add_argument("--child", default="")
-    args = ap.parse_args()
+    args = parser().parse_args()
     if args.child:
         return child(args)
     tmp = tempfile.mkdtemp(prefix="bench_prepro_")
@@ -75,13 +77,7 @@ def main() -> None:
         hp = dict(
             corpus=corpus, data_dir=data, prepro_dir=os.path.join(tmp, name.split()[0]), **extra
         )
-        out = subprocess.run(
-            [sys.executable, __file__, "--child", json.dumps(hp)],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-        r = json.loads(out.strip().splitlines()[-1])
+        r = common.run_child([sys.executable, __file__, "--child", json.dumps(hp)], "bench")
         print(
             f"{name:<22}{r['seconds']:>9.1f}{r['peak_mb']:>9.0f}"
             f"{r['seconds'] / BUDGET_S:>10.2f}{r['peak_mb'] / BUDGET_MB:>11.2f}"

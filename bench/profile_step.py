@@ -30,18 +30,17 @@ import glob
 import os
 import re
 import resource
-import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
 import numpy as np
+
+import common
 
 import cli
 import train_throughput as throughput
+
+ROOT = common.ROOT
 
 MATMUL = "MatMul"  # _MklMatMul, MatMul, BatchMatMulV2, _MklBatchMatMulV2, _FusedMatMul ...
 # executor lines of the host plane; each op of the step is one event on one of them,
@@ -201,7 +200,7 @@ def time_matmul(m, k, n, transpose_a, transpose_b, dtype="float32", repeats=9) -
         t0 = time.perf_counter()
         product(a, b).numpy()
         times.append(time.perf_counter() - t0)
-    return 2 * m * k * n / float(np.median(times)) / 1e9
+    return 2 * m * k * n / common.median(times) / 1e9
 
 
 def print_profile(events, wall, cpu, steps, top):
@@ -231,10 +230,16 @@ def print_op_names(events, kind, steps, top):
         print(f"  {ps / 1e9 / steps:6.2f} ms  {name}")
 
 
+OPTIONS = {"size": "small", "steps": 15, "ablate": "", "top": 25, "shapes": False, "op": ""}
+
+
+def parser(preset: str = "demo"):
+    """The command line's parser (``--help``), built without TensorFlow."""
+    return common.hparams_parser(OPTIONS, preset)
+
+
 def main() -> None:
-    hp, opts = cli.parse_args(
-        extra={"size": "small", "steps": 15, "ablate": "", "top": 25, "shapes": False, "op": ""}
-    )
+    hp, opts = cli.parse_args(extra=OPTIONS)
     import tensorflow as tf
 
     import fast_ops
@@ -255,7 +260,7 @@ def main() -> None:
     if opts["op"]:
         print_op_names(events, opts["op"], opts["steps"], opts["top"])
     if opts["shapes"]:
-        tokens = int(np.median([np.count_nonzero(lab) for _, _, lab in batches]))
+        tokens = int(common.median([np.count_nonzero(lab) for _, _, lab in batches]))
         vocab = trainer.model.tgt_embedding.vocab_size
         own = "bfloat16" if precision == "mixed_bfloat16" else "float32"
         peak = throughput.matmul_peak(own, sizes=(2048,))  # the benchmark's own probe

@@ -41,11 +41,12 @@ import random
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+import common
 
-import files  # noqa: E402
-import hparams  # noqa: E402  (neither imports TensorFlow: the search itself stays light)
+import files
+import hparams  # neither imports TensorFlow: the search itself stays light
+
+ROOT = common.ROOT
 
 # the candidates: each axis's values; "shape" trades width against depth (the preset's
 # multi30k shape is 256/1024/3)
@@ -167,22 +168,11 @@ def save_state(path: str, state: dict) -> None:
 
 
 def load_state(opts, configs: list[dict]) -> dict:
-    """OUT/search.json, or a new one; a search of other settings is refused."""
-    path = os.path.join(opts.out, "search.json")
+    """OUT/search.json, or a new one; a search of other settings (preset, rungs, unit or
+    configurations) is refused."""
     plan = {"preset": opts.preset, "rungs": opts.rungs, "unit": opts.unit, "configs": configs}
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as f:
-            state = json.load(f)
-        if {k: state[k] for k in plan} != plan:
-            raise SystemExit(
-                f"search: {path} holds a search of other settings (preset, rungs, unit or "
-                f"configurations); pass another --out or the same options"
-            )
-        return state
-    os.makedirs(opts.out, exist_ok=True)
-    state = {**plan, "runs": {}}
-    save_state(path, state)
-    return state
+    path = os.path.join(opts.out, "search.json")
+    return common.check_plan("search", path, plan, fresh={"runs": {}})
 
 
 def run_rung(opts, state: dict, k: int, alive: list[int]) -> None:
@@ -244,7 +234,8 @@ def table(state: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> None:
+def parser() -> argparse.ArgumentParser:
+    """The options; any other is passed on to train.py."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--preset", default="multi30k")
     ap.add_argument("--data_dir", default="")
@@ -255,6 +246,11 @@ def main(argv=None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--space", default="", help="a JSON-lines file of settings, not drawn")
     ap.add_argument("--out", default="runs/search")
+    return ap
+
+
+def main(argv=None) -> None:
+    ap = parser()
     opts, opts.train_args = ap.parse_known_args(argv)
     opts.rungs = [float(r) for r in opts.rungs.split(",")]
     if opts.configs < 1 or not 0 < opts.keep <= 1:

@@ -14,14 +14,14 @@ checkout interleaved (old, new, old, new, ...), both on this checkout's run fold
 """
 
 import argparse
-import json
 import os
-import statistics
 import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+import common
+
+ROOT = common.ROOT
 SENTENCE = "Ein Mann mit einem orangefarbenen Hut starrt auf etwas."
 
 # Run inside a fresh process from a checkout's root: the parts of translate.py's wait.
@@ -39,7 +39,8 @@ greedy.get_concrete_function(src, extra)
 t3 = time.perf_counter()
 greedy(src, extra).numpy()
 t4 = time.perf_counter()
-print(json.dumps({"imports": t1 - t0, "restore": t2 - t1, "trace": t3 - t2, "decode": t4 - t3}))
+parts = {"imports": t1 - t0, "restore": t2 - t1, "trace": t3 - t2, "decode": t4 - t3}
+print("RESULT " + json.dumps(parts))
 """
 
 # The trace time of the decoding loops, autograph on and off, interleaved in one process.
@@ -63,7 +64,7 @@ for _ in range(int(sys.argv[2])):
             times.setdefault(f"{name}, autograph {'on' if autograph else 'off'}", []).append(
                 time.perf_counter() - t0
             )
-print(json.dumps(times))
+print("RESULT " + json.dumps(times))
 """
 
 
@@ -108,20 +109,20 @@ def eval_end_to_end(tree: str, logdir: str, results: str) -> float:
 
 
 def json_run(tree: str, code: str, *args: str) -> dict:
-    proc = subprocess.run(
-        [sys.executable, "-c", code, *args], cwd=tree, capture_output=True, text=True, env=env()
-    )
-    if proc.returncode != 0:
-        sys.exit(f"bench: a child in {tree} failed: {proc.stderr[-2000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return common.run_child([sys.executable, "-c", code, *args], f"bench ({tree})", tree, env())
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--logdir", required=True, help="a trained run (its latest checkpoint)")
     ap.add_argument("--tree", default="", help="another checkout to compare (run first)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--skip_eval", action="store_true", help="no eval.py rows")
+    return ap
+
+
+def main() -> None:
+    ap = parser()
     args = ap.parse_args()
     logdir = os.path.abspath(args.logdir)
     trees = {"this checkout": ROOT}
@@ -150,7 +151,7 @@ def main() -> None:
     names = list(dict.fromkeys(name for name, _ in rows))
     for name in names:
         cells = [rows.get((name, label)) for label in labels]
-        text = "".join(f"{statistics.median(c):>16.2f}" if c else f"{'':>16}" for c in cells)
+        text = "".join(f"{common.median(c):>16.2f}" if c else f"{'':>16}" for c in cells)
         print(f"{name:<{width}}{text}")
 
 

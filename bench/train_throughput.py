@@ -84,18 +84,17 @@ three timed windows after the warm-up batches.
 import json
 import os
 import resource
-import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
 import numpy as np
+
+import common
 
 import cli
 import hparams
+
+ROOT = common.ROOT
 
 # the model keras-hub's row mirrors: the paper's sinusoid and post-norm, whatever the preset,
 # and dropout 0.1 on the attention weights (keras-hub's dropout drops them too)
@@ -218,10 +217,10 @@ def timed_result(times, tokens, flops, first_seen, batches, peaks: Peaks) -> dic
     real = sum(int((lab != 0).sum()) for _, _, lab in batches)
     allpos = sum(lab.size for _, _, lab in batches)
     return {
-        "tok_s": float(np.median(tok_s)),
-        "matmul_flop_s": float(np.median(flop_s)),
-        "of_fp32": float(np.median(of_fp32)),
-        "of_own": float(np.median(of_own)),
+        "tok_s": common.median(tok_s),
+        "matmul_flop_s": common.median(flop_s),
+        "of_fp32": common.median(of_fp32),
+        "of_own": common.median(of_own),
         "of_fp32_windows": of_fp32,
         "steady_tok_s": float(steady),
         "tgt_padding": 1 - real / allpos,
@@ -281,9 +280,7 @@ def run_ours(cfg: dict) -> dict:
     """This project's train step; ``cfg['tree']``: the project's code at another path,
     ``cfg['ablate']``: fast_ops switches to turn off."""
     if cfg.get("tree"):
-        sys.path.insert(0, os.path.abspath(cfg["tree"]))
-        for name in [m for m in sys.modules if m in ("hparams", "files")]:
-            del sys.modules[name]
+        common.use_tree(cfg["tree"])
     import keras
 
     import data_load
@@ -504,7 +501,7 @@ def child(cfg_json: str) -> None:
         out = run_paired(cfg)
     else:
         out = run_keras_hub(cfg) if cfg["side"] == "keras-hub" else run_ours(cfg)
-    print("RESULT " + json.dumps(out))
+    common.emit(out)
 
 
 # ---------------------------------------------------------------------------------------
@@ -565,7 +562,7 @@ def paired_rows(result: dict) -> list[dict]:
 def keep_rewrite(gains: list[float], bar: float = 0.05) -> bool:
     """A rewrite stays if its median gain (on / off - 1) is at least ``bar`` and every
     pair favours it."""
-    return bool(gains) and float(np.median(gains)) >= bar and min(gains) > 0
+    return bool(gains) and common.median(gains) >= bar and min(gains) > 0
 
 
 def print_ablation(rows: list[dict]) -> None:
@@ -579,7 +576,7 @@ def print_ablation(rows: list[dict]) -> None:
         gains = [a / b - 1 for a, b in zip(on, off)]
         for k, (a, b, g) in enumerate(zip(on, off, gains)):
             print(f"{name:18} {k + 1:4d} {a:9,.0f} {b:9,.0f} {g:+7.1%}")
-        median = float(np.median(gains))
+        median = common.median(gains)
         if all(part in fast_ops.PRECISION for part in name.split("+")):
             bar = fast_ops.PRECISION_COST_BAR
             verdict = "within" if median >= -bar else "over"
@@ -758,7 +755,7 @@ def xla_ratio_lines(rows: list[dict]) -> list[str]:
                 f"{ratios[-1]:6.2f} {steady:6.2f}"
             )
         if ratios:
-            lines.append(f"{precision:16} {'med':>4} {'':7} {'':9} {np.median(ratios):6.2f}")
+            lines.append(f"{precision:16} {'med':>4} {'':7} {'':9} {common.median(ratios):6.2f}")
     return lines
 
 
@@ -825,17 +822,10 @@ def run_children(configs: list[dict]) -> list[dict]:
     rows = []
     for cfg in configs:
         t0 = time.time()
-        proc = subprocess.run(
-            [sys.executable, os.path.abspath(__file__), "--worker", json.dumps(cfg)],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-        )
-        lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
-        if proc.returncode or not lines:
-            print(f"{cfg['name']} ({cfg['size']}) failed:\n{proc.stderr[-2000:]}")
+        command = [sys.executable, os.path.abspath(__file__), "--worker", json.dumps(cfg)]
+        res = common.run_child(command, f"{cfg['name']} ({cfg['size']})", check=False)
+        if res is None:
             continue
-        res = json.loads(lines[-1][7:])
         res.update(cfg=cfg, wall=time.time() - t0)
         if cfg["side"] == "paired":
             rows += paired_rows(res)
@@ -888,22 +878,29 @@ def print_size_table(preset: str, size: str, group: list[dict]) -> None:
     print_families(group)
 
 
+# the script's own options (with their defaults); the hyperparameters follow them
+OPTIONS = {
+    "sizes": "small,base",
+    "quick": False,
+    "worker": "",
+    "configs": "",
+    "baseline_tree": "",
+    "ablate": "",
+    "pairs": 3,
+    "paired": False,
+    "paired_steps": 90,
+    "paired_norm": "post",
+    "xla_pairs": 0,
+}
+
+
+def parser(preset: str = "demo"):
+    """The command line's parser (``--help``), built without TensorFlow."""
+    return common.hparams_parser(OPTIONS, preset)
+
+
 def main() -> None:
-    hp, opts = cli.parse_args(
-        extra={
-            "sizes": "small,base",
-            "quick": False,
-            "worker": "",
-            "configs": "",
-            "baseline_tree": "",
-            "ablate": "",
-            "pairs": 3,
-            "paired": False,
-            "paired_steps": 90,
-            "paired_norm": "post",
-            "xla_pairs": 0,
-        }
-    )
+    hp, opts = cli.parse_args(extra=OPTIONS)
     if opts["worker"]:
         child(opts["worker"])
         return

@@ -5,15 +5,18 @@ import argparse
 import dataclasses
 import json
 import os
+import shlex
+import subprocess
 import sys
 
 import numpy as np
 import pytest
 
+import common
+
 import ab
 import length_generalisation as lengths
 import search
-import stages
 import train_throughput as throughput  # bench/ is on the pytest pythonpath (setup.cfg)
 
 
@@ -286,9 +289,9 @@ def test_a_stage_logs_its_command_and_output_and_a_failure_names_the_log(tmp_pat
     log = str(tmp_path / "stage.log")
     script = tmp_path / "train.py"
     script.write_text("import sys\nprint('step 1')\nsys.exit(int(sys.argv[1]))\n")
-    stages.run_logged("bench", [sys.executable, str(script), "0"], log, str(tmp_path))
+    common.run_logged("bench", [sys.executable, str(script), "0"], log, str(tmp_path))
     with pytest.raises(SystemExit, match=r"^bench: train.py failed \(exit 3\); see .*stage.log$"):
-        stages.run_logged("bench", [sys.executable, str(script), "3"], log, str(tmp_path))
+        common.run_logged("bench", [sys.executable, str(script), "3"], log, str(tmp_path))
     lines = open(log, encoding="utf-8").read().splitlines()
     assert lines[0].startswith("$ ") and lines[0].endswith("train.py 0")
     assert lines[1] == "step 1" and lines[2].endswith("train.py 3") and lines[3] == "step 1"
@@ -377,9 +380,9 @@ def test_length_bench_scores_dev_then_test_on_the_last_checkpoint(tmp_path, monk
     lengths.main(["--positions", "xl", "--out", str(tmp_path / "t"), "--score", "test"])
     assert "--test_src" not in calls[1] and "--ckpt" in calls[1]
     # another budget in the same folder would not compare: refused
-    with pytest.raises(SystemExit, match="other settings"):
+    with pytest.raises(SystemExit, match=r"holds another plan \(its budget differ\)"):
         lengths.main(["--positions", "xl", "--out", str(out), "--steps", "500"])
-    with pytest.raises(SystemExit, match="train.py options"):  # or another train.py option
+    with pytest.raises(SystemExit, match=r"\(its train_args differ\)"):  # another train.py option
         lengths.main(["--positions", "xl", "--out", str(out), "--precision", "float32"])
     with pytest.raises(SystemExit):
         lengths.main(["--positions", "xl", "--out", str(out), "--steps", "5", "--minutes", "1"])
@@ -504,7 +507,7 @@ def test_search_halves_by_dev_bleu_resumes_and_prints_the_table(tmp_path, monkey
     calls.clear()
     search.main(argv)
     assert calls == []
-    with pytest.raises(SystemExit, match="holds a search of other settings"):
+    with pytest.raises(SystemExit, match=r"search.json holds another plan \(its rungs differ\)"):
         search.main(argv[:3] + ["100,300"] + argv[4:])
 
 
@@ -616,7 +619,7 @@ def test_ab_interleaves_old_and_new_resumes_and_prints_the_means(tmp_path, monke
         capsys.readouterr().out.strip().splitlines()[-1]
         == "| new − old | +2.00 | +2.00 | +2.00 | | |"
     )
-    with pytest.raises(SystemExit, match="another plan"):
+    with pytest.raises(SystemExit, match=r"^ab: .*ab.json holds another plan \(its minutes"):
         ab.main(argv + ["--minutes", "10"])
 
 
@@ -705,3 +708,98 @@ def test_profile_reads_the_ops_of_a_real_trace(tmp_path):
     assert any(name == "product" for _, _, kind, name in events if "MatMul" in kind)
     state, _ = profile_step.wall_split(events)
     assert state["matmul alone"] > 0
+
+
+# --- bench/common.py: the import path, the child protocol, medians, the plan guard ------
+
+BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
+SCRIPTS = sorted(n[:-3] for n in os.listdir(BENCH) if n.endswith(".py") and n != "common.py")
+
+
+def documented_commands(name: str) -> list[list[str]]:
+    """The option lists of every ``python bench/NAME.py ...`` command in the script's
+    docstring (continued lines joined; the optional ``[...]`` parts kept, their
+    ``a|b`` alternatives read as a)."""
+    text = open(os.path.join(BENCH, name + ".py"), encoding="utf-8").read()
+    doc = text.split('"""')[1].replace("\\\\\n", " ").replace("\\\n", " ")
+    out = []
+    for line in doc.splitlines():
+        if f"python bench/{name}.py" in line:
+            rest = line.split(f"python bench/{name}.py", 1)[1].split("#")[0]
+            rest = rest.replace("[", " ").replace("]", " ")
+            args = [a.split("|")[0] for a in shlex.split(rest)]
+            out.append(args)
+    return out
+
+
+def test_every_bench_script_parser_builds_without_tensorflow_and_reads_its_documented_commands():
+    """Each bench script's parser() builds in a process that never imports TensorFlow, and
+    accepts every option of every command its docstring shows."""
+    commands = {name: documented_commands(name) for name in SCRIPTS}
+    assert all(commands.values()), [n for n, c in commands.items() if not c]
+    code = (
+        "import json, sys\n"
+        "sys.path.insert(0, 'bench')\n"
+        "import importlib\n"
+        "out = []\n"
+        "for name, commands in json.loads(sys.argv[1]).items():\n"
+        "    known = importlib.import_module(name).parser()._option_string_actions\n"
+        "    flags = [a.split('=')[0] for argv in commands for a in argv if a[:2] == '--']\n"
+        "    out += [f'{name}:{x}' for x in flags if x not in known]\n"
+        "print(out, 'tensorflow' in sys.modules)\n"
+    )
+    root = os.path.dirname(BENCH)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(commands)], cwd=root, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    # no documented option is unknown to its script, and no TensorFlow was imported
+    assert proc.stdout.strip() == "[] False"
+
+
+def test_no_bench_script_keeps_its_own_import_path_or_median():
+    for name in SCRIPTS:
+        text = open(os.path.join(BENCH, name + ".py"), encoding="utf-8").read()
+        assert "sys.path.insert" not in text.replace("sys.path.insert(0, 'bench')", ""), name
+        for private in ("np.median(", "statistics.median(", 'startswith("RESULT '):
+            assert private not in text, f"{name}: {private}"
+
+
+def test_a_child_answers_on_its_result_line_and_a_failure_is_one_line(capsys):
+    code = "import common; print('noise'); common.emit({'x': [1, 2]}); print('after')"
+    assert common.run_child([sys.executable, "-c", code], "bench", cwd=BENCH) == {"x": [1, 2]}
+    fail = "import sys; sys.stderr.write('boom'); sys.exit(3)"
+    assert common.run_child([sys.executable, "-c", fail], "bench", check=False) is None
+    assert capsys.readouterr().out == "bench: a child failed (exit 3): boom\n"
+    with pytest.raises(SystemExit, match=r"^bench: a child failed \(exit 3\): boom$"):
+        common.run_child([sys.executable, "-c", fail], "bench")
+
+
+def test_pairs_interleave_and_the_median_is_the_middle():
+    assert [common.interleaved(k, "on", "off") for k in range(3)] == [
+        ("on", "off"),
+        ("off", "on"),
+        ("on", "off"),
+    ]
+    assert common.median([3.0, 1.0, 10.0]) == 3.0 and common.median([1, 2, 3, 4]) == 2.5
+
+
+def test_the_plan_guard_keeps_the_first_plan_and_names_what_differs(tmp_path):
+    path = str(tmp_path / "out" / "plan.json")
+    held = common.check_plan("bench", path, {"a": 1, "b": [2]}, fresh={"runs": {}})
+    assert held == {"a": 1, "b": [2], "runs": {}} and json.load(open(path)) == held
+    held["runs"]["r1"] = 5  # a resumable benchmark records its runs beside the plan
+    open(path, "w").write(json.dumps(held))
+    assert common.check_plan("bench", path, {"a": 1, "b": [2]})["runs"] == {"r1": 5}
+    with pytest.raises(SystemExit, match=r"plan.json holds another plan \(its b differ\)"):
+        common.check_plan("bench", path, {"a": 1, "b": [3]})
+
+
+def test_another_tree_is_imported_in_place_of_this_one(tmp_path, monkeypatch):
+    (tmp_path / "hparams.py").write_text("WHERE = 'other tree'\n")
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setitem(sys.modules, "hparams", sys.modules.get("hparams"))
+    common.use_tree(str(tmp_path))
+    import hparams
+
+    assert hparams.WHERE == "other tree"
