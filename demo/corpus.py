@@ -2251,15 +2251,20 @@ def write_demo_corpus(
         files.atomic_write(os.path.join(data_dir, name), text)
 
 
-def main(argv=None) -> None:
-    """Command line: write the demo corpus into --data_dir."""
+def parser() -> argparse.ArgumentParser:
+    """The command line's parser (``python -m demo.corpus --help``)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data_dir", default="data/demo", help="output directory")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--n_train", type=int, default=20000)
     ap.add_argument("--n_dev", type=int, default=500)
     ap.add_argument("--n_test", type=int, default=500)
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None) -> None:
+    """Command line: write the demo corpus into --data_dir."""
+    args = parser().parse_args(argv)
     write_demo_corpus(args.data_dir, args.seed, args.n_train, args.n_dev, args.n_test)
     print(f"wrote demo corpus to {args.data_dir}")
 

@@ -372,6 +372,8 @@ def test_every_script_parser_builds_without_tensorflow():
         "    cli.parse_args(['--beam_sise', '4'], script=cli.script_of('eval'))\n"
         "except cli.UserError as e:\n"
         "    names.append(str(e))\n"
+        "import demo.corpus\n"
+        "names.append(demo.corpus.parser().parse_args(['--n_train', '5']).n_train)\n"
         "print(names, 'tensorflow' in sys.modules)\n"
     )
     out = subprocess.run(
@@ -379,4 +381,4 @@ def test_every_script_parser_builds_without_tensorflow():
     ).stdout.strip()
     progs = [f"'python {name}.py'" for name in cli.SCRIPTS]
     misspelt = "'unknown option --beam_sise; did you mean --beam_size?'"
-    assert out == f"[{', '.join(progs + [misspelt])}] False"
+    assert out == f"[{', '.join(progs + [misspelt, '5'])}] False"
