@@ -1,32 +1,35 @@
 """Rewrites of standard TensorFlow/Keras ops, kept only where they pay for themselves.
 
 Each rewrite computes what the standard op computes, faster on this project's train
-step; each has a switch in :data:`ENABLED` so that ``bench/train_throughput.py
---ablate NAME`` can turn it off alone and measure it against the standard op in the
-same run. The gain quoted in each docstring is the median of 3 interleaved on/off pairs of
-``python bench/train_throughput.py --preset multi30k --ablate dense2d,xent_grad`` (small
-model, float32, 2-core CPU). Switches are read when a function is traced, so set them
-before building the model and the train step.
+step; each has a switch in :data:`ENABLED` so that ``bench/train_throughput.py --ablate
+NAME --paired`` can turn it off alone and measure it against the standard op in the same
+process. Switches are read when a function is traced, so set them before building the
+model and the train step.
 
-A rewrite stays only with a median gain of at least 5 % and every pair in its favour, in
-float32 or under mixed_bfloat16.
+A rewrite stays only with a median gain of at least 5 % on the path it serves, in float32
+or under mixed_bfloat16. Kept, re-measured on a 2-core AMD EPYC (Zen 5) with 3 paired
+windows each (``python bench/train_throughput.py --preset multi30k --ablate NAME --paired
+[--precision mixed_bfloat16] [--paired_norm pre]``; the table is in the README):
+
+* ``dense2d``, projections as one 2-D MatMul: +38.8 % float32, +47.7 % mixed_bfloat16;
+* ``xent_grad``, the loss's written-out gradient (the path of every run):
+  +8.4 % float32, +14.5 % mixed_bfloat16 (measured with ``TRANSFORMER_NATIVE=0``);
+* ``native_ln``, the LayerNorm as C++ kernels (native.py, CPU only, train step only), on
+  pre-norm's LayerNorms: +10.0 % float32, +6.4 % mixed_bfloat16.
+
 The switches of :data:`PRECISION` (f32_scores, f32_logits) are not rewrites: they buy
 float32 accuracy under mixed precision and are measured for their cost instead (see
 :func:`logits_product`).
-Measured and returned to the standard op: the tied output projection through an
-explicit transpose (+0.0 %), the loss over every target position instead of
-tf.boolean_mask (+0.9 % / -1.0 %), the XLA output product's rows in blocks of 64
-(+0.3 %), the tied output projection and the loss under one custom gradient that
-never forms the (M, V) gradient (``output_xent``, commit 80585d2: +1.8 % in float32,
-+4.2 % under mixed_bfloat16, every pair in its favour) and W^Q, W^K, W^V as one product
-split by one transpose (``fused_qkv``, commit 7fea64c: -1.7 % in float32). The 16-bit-draw dropout
-(:class:`Dropout`), the fused Adam (:class:`Adam`) and the written-out LayerNorm
-gradient (:class:`LayerNormalization`) are below the bar in float32 and pass it under
-mixed_bfloat16. Two switches run C++ kernels of our own (native.py, CPU only, in the train
-step only): ``native_ln``, the LayerNorm (+6.4 % float32 with post-norm, +7.5 % with
-pre-norm), ``native_residual``, post-norm's LayerNorm(x + Dropout(s)) (+9.8 % under
-mixed_bfloat16, +4.7 % float32): :func:`residual_layer_norm`, and ``native_xent``, the
-label-smoothed loss (:func:`cross_entropy_terms`).
+
+Measured and returned to the standard op, each below the bar in both precisions over 6
+paired windows: the 16-bit-draw dropout (``dropout16``), Adam through TensorFlow's fused
+kernel (``fused_adam``), the LayerNorm with its gradient written out (``layer_norm``, on
+the path without the C++ kernels), post-norm's LayerNorm(x + Dropout(s)) as one C++
+kernel (``native_residual``) and the label-smoothed loss as C++ kernels
+(``native_xent``); earlier, the tied output projection through an explicit transpose,
+the loss over every target position instead of tf.boolean_mask, the XLA output
+product's rows in blocks of 64, the output projection and the loss under one custom
+gradient (``output_xent``) and W^Q, W^K, W^V as one product (``fused_qkv``).
 """
 
 from __future__ import annotations
@@ -40,12 +43,7 @@ import native
 ENABLED = {
     "dense2d": True,
     "xent_grad": True,
-    "dropout16": True,
-    "fused_adam": True,
-    "layer_norm": True,
     "native_ln": True,
-    "native_residual": True,
-    "native_xent": True,
     "f32_scores": True,
     "f32_logits": True,
 }
@@ -85,19 +83,8 @@ def cross_entropy_terms(logits, labels, epsilon: float = 0.1):
     """(label-smoothed loss, plain cross-entropy, correct), each (M,) float32, for logits
     (M, V) and labels (M,); correct is 1.0 where the label's logit is the largest (ties
     count as correct) and has no gradient. See modules.cross_entropy_terms for the
-    formula; this is the switchable implementation.
-
-    On a CPU with ``native_xent`` on: one C++ kernel each way (native.py; the gradient
-    recomputes the softmax from the saved logsumexp, so no (M, V) tensor is kept between
-    the passes). Measured gain over xent_grad (Intel Xeon with AMX, 2 cores; ``python
-    bench/train_throughput.py --preset multi30k --ablate native_xent --paired
-    [--precision mixed_bfloat16]``, with native_ln and native_residual on): +6.7 % under
-    mixed_bfloat16 (+8.0, +6.0, +6.7 %), +3.8 % in float32 (+2.2, +3.8, +4.1 %).
-    """
+    formula; this is the switchable implementation."""
     logits, labels, epsilon = cast(logits, tf.float32), tf.cast(labels, tf.int32), float(epsilon)
-    lib = native_kernels("native_xent")
-    if lib is not None:
-        return tuple(lib.native_smoothed_xent(logits, labels, epsilon=epsilon)[:3])
     if ENABLED["xent_grad"]:
         return _xent_custom_gradient(logits, labels, epsilon)
     logp = tf.nn.log_softmax(logits, axis=-1)
@@ -177,35 +164,35 @@ def logits_product(a, b, transpose_b: bool = False, switch: str = "f32_scores"):
             return cast(dense(a, b, transpose_b), tf.float32)
         return cast(tf.matmul(a, b, transpose_b=transpose_b), tf.float32)
     if b.shape.rank == 2 and a.shape.rank > 2:  # one 2-D product, as dense() makes it
-        z = _float32_matmul(tf.reshape(a, (-1, tf.shape(a)[-1])), b, transpose_b, switch)
+        z = _float32_matmul(tf.reshape(a, (-1, tf.shape(a)[-1])), b, transpose_b)
         return tf.reshape(z, tf.concat([tf.shape(a)[:-1], tf.shape(z)[-1:]], 0))
     if a.shape.rank == b.shape.rank:  # Q K^T, or a 2-D product
-        return _float32_matmul(a, b, transpose_b, switch)
+        return _float32_matmul(a, b, transpose_b)
     # broadcast batch dimensions (xl's (q + v) R, b (h, d_k, L)): b tiled to a's batch
     # (N, h, d_k, L; its gradient a sum over N), so that the backward stays 16-bit
     batch = tf.shape(a)[: a.shape.rank - 2]
     b = tf.broadcast_to(b, tf.concat([batch, tf.shape(b)[-2:]], 0))
-    return _float32_matmul(a, b, transpose_b, switch)
+    return _float32_matmul(a, b, transpose_b)
 
 
-def _float32_matmul(a, b, transpose_b: bool, switch: str):
+def _float32_matmul(a, b, transpose_b: bool):
     """tf.matmul(a, b) of equal batch dimensions, computed and returned in float32; the
     gradients computed in a's 16-bit dtype (b may be a float32 weight: its gradient is then
     returned in float32).
 
-    The forward product: for f32_scores, float32 copies of the operands (exact: a product
-    of two 16-bit numbers fits float32's 24 significant bits). For f32_logits, the 16-bit
-    operands (the weight rounded as every mixed-precision layer rounds its weights)
-    multiplied with float32 accumulation and output by :func:`_float32_out`, one XLA
-    kernel, because TensorFlow's CPU kernels have no 16-bit x 16-bit -> float32 matmul and
-    a float32 product of the output projection, the model's largest matmul, ran at about
-    half the bfloat16 speed.
+    The forward product: the 16-bit operands (a 2-D weight rounded as every
+    mixed-precision layer rounds its weights) multiplied with float32 accumulation and
+    output by :func:`_float32_out`, one XLA kernel, because TensorFlow's CPU kernels have
+    no 16-bit x 16-bit -> float32 matmul: float32 copies of the operands (exact, as a
+    product of two 16-bit numbers fits float32's 24 significant bits) ran the product at
+    the float32 speed, about half the bfloat16 one. The same for both switches; float32
+    operands take the plain float32 product.
     """
 
     @tf.custom_gradient
     def fn(a, b):
-        if switch == "f32_logits" and a.dtype in (tf.bfloat16, tf.float16):
-            z = _float32_out(a, cast(b, a.dtype), transpose_b)
+        if a.dtype in (tf.bfloat16, tf.float16):  # (grad below: no tape through it)
+            z = _float32_out(tf.stop_gradient(a), tf.stop_gradient(cast(b, a.dtype)), transpose_b)
         else:
             z = tf.matmul(cast(a, tf.float32), cast(b, tf.float32), transpose_b=transpose_b)
 
@@ -223,143 +210,71 @@ def _float32_matmul(a, b, transpose_b: bool, switch: str):
     return fn(a, b)
 
 
-@tf.function(jit_compile=True, autograph=False, reduce_retracing=True)
-def _float32_out(a, b, transpose_b):
-    """a (M, d) @ b (d, n) (or b (n, d) if ``transpose_b``) of 16-bit operands, accumulated
-    and returned in float32 -> (M, n): XLA compiles it once per shape (milliseconds)."""
-    return tf.linalg.matmul(a, b, transpose_b=transpose_b, output_type=tf.float32)
+_FLOAT32_OUT = {}  # (rank, transpose_b) -> its XLA function
 
 
-# ---------------------------------------------------------------------------------------
-# dropout16: dropout from 16 random bits per element
-# ---------------------------------------------------------------------------------------
-@keras.saving.register_keras_serializable(package="transformer")
-class Dropout(keras.layers.Dropout):
-    """keras.layers.Dropout (5.4: inverted dropout, P_drop = rate) whose mask, when
-    ``dropout16`` is on (read when the train step is traced), comes from 16 random bits
-    per element. x: any shape -> the same shape and dtype.
-
-    Rewrite: one 32-bit Philox draw feeds two elements (the rate rounded to 1/65536: 0.1
-    keeps 58982 of 65536 values, scaled by 65536/58982), and the mask is one multiplier
-    (0 or the scale) that the gradient reuses. Keras draws a uniform number of x's dtype
-    per element and applies it through a select in each pass. The same layer, seed
-    generator and checkpoints; the masks are other draws. Measured gain (Intel Xeon with
-    AMX, 2 cores; ``python bench/train_throughput.py --preset multi30k --ablate dropout16
-    --paired [--precision mixed_bfloat16]``, 3 paired windows): +5.4 % training tokens/s
-    under mixed_bfloat16 (+0.7, +6.1, +5.4 %), where Keras draws bfloat16 uniforms, and
-    +1.6 % in float32 (+2.1, +1.6, +1.4 %).
-    """
-
-    def call(self, inputs, training=False):
-        rate = float(self.rate)
-        if not (ENABLED["dropout16"] and training and 0.0 < rate < 1.0) or self.noise_shape:
-            return super().call(inputs, training=training)
-        drop = round(rate * 65536)
-        seed = tf.cast(self.seed_generator.next(), tf.int32)
-        n = tf.size(inputs)
-        bits = tf.random.stateless_uniform(
-            ((n + 1) // 2,), seed, minval=None, maxval=None, dtype=tf.uint32
+def _float32_out(a, b, transpose_b: bool):
+    """a (..., M, d) @ b (..., d, n) (or b (..., n, d) if ``transpose_b``) of 16-bit
+    operands, accumulated and returned in float32 -> (..., M, n): one XLA function per
+    rank and orientation, compiled once per shape (milliseconds)."""
+    key = (a.shape.rank, bool(transpose_b))
+    if key not in _FLOAT32_OUT:
+        _FLOAT32_OUT[key] = tf.function(
+            lambda x, y: tf.raw_ops.BatchMatMulV3(x=x, y=y, Tout=tf.float32, adj_y=key[1]),
+            jit_compile=True,
+            autograph=False,
+            reduce_retracing=True,
         )
-        draws = tf.reshape(tf.bitcast(bits, tf.uint16), (-1,))[:n]
-        keep = tf.reshape(draws >= drop, tf.shape(inputs))
-        scale = tf.constant(65536.0 / (65536 - drop), inputs.dtype)
-        return inputs * tf.where(keep, scale, tf.zeros((), inputs.dtype))
+    return _FLOAT32_OUT[key](a, b)
 
 
 # ---------------------------------------------------------------------------------------
-# layer_norm: LayerNorm with a hand-written gradient
+# native_ln: the train step's LayerNorm as C++ kernels
 # ---------------------------------------------------------------------------------------
 @keras.saving.register_keras_serializable(package="transformer")
 class LayerNormalization(keras.layers.LayerNormalization):
     """keras.layers.LayerNormalization over the last axis (3.1: gamma * (x - mean) /
-    sqrt(var + epsilon) + beta, in float32) whose gradient, when ``layer_norm`` is on
-    (read when the train step is traced), is written out. x: (..., d) -> the same shape
-    and dtype.
+    sqrt(var + epsilon) + beta, in float32). x: (..., d) -> the same shape; in a training
+    call on a CPU with ``native_ln`` on (read when the train step is traced), the forward
+    and the gradient are one C++ kernel each (native.py), whose result keeps x's dtype.
+    Other calls (decoding, export, a GPU, an XLA function) are Keras'. The same layer,
+    weights and checkpoints.
 
-    Rewrite: with x^ = (x - mean) r, r = 1 / sqrt(var + epsilon) and g = dy gamma, the
-    input gradient is r (g - mean(g) - x^ mean(g x^)), two row means, and the weights'
-    are the column sums of dy x^ and dy; the forward keeps x - mean and r. Autodiff of
-    Keras' formula chains the gradients of its moments and broadcasts instead. The forward
-    values are Keras' (its arithmetic in its order); a 16-bit input gets them in its own
-    dtype, where Keras rounds them to it and returns them in float32 (two casts that every
-    caller undoes). The same layer, weights and checkpoints. Measured gain (Intel Xeon with
-    AMX, 2 cores; ``python bench/train_throughput.py --preset multi30k --ablate layer_norm
-    --paired [--precision mixed_bfloat16]``, 3 paired windows): +5.9 % training tokens/s
-    under mixed_bfloat16 (+10.8, +3.6, +5.9 %) and +2.6 % in float32 (+2.4, +3.4, +2.6 %).
-
-    In a training call on a CPU with ``native_ln`` on, the forward and the gradient are
-    one C++ kernel each instead (native.py): +6.4 % float32 tokens/s with post-norm
-    sublayers (+8.7, +6.4, +6.4 %), +7.5 % with pre-norm (+6.4, +8.8, +7.5 %; ``python
-    bench/train_throughput.py --preset multi30k --ablate native_ln --paired [--paired_norm
-    pre]``). Other calls (decoding, export) keep TensorFlow's ops.
+    Rewrite: one pass over each row each way, where Keras' formula and the gradients that
+    autodiff chains through its moments make about ten; with x^ = (x - mean) r, r = 1 /
+    sqrt(var + epsilon) and g = dy gamma, the input gradient is r (g - mean(g) - x^
+    mean(g x^)), and the weights' are the column sums of dy x^ and dy. Measured gain: see
+    the module docstring.
     """
 
     def call(self, inputs, training=None):
-        if not ENABLED["layer_norm"] or not self.plain(len(inputs.shape)):
+        lib = native_kernels() if training and self.plain(len(inputs.shape)) else None
+        if lib is None:
             return super().call(inputs)
         x = cast(inputs, tf.float32)
         gamma, beta = self.gamma_beta(x.shape[-1:])
-        lib = native_kernels() if training else None
-        if lib is not None:
-            out = lib.native_layer_norm(x, gamma, beta, epsilon=float(self.epsilon))[0]
-        else:
-            out = _layer_norm(x, gamma, beta, float(self.epsilon))
-        # Keras' values, rounded to a 16-bit input's dtype as Keras rounds them, and left in
-        # it (Keras returns them cast back to float32, which every caller casts to 16 bits)
+        out = lib.native_layer_norm(x, gamma, beta, epsilon=float(self.epsilon))[0]
         return cast(out, inputs.dtype)
 
     def gamma_beta(self, shape):
         """gamma and beta as tensors read off the weights (a distributed variable inside a
-        custom gradient would be a variable of its own); ones and zeros where the layer
-        has none. shape: (d,)."""
+        custom op's gradient would be a variable of its own); ones and zeros where the
+        layer has none. shape: (d,)."""
         gamma = tf.ones(shape) if self.gamma is None else tf.identity(self.gamma.value)
         beta = tf.zeros(shape) if self.beta is None else tf.identity(self.beta.value)
         return gamma, beta
 
     def plain(self, rank: int) -> bool:
         """Normalizes an input of ``rank`` over its last axis, with gamma and beta (what
-        the rewrites compute)."""
+        the kernels compute)."""
         return self.axis in ([-1], [rank - 1]) and not self.rms_scaling
 
 
-def residual_layer_norm(ln: LayerNormalization, dropout: Dropout, x, s, training):
-    """LayerNorm(x + Dropout(s)), the end of a post-norm residual sublayer (3.1, 5.4), as
-    one fused kernel (``native_residual``): x, s (..., d) float32 or bfloat16 -> (..., d)
-    of their dtype, computed in float32. None where the kernel does not apply (not
-    training, no kernels, float16, a noise shape): the caller then runs the layers.
-
-    Rewrite: one pass forward and one back instead of the dropout draw, its comparison,
-    select and product, the residual sum and the LayerNorm's passes; the mask is drawn
-    from (seed, element) inside the kernel, again in the gradient, so it is never
-    stored. The masks are other draws than the layers' (the same rate, the same seed
-    generator, one seed per call). Measured gain (Intel Xeon with AMX, 2 cores; ``python
-    bench/train_throughput.py --preset multi30k --ablate native_residual --paired
-    [--precision mixed_bfloat16]``, 3 paired windows, native_ln on in both): +9.8 %
-    training tokens/s under mixed_bfloat16 (+9.7, +9.8, +12.9 %), +4.7 % in float32 (+4.7,
-    +3.7, +5.0 %).
-    """
-    kernel_dtype = x.dtype in (tf.float32, tf.bfloat16) and s.dtype == x.dtype
-    if not training or not kernel_dtype or not ln.plain(len(x.shape)):
-        return None
-    rate = float(dropout.rate)
-    if dropout.noise_shape or not 0.0 <= rate < 1.0 or not ENABLED["layer_norm"]:
-        return None
-    lib = native_kernels("native_residual")
-    if lib is None:
-        return None
-    seed = tf.cast(dropout.seed_generator.next(), tf.int32) if rate else tf.zeros(2, tf.int32)
-    gamma, beta = ln.gamma_beta(x.shape[-1:])
-    out = lib.native_residual_layer_norm(
-        x, s, gamma, beta, seed, epsilon=float(ln.epsilon), rate=rate
-    )
-    return out[0]
-
-
-def native_kernels(switch: str = "native_ln"):
-    """native.ops() where the ``switch`` is on, no GPU is visible (the kernels are
-    CPU-only) and no XLA function is being traced (:func:`xla_function`), else None. Read
-    when the train step is traced."""
-    if not ENABLED[switch] or _XLA_TRACING or tf.config.list_physical_devices("GPU"):
+def native_kernels():
+    """native.ops() where ``native_ln`` is on, no GPU is visible (the kernels are CPU-only)
+    and no XLA function is being traced (:func:`xla_function`), else None. Read when the
+    train step is traced."""
+    if not ENABLED["native_ln"] or _XLA_TRACING or tf.config.list_physical_devices("GPU"):
         return None
     return native.ops()
 
@@ -385,55 +300,15 @@ def xla_function(fn, **kwargs):
     return tf.function(traced, jit_compile=True, autograph=False, **kwargs)
 
 
-def _layer_norm(x, gamma, beta, epsilon: float):
-    """gamma * (x - mean) / sqrt(var + epsilon) + beta over the last axis of float32 x
-    (..., d), with gamma, beta (d,), and the written-out gradient (:class:`LayerNormalization`).
-    The forward pass is Keras' arithmetic, in its order (the same float32 values)."""
-
-    @tf.custom_gradient
-    def fn(x, gamma, beta):
-        mean = tf.reduce_mean(x, axis=-1, keepdims=True)
-        centred = x - mean
-        r = tf.math.rsqrt(tf.reduce_mean(tf.square(centred), axis=-1, keepdims=True) + epsilon)
-        scale = r * gamma
-
-        def grad(dy):
-            d = tf.shape(x)[-1]
-            normal = centred * r
-            d_gamma = tf.reduce_sum(tf.reshape(dy * normal, (-1, d)), axis=0)
-            d_beta = tf.reduce_sum(tf.reshape(dy, (-1, d)), axis=0)
-            g = dy * gamma
-            mean_g = tf.reduce_mean(g, axis=-1, keepdims=True)
-            mean_gn = tf.reduce_mean(g * normal, axis=-1, keepdims=True)
-            return r * (g - mean_g - normal * mean_gn), d_gamma, d_beta
-
-        return x * scale + (-mean * scale + beta), grad
-
-    return fn(x, gamma, beta)
-
-
 # ---------------------------------------------------------------------------------------
-# fused_adam: Adam's dense update in TensorFlow's fused kernel
+# Adam that takes gradients already summed over the replicas
 # ---------------------------------------------------------------------------------------
 @keras.saving.register_keras_serializable(package="transformer")
 class Adam(keras.optimizers.Adam):
-    """keras.optimizers.Adam (5.3) whose dense update is TensorFlow's fused
-    ResourceApplyAdam kernel when ``fused_adam`` is on (read when the train step is
-    traced).
-
-    Rewrite: one pass over (variable, m, v, gradient) instead of the ten elementwise ops
-    and three assignments of Keras' update, each a pass over the whole tensor; the same
-    arithmetic (m += (g - m)(1 - beta_1); v += (g^2 - v)(1 - beta_2);
-    w -= lr sqrt(1 - beta_2^t) / (1 - beta_1^t) m / (sqrt(v) + epsilon)), the same slot
-    variables, so the same checkpoints. Sparse gradients and amsgrad take Keras' path.
-    Measured gain (Intel Xeon with AMX, 2 cores; ``python bench/train_throughput.py
-    --preset multi30k --ablate fused_adam --paired [--precision mixed_bfloat16]``, 3 paired
-    windows): +5.2 % training tokens/s under mixed_bfloat16 (+5.2, +6.8, +5.1 %) and +3.8 %
-    in float32 (+5.8, +3.8, +3.3 %).
-
-    It reads Keras' ``_momentums``, ``_velocities`` and ``_get_variable_index``;
-    tests/test_fast_ops.py fails loudly if a Keras upgrade renames them.
-    """
+    """keras.optimizers.Adam (5.3) that can skip Keras' sum of the replicas' gradients:
+    where ``summed`` is set (trainer.Trainer, which all-reduces the gradients once and
+    clips their sum), the gradients it gets are summed already. The same update, slot
+    variables and checkpoints as Keras' Adam."""
 
     def __init__(self, *args, name: str = "adam", **kwargs):
         super().__init__(*args, name=name, **kwargs)
@@ -446,27 +321,3 @@ class Adam(keras.optimizers.Adam):
         if self.summed:
             return list(grads_and_vars)
         return super()._all_reduce_sum_gradients(grads_and_vars)
-
-    def update_step(self, gradient, variable, learning_rate):
-        var = variable.value if isinstance(variable, keras.Variable) else variable
-        fused = ENABLED["fused_adam"] and not self.amsgrad and hasattr(var, "handle")
-        if not fused or isinstance(gradient, tf.IndexedSlices):
-            return super().update_step(gradient, variable, learning_rate)
-        index = self._get_variable_index(variable)
-        m, v = self._momentums[index].value, self._velocities[index].value
-        dtype = var.dtype
-        step = tf.cast(self.iterations + 1, dtype)
-        beta_1, beta_2 = tf.cast(self.beta_1, dtype), tf.cast(self.beta_2, dtype)
-        tf.raw_ops.ResourceApplyAdam(
-            var=var.handle,
-            m=m.handle,
-            v=v.handle,
-            beta1_power=tf.pow(beta_1, step),
-            beta2_power=tf.pow(beta_2, step),
-            lr=tf.cast(learning_rate, dtype),
-            beta1=beta_1,
-            beta2=beta_2,
-            epsilon=tf.cast(self.epsilon, dtype),
-            grad=tf.cast(gradient, dtype),
-            use_locking=False,
-        )

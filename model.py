@@ -13,7 +13,6 @@ import dataclasses
 import keras
 import tensorflow as tf
 
-import fast_ops
 import hparams
 import modules
 import positions
@@ -230,8 +229,8 @@ class Transformer(keras.Model):
         self.src_position, self.tgt_position = absolute_positions(c, family)
         self.src_relative, self.tgt_relative = relative_positions(c, family)
         rate = c.rate("embedding")
-        self.src_dropout = fast_ops.Dropout(rate)
-        self.tgt_dropout = fast_ops.Dropout(rate)
+        self.src_dropout = keras.layers.Dropout(rate)
+        self.tgt_dropout = keras.layers.Dropout(rate)
         enc_args, dec_args = stack_layer_args(self, c)
         # Each layer is a direct attribute (not a list) so that tf.train.Checkpoint,
         # which does not follow Keras-tracked lists, saves its weights.

@@ -58,7 +58,7 @@ class Residual(keras.layers.Layer):
     ):
         super().__init__(**kwargs)
         self.dropout_rate, self.norm, self.epsilon = dropout_rate, norm, epsilon
-        self.dropout = fast_ops.Dropout(dropout_rate)
+        self.dropout = keras.layers.Dropout(dropout_rate)
         self.ln = layer_norm("layer_norm", epsilon)
 
     def build(self, input_shape):
@@ -74,9 +74,6 @@ class Residual(keras.layers.Layer):
             y = fn(self.normalize(x))
             return x + self.dropout(y, training=training)
         y = fn(x)
-        fused = fast_ops.residual_layer_norm(self.ln, self.dropout, x, y, training)
-        if fused is not None:
-            return fused
         return cast(self.ln(x + self.dropout(y, training=training)), x.dtype)
 
     def get_config(self):
@@ -456,7 +453,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.scale = scale
         self.activation, self.use_bias = activation, use_bias
         self.output_projection = output_projection
-        self.dropout = fast_ops.Dropout(dropout_rate) if dropout_rate > 0 else None
+        self.dropout = keras.layers.Dropout(dropout_rate) if dropout_rate > 0 else None
         self.relative = None if position is None else positions.LayerPosition(position)
 
     def build(self, query_shape=None, memory_shape=None):

@@ -1,4 +1,4 @@
-"""Fused CPU kernels of our own (``native_ops.cc``), compiled on first use.
+"""The fused CPU LayerNorm kernels of our own (``native_ops.cc``), compiled on first use.
 
 :func:`ops` builds ``native_ops.cc`` into a TensorFlow op library with the C++ compiler
 (``$CXX``, else ``g++``) against the installed TensorFlow's headers (``tf.sysconfig``),
@@ -18,8 +18,8 @@ marker. Without a compiler, or where the build or the load fails, :func:`ops` lo
 line and returns None, and the callers keep TensorFlow's own ops. ``TRANSFORMER_NATIVE=0``
 turns the kernels off.
 
-The kernels run on the CPU only, in the train step's layers and in the loss (fast_ops
-decides), never in decoding nor inside an XLA-compiled function, so that exported
+The kernels run on the CPU only, in the train step's LayerNorms (fast_ops decides), never
+in decoding nor inside an XLA-compiled function, so that exported
 SavedModels and checkpoints never depend on the library.
 """
 
@@ -224,10 +224,9 @@ def built(cxx: str, path: str) -> str:
 
 @functools.lru_cache(maxsize=1)
 def ops():
-    """The loaded op library (``native_layer_norm``, ``native_residual_layer_norm``,
-    ``native_smoothed_xent`` and their gradients), with the gradients registered; None
-    where the kernels are off or cannot be built or loaded (one line on stderr says why,
-    once per process)."""
+    """The loaded op library (``native_layer_norm`` and its gradient), with the gradient
+    registered; None where the kernels are off or cannot be built or loaded (one line on
+    stderr says why, once per process)."""
     if os.environ.get("TRANSFORMER_NATIVE", "1") == "0":
         return None
     cxx = compiler()
@@ -248,11 +247,7 @@ def ops():
         return _unavailable(f"cannot load {path}: {message}")
     try:  # once per process, even where ops() is called again after cache_clear()
         tf.no_gradient("NativeLayerNormGrad")
-        tf.no_gradient("NativeResidualLayerNormGrad")
-        tf.no_gradient("NativeSmoothedXentGrad")
         tf.RegisterGradient("NativeLayerNorm")(_layer_norm_gradient)
-        tf.RegisterGradient("NativeResidualLayerNorm")(_residual_layer_norm_gradient)
-        tf.RegisterGradient("NativeSmoothedXent")(_smoothed_xent_gradient)
     except KeyError:
         pass
     return lib
@@ -265,32 +260,6 @@ def _layer_norm_gradient(op, dy, d_mean, d_rstd):
     mean, rstd = op.outputs[1], op.outputs[2]
     dx, d_gamma, d_beta = ops().native_layer_norm_grad(dy, x, gamma, mean, rstd)
     return dx, d_gamma, d_beta
-
-
-def _residual_layer_norm_gradient(op, dy, d_mean, d_rstd):
-    """NativeResidualLayerNorm's gradient: x, s, gamma and beta (the seed has none)."""
-    del d_mean, d_rstd
-    x, s, gamma, _, seed = op.inputs
-    mean, rstd = op.outputs[1], op.outputs[2]
-    grads = ops().native_residual_layer_norm_grad(
-        dy, x, s, gamma, mean, rstd, seed, rate=op.get_attr("rate")
-    )
-    dx, ds, d_gamma, d_beta = grads
-    return dx, ds, d_gamma, d_beta, None
-
-
-def _smoothed_xent_gradient(op, d_loss, d_nll, d_correct, d_lse):
-    """NativeSmoothedXent's gradient with respect to the logits (the labels have none;
-    correct has no gradient, and lse is only read by the gradient itself)."""
-    del d_correct, d_lse
-    logits, labels = op.inputs
-    d_loss = tf.zeros_like(op.outputs[0]) if d_loss is None else d_loss
-    d_nll = tf.zeros_like(op.outputs[1]) if d_nll is None else d_nll
-    epsilon = op.get_attr("epsilon")
-    d_logits = ops().native_smoothed_xent_grad(
-        logits, labels, op.outputs[3], d_loss, d_nll, epsilon=epsilon
-    )
-    return d_logits, None
 
 
 def _unavailable(why: str):

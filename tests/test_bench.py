@@ -803,3 +803,12 @@ def test_another_tree_is_imported_in_place_of_this_one(tmp_path, monkeypatch):
     import hparams
 
     assert hparams.WHERE == "other tree"
+
+
+def test_the_hp_route_merges_repeats_and_counts_each_return():
+    import hp_route
+
+    got = hp_route.route(["cli", "train", "train", "data_load", "train", "model", "data_load"])
+    assert got["route"] == ["cli", "train", "data_load", "train", "model", "data_load"]
+    assert got["modules"] == ["cli", "data_load", "model", "train"]
+    assert got["returns"] == 2 and got["back_to"] == {"train": 1, "data_load": 1}
