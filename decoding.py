@@ -154,6 +154,9 @@ def length_penalty(length, alpha: float):
     return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
 
 
+NEG = -1e9  # the log-probability of an empty beam slot
+
+
 def beam_loop(
     model,
     src,
@@ -173,70 +176,146 @@ def beam_loop(
     with the length penalty at their own length), so a shorter finished hypothesis is
     never pushed out by longer, worse alive ones, and their slot stays empty. A
     sentence's search stops when no alive hypothesis can beat its k-th finished one,
-    when none is alive, or after ``its source length + extra`` steps. With k = 1 this is
-    exactly greedy decoding. ``model`` needs encode / init_cache / decode_step / reorder_cache;
-    ``encoded`` and ``context`` as in :func:`greedy_loop` (a document's context enters
-    the encoder once per sentence, and the beams share its output; the keys/values of
-    the decoder's memory are computed once per sentence and never reordered).
+    when none is alive, or after ``its source length + extra`` steps; its k best are
+    then written out and its rows leave the batch, so that later steps compute (and
+    reorder the caches of) the sentences still searching only, as in
+    :func:`greedy_loop`. With k = 1 this is exactly greedy decoding. ``model`` needs
+    encode / init_cache / decode_step / reorder_cache / select_rows; ``encoded`` and
+    ``context`` as in :func:`greedy_loop` (a document's context enters the encoder once
+    per sentence, and the beams share its output; the keys/values of the decoder's
+    memory are computed once per sentence and never reordered).
     """
-    k, neg = beam_size, -1e9
+    k = beam_size
     memory, mask = model.encode(src) if encoded is None else encoded
     n = tf.shape(src)[0]
-    limits, max_len = decode_budgets(model, src, extra, max_len)
+    limits, longest = decode_budgets(model, src, extra, max_len)
     memory = tf.repeat(memory, k, axis=0)  # (N * k, T1, d_model)
     mask = tf.repeat(mask, k, axis=0)
     if context is not None:
         context = tf.nest.map_structure(lambda t: tf.repeat(t, k, axis=0), context)
     cache = init_cache(model, memory, mask, context)
-    batch_offsets = (tf.range(n) * k)[:, None]  # (N, 1)
-
-    alive_seq = tf.zeros((n, k, max_len), tf.int32)
-    alive_logp = tf.tile(tf.concat([[0.0], tf.fill([k - 1], neg)], 0)[None], (n, 1))
-    fin_seq = tf.zeros((n, k, max_len), tf.int32)
-    fin_score = tf.fill((n, k), neg)
-    tokens = tf.fill((n * k,), data_load.BOS_ID)
-
-    def cond(i, tokens, alive_seq, alive_logp, fin_seq, fin_score, cache):
-        best_possible = alive_logp[:, 0] / length_penalty(limits, alpha)
-        open_ = tf.logical_and(alive_logp[:, 0] > neg / 2, best_possible > fin_score[:, -1])
-        return tf.reduce_any(tf.logical_and(open_, i < limits))
-
-    def body(i, tokens, alive_seq, alive_logp, fin_seq, fin_score, cache):
-        old = (alive_seq, alive_logp, fin_seq, fin_score)
-        logits, cache = model.decode_step(tokens, cache)
-        vocab = tf.shape(logits)[-1]
-        logp = tf.nn.log_softmax(tf.reshape(logits, (n, k, -1)), axis=-1)
-        cand = tf.reshape(alive_logp[:, :, None] + logp, (n, -1))  # (N, k * V)
-        top_logp, top_idx = tf.math.top_k(cand, k=k)
-        beam, tok = top_idx // vocab, top_idx % vocab  # (N, k)
-        seq = tf.gather(alive_seq, beam, batch_dims=1)
-        seq = keras.ops.slice_update(seq, [0, 0, i], tok[:, :, None])
-        ended = tf.logical_or(tf.equal(tok, data_load.EOS_ID), top_logp <= neg / 2)
-        fin_seq, fin_score = merge_finished(fin_seq, fin_score, seq, tok, top_logp, i, alpha)
-        # alive set: the extensions that did not end; ended slots become empty
-        alive_logp = tf.where(ended, neg, top_logp)
-        order = tf.argsort(alive_logp, axis=1, direction="DESCENDING", stable=True)
-        alive_logp = tf.gather(alive_logp, order, batch_dims=1)
-        alive_seq = tf.gather(seq, order, batch_dims=1)
-        tokens = tf.reshape(tf.gather(tok, order, batch_dims=1), (-1,))
-        source_beam = tf.gather(beam, order, batch_dims=1)
-        cache = model.reorder_cache(cache, tf.reshape(source_beam + batch_offsets, (-1,)))
-        # sentences past their own budget keep their state unchanged
-        new = (alive_seq, alive_logp, fin_seq, fin_score)
-        alive_seq, alive_logp, fin_seq, fin_score = rows_where(i < limits, new, old)
-        return i + 1, tokens, alive_seq, alive_logp, fin_seq, fin_score, cache
-
-    loop_vars = (tf.constant(0), tokens, alive_seq, alive_logp, fin_seq, fin_score, cache)
-    shapes = tf.nest.map_structure(lambda t: t.shape, loop_vars[:-1]) + (
-        model.cache_shapes(cache),  # the self-attention keys grow
+    search = (  # the sentences still searching: their index in src and their state
+        tf.range(n),
+        limits,
+        tf.fill((n * k,), data_load.BOS_ID),  # each hypothesis's last token
+        tf.zeros((n, k, longest), tf.int32),  # alive hypotheses
+        tf.tile(tf.concat([[0.0], tf.fill([k - 1], NEG)], 0)[None], (n, 1)),
+        tf.zeros((n, k, longest), tf.int32),  # finished hypotheses
+        tf.fill((n, k), NEG),
     )
-    i, _, alive_seq, alive_logp, fin_seq, fin_score, _ = tf.while_loop(
-        cond, body, loop_vars, shape_invariants=shapes
+    done = (tf.zeros((n, k, longest), tf.int32), tf.fill((n, k), NEG))  # the results
+
+    def cond(i, search, done, cache):
+        return tf.logical_and(i < longest, tf.size(search[0]) > 0)
+
+    def body(i, search, done, cache):
+        logits, cache = model.decode_step(search[2], cache)
+        search, source_rows = beam_step(i, logits, search, alpha)
+        still = searching(i + 1, search, alpha)  # (R,)
+        done = tf.cond(
+            tf.reduce_all(still),
+            lambda: done,
+            lambda: write_finished(i + 1, search, still, done, alpha),
+        )
+        cache = model.reorder_cache(cache, source_rows)
+        search, cache = tf.cond(
+            tf.reduce_all(still),
+            lambda: (search, cache),
+            lambda: drop_sentences(model, search, cache, still, k),
+        )
+        return i + 1, search, done, cache
+
+    free = tf.TensorShape([None])
+    seqs, scores = tf.TensorShape([None, k, None]), tf.TensorShape([None, k])
+    shapes = (
+        tf.TensorShape([]),
+        (free, free, free, seqs, scores, seqs, scores),
+        (done[0].shape, done[1].shape),
+        model.cache_shapes(cache),  # the batch shrinks, the self-attention keys grow
     )
-    return final_beams(i, limits, alpha, k, alive_seq, alive_logp, fin_seq, fin_score)
+    loop_vars = (tf.constant(0), search, done, cache)
+    i, _, (seqs, scores), _ = tf.while_loop(cond, body, loop_vars, shape_invariants=shapes)
+    return seqs[:, :, :i], scores
 
 
-def merge_finished(fin_seq, fin_score, seq, tok, top_logp, i, alpha: float, neg: float = -1e9):
+def beam_step(i, logits, search: tuple, alpha: float):
+    """One step of :func:`beam_loop` for R sentences still searching: the logits (R * k,
+    V) of their alive hypotheses extend them; returns the new search state and, for each
+    new alive hypothesis, the row of the hypothesis it extends (R * k,), which its cache
+    must follow."""
+    sent, limits, _, alive_seq, alive_logp, fin_seq, fin_score = search
+    r, k = tf.shape(alive_logp)[0], alive_logp.shape[1]
+    top_logp, beam, tok = best_extensions(logits, alive_logp)
+    seq = tf.gather(alive_seq, beam, batch_dims=1)
+    seq = keras.ops.slice_update(seq, [0, 0, i], tok[:, :, None])
+    ended = tf.logical_or(tf.equal(tok, data_load.EOS_ID), top_logp <= NEG / 2)
+    fin_seq, fin_score = merge_finished(fin_seq, fin_score, seq, tok, top_logp, i, alpha)
+    # alive set: the extensions that did not end; ended slots become empty
+    alive_logp = tf.where(ended, NEG, top_logp)
+    order = tf.argsort(alive_logp, axis=1, direction="DESCENDING", stable=True)
+    alive_logp = tf.gather(alive_logp, order, batch_dims=1)
+    alive_seq = tf.gather(seq, order, batch_dims=1)
+    tokens = tf.reshape(tf.gather(tok, order, batch_dims=1), (-1,))
+    source_beam = tf.gather(beam, order, batch_dims=1)
+    source_rows = tf.reshape(source_beam + (tf.range(r) * k)[:, None], (-1,))
+    # (every sentence here is within its budget: one leaves the search at its limit)
+    return (sent, limits, tokens, alive_seq, alive_logp, fin_seq, fin_score), source_rows
+
+
+def best_extensions(logits, alive_logp):
+    """The k best extensions of each sentence's k alive hypotheses (log-probabilities
+    alive_logp (R, k)) by one token, from the logits (R * k, V): (their log-probabilities,
+    the hypothesis each extends, the token), each (R, k), best first. A hypothesis's own
+    k best tokens hold every one of those, so the top-k runs over k * k candidates, the
+    log-softmax over those alone: (z - max z) - log sum exp(z - max z), the arithmetic of
+    tf.nn.log_softmax."""
+    r, k = tf.shape(alive_logp)[0], alive_logp.shape[1]
+    z_max = tf.reduce_max(logits, axis=-1, keepdims=True)
+    log_sum = tf.math.log(tf.reduce_sum(tf.exp(logits - z_max), axis=-1, keepdims=True))
+    row_z, row_tok = tf.math.top_k(logits, k=k)  # (R * k, k)
+    row_logp = (row_z - z_max) - log_sum
+    cand = tf.reshape(alive_logp[:, :, None] + tf.reshape(row_logp, (r, k, k)), (r, k * k))
+    top_logp, top_idx = tf.math.top_k(cand, k=k)
+    tok = tf.gather(tf.reshape(row_tok, (r, k * k)), top_idx, batch_dims=1)
+    return top_logp, top_idx // k, tok
+
+
+def searching(i, search: tuple, alpha: float):
+    """(R,) bool: which sentences search on at step i: one with an alive hypothesis that
+    can still beat its k-th finished one (even at its longest, where the length penalty
+    divides the least), within its budget."""
+    _, limits, _, _, alive_logp, _, fin_score = search
+    best_possible = alive_logp[:, 0] / length_penalty(limits, alpha)
+    open_ = tf.logical_and(alive_logp[:, 0] > NEG / 2, best_possible > fin_score[:, -1])
+    return tf.logical_and(open_, i < limits)
+
+
+def write_finished(i, search: tuple, still, done: tuple, alpha: float) -> tuple:
+    """``done`` (the results, (N, k, L) and (N, k)) with the k best of each sentence that
+    stops searching after i steps (``still`` false) written into its row."""
+    sent, limits, _, alive_seq, alive_logp, fin_seq, fin_score = search
+    stop = tf.cast(tf.where(tf.logical_not(still))[:, 0], tf.int32)
+    picked = [tf.gather(t, stop) for t in (limits, alive_seq, alive_logp, fin_seq, fin_score)]
+    k = alive_logp.shape[1]
+    seqs, scores = final_beams(i, picked[0], alpha, k, *picked[1:])
+    rows = tf.gather(sent, stop)[:, None]
+    seqs = tf.pad(seqs, [[0, 0], [0, 0], [0, tf.shape(done[0])[2] - tf.shape(seqs)[2]]])
+    return (
+        tf.tensor_scatter_nd_update(done[0], rows, seqs),
+        tf.tensor_scatter_nd_update(done[1], rows, scores),
+    )
+
+
+def drop_sentences(model, search: tuple, cache, still, k: int):
+    """The search state and the cache of the sentences that search on (``still``) only."""
+    keep = tf.cast(tf.where(still)[:, 0], tf.int32)
+    rows = tf.reshape(keep[:, None] * k + tf.range(k)[None, :], (-1,))
+    sent, limits, tokens, *state = search
+    kept = [tf.gather(t, keep) for t in (sent, limits, *state)]
+    return (*kept[:2], tf.gather(tokens, rows), *kept[2:]), model.select_rows(cache, rows)
+
+
+def merge_finished(fin_seq, fin_score, seq, tok, top_logp, i, alpha: float, neg: float = NEG):
     """The finished set of a beam step: the k best of the finished hypotheses (N, k, L)
     with scores (N, k) and the step's extensions seq (N, k, L) that end in </S> (tok
     (N, k), log-probabilities top_logp (N, k)), scored with the length penalty at their
@@ -253,20 +332,12 @@ def merge_finished(fin_seq, fin_score, seq, tok, top_logp, i, alpha: float, neg:
     return tf.gather(all_seq, keep, batch_dims=1), fin_score
 
 
-def rows_where(active, new: tuple, old: tuple) -> tuple:
-    """Each tensor of ``new`` where ``active`` (N,) is true in its row, else ``old``'s."""
-    return tuple(
-        tf.where(tf.reshape(active, (-1,) + (1,) * (len(cur.shape) - 1)), cur, prev)
-        for cur, prev in zip(new, old)
-    )
-
-
 def final_beams(i, limits, alpha: float, k: int, alive_seq, alive_logp, fin_seq, fin_score):
     """The k best of a beam search that ran i steps (:func:`beam_loop`): (ids (N, k, i),
     PAD after </S>; scores (N, k)). Sentences with fewer than k finished hypotheses are
     completed from the alive (unfinished) ones, which always rank after every finished
     hypothesis, each scored at its length (at most its sentence's limit)."""
-    neg = -1e9
+    neg = NEG
     alive_len = tf.minimum(i, limits)[:, None]
     alive_score = tf.where(alive_logp > neg / 2, alive_logp / length_penalty(alive_len, alpha), neg)
     all_score = tf.concat([fin_score, alive_score], axis=1)

@@ -1,6 +1,8 @@
-"""Export a trained model as a SavedModel that translates raw German strings.
+"""Export a trained model as a SavedModel that translates raw German strings, or as a
+CTranslate2 model directory.
 
     python export.py --logdir log/demo --export_dir exported/demo
+    python export.py --logdir log/demo --format ctranslate2 [--quantization int8]
 
 The serving signature ``serving_default`` maps ``sentences`` (a batch of raw strings)
 to ``translations`` (strings). A model with document context (``memory_sentences``,
@@ -38,7 +40,13 @@ SCRIPT = cli.Script(
     fields=cli.DECODING_FIELDS,
     options={
         "ckpt": ("", "checkpoint: a path, last or best (default: the run's default model)"),
-        "export_dir": ("", "where to write the SavedModel (default: exported/<run>)"),
+        "export_dir": ("", "where to write the model (default: exported/<run>[_ct2])"),
+        "format": ("savedmodel", "savedmodel | ctranslate2 (ctranslate.py)"),
+        "quantization": (
+            "none",
+            "ctranslate2's weight type: none (float32) | int8 | int8_float32 | int8_float16 "
+            "| int16 | float16 | bfloat16",
+        ),
     },
     note=cli.DECODING_NOTE,
 )
@@ -247,13 +255,35 @@ def export(logdir: str, export_dir: str, overrides: dict, ckpt: str = "") -> str
     return export_dir
 
 
+def export_ctranslate2(logdir: str, out: str, overrides: dict, ckpt: str, quantization: str):
+    """Write the CTranslate2 model directory (ctranslate.py), the sentencepiece model
+    beside it."""
+    import ctranslate
+
+    hp, tok, model, path = decoding.load_run(logdir, overrides, ckpt, "export")
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise UserError(f"{out} exists and is not a folder; choose another --export_dir")
+    ctranslate.convert(model, tok, out, quantization, hp.prepro_dir)
+    print(
+        f"export: {path} -> {out} (CTranslate2, weights {quantization}; translate with "
+        "ctranslate2.Translator and the source pieces, </S> added by the model)"
+    )
+    return out
+
+
 def main() -> None:
     hp, opts = cli.parse_args(script=SCRIPT)
     overrides = {k: getattr(hp, k) for k in opts["_set"]}
-    out = opts["export_dir"] or os.path.join(
-        "exported", os.path.basename(os.path.normpath(hp.logdir))
-    )
-    export(hp.logdir, out, overrides, opts["ckpt"])
+    if opts["format"] not in ("savedmodel", "ctranslate2"):
+        raise UserError(f"--format takes savedmodel or ctranslate2, not {opts['format']!r}")
+    if opts["quantization"] != "none" and opts["format"] != "ctranslate2":
+        raise UserError("--quantization applies to --format ctranslate2 only")
+    run = os.path.basename(os.path.normpath(hp.logdir))
+    if opts["format"] == "ctranslate2":
+        out = opts["export_dir"] or os.path.join("exported", run + "_ct2")
+        export_ctranslate2(hp.logdir, out, overrides, opts["ckpt"], opts["quantization"])
+        return
+    export(hp.logdir, opts["export_dir"] or os.path.join("exported", run), overrides, opts["ckpt"])
 
 
 if __name__ == "__main__":

@@ -1,13 +1,15 @@
-"""Decoding speed: cached greedy vs the original's naive loop and vs keras-hub's cached
-decoder, and beam 4 vs greedy.
+"""Decoding speed: cached greedy against the original's naive loop, keras-hub's cached
+decoder and CTranslate2, and beam 4 against greedy.
 
-    pip install -e ".[bench]"     # keras-hub, for the keras-hub row
-    python train.py --preset multi30k --position sinusoid --norm post --max_steps 1240
-    python bench/decode.py --preset multi30k [--sents 1000] [--naive_sents 200]
-        [--naive_extra 50] [--repeats 3] [--profile]
+    pip install -e ".[bench]"     # keras-hub and ctranslate2, for their rows
+    python train.py --preset multi30k --position sinusoid --max_steps 3000 \
+        --logdir log/multi30k_sinusoid
+    python bench/decode.py --preset multi30k --logdir log/multi30k_sinusoid [--sents 1000]
+        [--naive_sents 200] [--naive_extra 50] [--repeats 3] [--profile]
+        [--ctranslate2 false]
 
-One run, one process, one trained model (the run's latest checkpoint, of the size and kind
-PINNED, which the keras-hub row mirrors), the test split; every row is the median of
+One run, one trained model (the run's latest checkpoint, of the size and kind PINNED,
+which the keras-hub row mirrors), the test split; every row is the median of
 ``--repeats`` timed passes after one untimed pass:
 * naive: the original's decoder, re-run over the whole prefix at every step for the full
   length budget (source length + --naive_extra, pinned at 50: the ratio grows with it),
@@ -18,12 +20,18 @@ PINNED, which the keras-hub row mirrors), the test split; every row is the media
   keras_hub.samplers.GreedySampler with their self- and cross-attention caches in one
   tf.function, carrying this model's trained weights (attention biases zero), so that
   its outputs can be compared token for token; embeddings and the encoder are ours.
-Prints sentences/s, the speed ratios, whether naive and cached outputs are identical,
-and sacreBLEU of greedy and beam. ``--profile`` first prints where one greedy step's time
-goes (profile_step).
+Then the anchor, on the same batches: our greedy and beam 4 in two layouts of the
+machine's cores (one batch at a time with TensorFlow's threads; one batch per core at
+once, 1 intra-op thread each, in a fresh process each), and CTranslate2's (ctranslate.py
+converts the model; float32 and int8 weights; one batch at a time on every core, and one
+batch per core at once). Each row gives sentences/s, sacreBLEU and how many outputs are
+ours token for token; then the ratios of the best layouts. ``--profile`` first prints
+where one greedy step's and one beam-4 step's time go.
 """
 
+import json
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -34,14 +42,14 @@ import cli
 import hparams
 
 # The model the keras-hub row mirrors (its TransformerDecoder: sinusoidal positions added
-# at the embedding, post-norm, ReLU FFN, no attention biases): the multi30k preset's size.
+# at the embedding, post- or pre-norm, ReLU FFN, no attention biases): the multi30k
+# preset's size.
 PINNED = dict(
     d_model=256,
     d_ff=1024,
     num_blocks=3,
     num_heads=8,
     position="sinusoid",
-    norm="post",
     model_type="transformer",
     qkv_bias=False,
     qkv_activation="none",
@@ -88,7 +96,7 @@ def keras_hub_decoder(model, extra: int):
             dropout=0.0,
             activation="relu",
             layer_norm_epsilon=1e-6,
-            normalize_first=False,
+            normalize_first=model.norm == "pre",
         )
         kh.build((None, None, d), (None, None, d))
         for theirs, mine in (
@@ -161,6 +169,8 @@ def keras_hub_decoder(model, extra: int):
                     cross_attention_cache_update_index=None,
                 )
                 updated.append(sc)
+            if model.norm == "pre":  # the stack's final LayerNorm
+                x = model.decoder_norm(x)
             return model.logits(x[:, 0]), None, (tf.stack(updated, 1), cross)
 
         out = sampler(
@@ -216,6 +226,67 @@ def profile_step(model, src, steps_done: int, repeats: int = 200) -> list[tuple[
             model.logits(x[:, 0], cache["output"] if model.tie_softmax else None), -1
         ),
     }
+    return time_parts(parts, repeats)
+
+
+def profile_beam(model, src, steps_done: int, k: int = 4, repeats: int = 100):
+    """Where one beam-search step's time goes (``--profile``): the parts of
+    decoding.beam_loop's body run alone as tf.functions on the batch ``src`` (N, T1), its
+    N * k hypotheses' caches filled to ``steps_done`` positions, in milliseconds (median of
+    ``repeats`` calls)."""
+    import tensorflow as tf
+
+    import data_load
+    import decoding
+
+    n = src.shape[0]
+    memory, mask = model.encode(src)
+    cache = model.init_cache(tf.repeat(memory, k, axis=0), tf.repeat(mask, k, axis=0))
+    tokens = tf.fill((n * k,), data_load.BOS_ID)
+    for _ in range(steps_done):
+        logits, cache = model.decode_step(tokens, cache)
+    longest = steps_done + 20
+    alive_logp = tf.tile(tf.constant([[0.0] + [decoding.NEG] * (k - 1)]), (n, 1))
+    seqs = tf.zeros((n, k, longest), tf.int32)
+    search = (tf.range(n), tf.fill((n,), longest), tokens, seqs, alive_logp, seqs, alive_logp)
+    rows = tf.range(n * k)[::-1]
+    i = tf.constant(steps_done)
+
+    def whole():
+        step_logits, new_cache = model.decode_step(tokens, cache)
+        state, source_rows = decoding.beam_step(i, step_logits, search, 0.6)
+        return model.reorder_cache(new_cache, source_rows)["layers"][0]["k"], state[3]
+
+    parts = {
+        "whole step (decoder, search, cache reorder)": whole,
+        "decoder step, N * k rows (every layer, logits)": lambda: model.decode_step(tokens, cache)[
+            0
+        ],
+        "search bookkeeping (top-k, sequences, finished set)": lambda: decoding.beam_step(
+            i, logits, search, 0.6
+        )[0][3],
+        "  the k best extensions (top-k of top-k)": lambda: decoding.best_extensions(
+            logits, alive_logp
+        )[0],
+        "  for comparison: log-softmax + top-k over k * V": lambda: tf.math.top_k(
+            tf.reshape(
+                alive_logp[:, :, None] + tf.reshape(tf.nn.log_softmax(logits), (n, k, -1)),
+                (n, -1),
+            ),
+            k,
+        )[0],
+        "cache reorder (every layer's self-attention k, v)": lambda: model.reorder_cache(
+            cache, rows
+        )["layers"][0]["k"],
+    }
+    return time_parts(parts, repeats)
+
+
+def time_parts(parts: dict, repeats: int) -> list[tuple[str, float]]:
+    """Each part as a tf.function that returns one number of each of its results (so that
+    no copy to numpy is timed): (name, median milliseconds of ``repeats`` calls)."""
+    import tensorflow as tf
+
     out = []
     for name, fn in parts.items():
         first = tf.function(
@@ -232,6 +303,180 @@ def profile_step(model, src, steps_done: int, repeats: int = 200) -> list[tuple[
     return out
 
 
+def ctranslate2_rows(model, tok, hp, batches, repeats: int, out_dir: str) -> list[dict]:
+    """CTranslate2 (the anchor, ctranslate.py's conversion of this model) on the same
+    batches: greedy and beam 4, float32 and int8, in two layouts of the machine's cores:
+    one batch at a time on all of them (intra_threads), and one batch per core at once
+    (inter_threads, intra_threads 1). Each row: its name, seconds (median of ``repeats``
+    passes) and its outputs as our ids, cut at our per-sentence budget."""
+    import os
+
+    import ctranslate2
+
+    import ctranslate
+
+    cores = os.cpu_count() or 1
+    sources = [ctranslate.source_tokens(tok, [row[row > 0][:-1] for row in b]) for _, b in batches]
+    limits = [(b > 0).sum(axis=1) + hp.max_len_extra for _, b in batches]
+    rows = []
+    for weights in ("float32", "int8"):
+        path = os.path.join(out_dir, weights)
+        ctranslate.convert(model, tok, path, "none" if weights == "float32" else weights)
+        for layout, inter, intra in (
+            (f"one batch at a time, {cores} threads", 1, cores),
+            (f"{cores} batches at once, 1 thread each", cores, 1),
+        ):
+            translator = ctranslate2.Translator(
+                path, device="cpu", inter_threads=inter, intra_threads=intra
+            )
+            for beam in (1, 4):
+
+                def run():
+                    jobs = [
+                        translator.translate_batch(
+                            src,
+                            beam_size=beam,
+                            length_penalty=0.6 if beam > 1 else 0,
+                            max_decoding_length=int(lim.max()),
+                            asynchronous=True,
+                        )
+                        for src, lim in zip(sources, limits)
+                    ]
+                    return [[r.result() for r in job] for job in jobs]
+
+                run()  # warm-up
+                times, outs = [], None
+                for _ in range(repeats):
+                    t0 = time.perf_counter()
+                    outs = run()
+                    times.append(time.perf_counter() - t0)
+                ids = [
+                    [ours_ids(tok, r.hypotheses[0], int(n)) for r, n in zip(res, lim)]
+                    for res, lim in zip(outs, limits)
+                ]
+                name = "greedy" if beam == 1 else f"beam {beam}"
+                rows.append(
+                    dict(
+                        name=f"CTranslate2 {name}, {weights}, {layout}",
+                        seconds=common.median(times),
+                        outs=ids,
+                        beam=beam,
+                    )
+                )
+    return rows
+
+
+def ours_ids(tok, tokens: list[str], budget: int) -> list[int]:
+    """CTranslate2's output tokens as our ids, </S> added where it stopped there, cut at
+    our budget of ``budget`` tokens (it decodes to the batch's longest budget)."""
+    import ctranslate
+    import data_load
+
+    ids = ctranslate.target_ids(tok, tokens)[:budget]
+    return ids + [data_load.EOS_ID] if len(ids) < budget else ids
+
+
+def layout_worker(cfg: dict) -> None:
+    """A child of :func:`our_layouts`: TensorFlow's thread pools set before it starts,
+    then the run's greedy or beam decoder over the batches, ``streams`` batches at once
+    (Python threads: TensorFlow releases the GIL while a graph runs)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import tensorflow as tf
+
+    if cfg["intra"]:
+        tf.config.threading.set_intra_op_parallelism_threads(cfg["intra"])
+        tf.config.threading.set_inter_op_parallelism_threads(cfg["inter"])
+    import data_load
+    import decoding
+
+    hp, tok, model, _ = decoding.load_run(cfg["logdir"], {}, who="bench")
+    src_txt, _ = data_load.read_raw(hp, "test")
+    ids = tok.encode_src(src_txt[: cfg["sents"]])
+    batches = [tf.constant(b) for _, b in data_load.eval_batches(ids, cfg["batch"], 1 << 30)]
+    extra = tf.constant(hp.max_len_extra, tf.int32)
+    if cfg["beam"] > 1:
+        beam = decoding.beam_decoder(model, cfg["beam"], 0.6)
+        fn = lambda b: beam(b, extra)[0].numpy()[:, 0]  # noqa: E731
+    else:
+        greedy = decoding.greedy_decoder(model)
+        fn = lambda b: greedy(b, extra).numpy()  # noqa: E731
+    with ThreadPoolExecutor(cfg["streams"]) as pool:
+        list(pool.map(fn, batches))  # traces every shape
+        times = []
+        for _ in range(cfg["repeats"]):
+            t0 = time.perf_counter()
+            outs = list(pool.map(fn, batches))
+            times.append(time.perf_counter() - t0)
+    common.emit(
+        {"seconds": common.median(times), "outs": [o[o > 0].tolist() for b in outs for o in b]}
+    )
+
+
+def our_layouts(hp, opts: dict, beam: int) -> list[dict]:
+    """Our decoder in each layout of the machine's cores, a fresh process each (thread
+    pools are set once per process): one batch at a time with TensorFlow's own threads,
+    one batch per core at once with them, and one batch per core at once with 1
+    intra-op thread each."""
+    import json
+    import os
+
+    cores = os.cpu_count() or 1
+    rows = []
+    for layout, streams, intra in (
+        ("one batch at a time, TensorFlow's threads", 1, 0),
+        (f"{cores} batches at once, TensorFlow's threads", cores, 0),
+        (f"{cores} batches at once, 1 thread each", cores, 1),
+    ):
+        cfg = dict(
+            logdir=hp.logdir,
+            sents=opts["sents"],
+            batch=opts["batch"],
+            repeats=opts["repeats"],
+            beam=beam,
+            streams=streams,
+            intra=intra,
+            inter=cores,
+        )
+        command = [sys.executable, os.path.abspath(__file__), "--worker", json.dumps(cfg)]
+        res = common.run_child(command, "bench")
+        name = "greedy" if beam == 1 else f"beam {beam}"
+        rows.append(dict(name=f"ours {name}, float32, {layout}", beam=beam, **res))
+    return rows
+
+
+def print_anchor(rows: list[dict], ours: dict, texts, refs, n: int) -> None:
+    """The table against CTranslate2: each row's sentences/s, sacreBLEU and how many of
+    its outputs are ours (``ours``: beam size -> our outputs, batch order) token for
+    token; then our best layout against theirs, and each on one batch."""
+    import decoding
+
+    print(f"\n{'decoder (float32 unless named)':<62}{'sentences/s':>12}{'BLEU':>7}{'= ours':>8}")
+    for r in rows:
+        r["speed"] = n / r["seconds"]
+        same = sum(a == b for a, b in zip(r["outs"], ours[r["beam"]]))
+        bleu = decoding.scores(texts(r["outs"]), refs)["sacrebleu"]
+        print(f"{r['name']:<62}{r['speed']:>12.1f}{bleu:>7.2f}{same:>8}")
+    for beam, what in ((1, "greedy"), (4, "beam 4")):
+        mine = [r for r in rows if r["beam"] == beam and r["name"].startswith("ours")]
+        theirs = [r for r in rows if r["beam"] == beam and "float32" in r["name"]]
+        theirs = [r for r in theirs if r["name"].startswith("CTranslate2")]
+        best, anchor = max(mine, key=lambda r: r["speed"]), max(theirs, key=lambda r: r["speed"])
+        one = [r for r in mine + theirs if "one batch at a time" in r["name"]]
+        print(
+            f"{what}: ours / CTranslate2, each in its best layout: "
+            f"{best['speed'] / anchor['speed']:.2f}x; both one batch at a time on every "
+            f"core: {one[0]['speed'] / one[1]['speed']:.2f}x"
+        )
+    print(
+        "Where the two differ: CTranslate2 decodes each batch to its longest budget (its "
+        "outputs are then cut at ours, source length + max_len_extra per sentence); its "
+        "beam divides by |Y|^0.6 where ours divides by ((5 + |Y|) / 6)^0.6, and it stops "
+        "once 4 hypotheses are finished where ours stops when no alive one can beat the "
+        "4th finished."
+    )
+
+
 OPTIONS = {
     "sents": 1000,
     "naive_sents": 200,
@@ -239,6 +484,8 @@ OPTIONS = {
     "batch": 64,
     "repeats": 3,
     "profile": False,
+    "ctranslate2": True,
+    "worker": "",
 }
 
 
@@ -254,14 +501,12 @@ def main() -> None:
     import decoding
 
     hp, opts = cli.parse_args(extra=OPTIONS)
+    if opts["worker"]:
+        layout_worker(json.loads(opts["worker"]))
+        return
     reps = opts["repeats"]
     hp, tok, model, path = decoding.load_run(hp.logdir, {}, who="bench")
     differ = pinned_mismatch(hp)
-    if differ:
-        sys.exit(
-            f"bench: the run in {hp.logdir} is not the model the keras-hub row mirrors: "
-            f"{', '.join(differ)}; train one with train.py --preset multi30k and those settings"
-        )
     src_txt, refs = data_load.read_raw(hp, "test")
     src_txt, refs = src_txt[: opts["sents"]], refs[: opts["sents"]]
     ids = tok.encode_src(src_txt)
@@ -276,17 +521,23 @@ def main() -> None:
         src = tf.constant(batches[len(batches) // 2][1])
         print(f"one greedy step, batch of {src.shape[0]} at position 10 (ms, median of 200):")
         for name, ms in profile_step(model, src, 10):
-            print(f"  {name:<50}{ms:>8.3f}")
+            print(f"  {name:<55}{ms:>8.3f}")
+        print(f"one beam-4 step, {src.shape[0]} sentences at position 10 (ms, median of 100):")
+        for name, ms in profile_beam(model, src, 10):
+            print(f"  {name:<55}{ms:>8.3f}")
     greedy = decoding.greedy_decoder(model)
     t_greedy, g_out = timed(lambda b: greedy(tf.constant(b), extra).numpy(), batches, reps)
     beam = decoding.beam_decoder(model, 4, 0.6)
     t_beam, b_out = timed(lambda b: beam(tf.constant(b), extra)[0].numpy()[:, 0], batches, reps)
 
-    try:
-        kh = keras_hub_decoder(model, hp.max_len_extra)
-    except ImportError:
-        kh = None
-        print("keras-hub is not installed (pip install -e '.[bench]'): no keras-hub row")
+    kh = None
+    if differ:
+        print(f"no keras-hub row: its TransformerDecoder mirrors {PINNED}, not {differ}")
+    else:
+        try:
+            kh = keras_hub_decoder(model, hp.max_len_extra)
+        except ImportError:
+            print("keras-hub is not installed (pip install -e '.[bench]'): no keras-hub row")
     if kh is not None:
         t_kh, kh_out = timed(lambda b: kh(tf.constant(b)).numpy(), batches, reps)
 
@@ -342,6 +593,24 @@ def main() -> None:
             f"cached greedy / keras-hub: {sps_g / sps_kh:.2f}x; identical outputs: "
             f"{agree}/{len(ids)} sentences"
         )
+    if not opts["ctranslate2"]:
+        return
+    order = [i for idx, _ in batches for i in idx]  # batch order -> sentence index
+
+    def flat_texts(outs):
+        hyps = [""] * len(ids)
+        for i, out in zip(order, outs):
+            hyps[i] = tok.decode_tgt(out)
+        return hyps
+
+    ours = {
+        1: [o[o > 0].tolist() for out in g_out for o in out],
+        4: [o[o > 0].tolist() for out in b_out for o in out],
+    }
+    rows = our_layouts(hp, opts, 1) + our_layouts(hp, opts, 4)
+    with tempfile.TemporaryDirectory() as tmp:
+        rows += ctranslate2_rows(model, tok, hp, batches, reps, tmp)
+    print_anchor(rows, ours, flat_texts, refs, len(ids))
 
 
 if __name__ == "__main__":

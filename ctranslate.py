@@ -1,0 +1,197 @@
+"""A trained model as a CTranslate2 model directory: ``export.py --format ctranslate2``
+and the CTranslate2 rows of ``bench/decode.py``.
+
+CTranslate2 (``pip install ctranslate2``, the ``[export]`` extra) is a C++ inference
+engine for Transformer models. The conversion fills its ``TransformerSpec`` with this
+model's weights, so that it computes the same function:
+
+* each weight matrix transposed to its (out, in) layout; W^Q, W^K, W^V of a
+  self-attention sublayer as one (3 d_model, d_model) matrix, W^K, W^V of a
+  cross-attention one as one (2 d_model, d_model) matrix; W^O the identity where the
+  model has none (``output_projection`` false);
+* each sublayer's LayerNorm where CTranslate2 keeps it (post-norm: after the residual
+  sum, 3.1; pre-norm: before the sublayer, with the stacks' final LayerNorms), at the
+  model's ``layer_norm_epsilon``;
+* the token embeddings, scaled by sqrt(d_model) as in 3.4, and the absolute positions as
+  an explicit table of ``source_limit`` rows read off the model's own position layer (the
+  sinusoid of 3.5 interleaves sine and cosine, which CTranslate2's built-in one does
+  not), so a learned table converts the same way;
+* the output projection: the tied embedding (3.4) or the model's own, with its bias;
+* the vocabulary, one token per embedding row (sentencepiece pieces, or the words of a
+  word vocabulary), with ``</S>`` appended to every source as the model was trained; the
+  rows that round a table up to a multiple of 8 belong to no token and are left out.
+
+What CTranslate2 has no place for is refused in one line (:func:`unsupported`): relative
+position families, the Weighted and Universal variants, document memory, activations or
+biases on the Q/K/V projections and the TF1 key-mask defect.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+import data_load
+import decoding
+import files
+import positions
+from hparams import UserError
+
+# the weight types CTranslate2 can store (``--quantization``); none keeps float32
+QUANTIZATIONS = ("none", "int8", "int8_float32", "int8_float16", "int16", "float16", "bfloat16")
+TOKENS = ("<PAD>", "<UNK>", "<S>", "</S>")  # the pieces of PAD_ID, UNK_ID, BOS_ID, EOS_ID
+
+
+def unsupported(model) -> str | None:
+    """Why ``model`` (a model.Transformer) cannot run in CTranslate2, or None."""
+    c = model.config
+    if c.model_type != "transformer":
+        return f"model_type={c.model_type} has layers CTranslate2 does not implement"
+    if positions.get(c.position).relative or model.variant.positions_in_layers:
+        return (
+            f"position={c.position} is relative; CTranslate2 takes the absolute families "
+            "(sinusoid, learned)"
+        )
+    if model.reads_documents:
+        return "a model with document memory translates in context, which CTranslate2 cannot"
+    if c.qkv_activation != "none" or c.qkv_bias:
+        return "qkv_activation and qkv_bias have no place in CTranslate2's attention"
+    if c.key_mask_defect:
+        return "key_mask_defect=true attends to padding, which CTranslate2 masks"
+    return None
+
+
+def _linear(spec, kernel, bias=None) -> None:
+    spec.weight = np.ascontiguousarray(np.asarray(kernel, np.float32).T)
+    if bias is not None:
+        spec.bias = np.asarray(bias, np.float32)
+
+
+def _attention(spec, attn, norm, self_attention: bool) -> None:
+    """One attention sublayer: the projections and the LayerNorm of its residual."""
+    w = {name: getattr(attn, name).numpy() for name in ("w_q", "w_k", "w_v")}
+    w_o = attn.w_o.numpy() if attn.output_projection else np.eye(attn.d_model, dtype=np.float32)
+    if self_attention:
+        _linear(spec.linear[0], np.concatenate([w["w_q"], w["w_k"], w["w_v"]], axis=1))
+    else:
+        _linear(spec.linear[0], w["w_q"])
+        _linear(spec.linear[1], np.concatenate([w["w_k"], w["w_v"]], axis=1))
+    _linear(spec.linear[-1], w_o)
+    _norm(spec.layer_norm, norm)
+
+
+def _norm(spec, ln) -> None:
+    spec.gamma = ln.gamma.numpy()
+    spec.beta = ln.beta.numpy()
+
+
+def _feed_forward(spec, ffn, norm) -> None:
+    _linear(spec.linear_0, ffn.inner.kernel.numpy(), ffn.inner.bias.numpy())
+    _linear(spec.linear_1, ffn.outer.kernel.numpy(), ffn.outer.bias.numpy())
+    _norm(spec.layer_norm, norm)
+
+
+def position_table(model, side: str) -> np.ndarray:
+    """(source_limit, d_model) float32: the positions the model adds to ``side``'s
+    embeddings (src or tgt), read off its own position layer."""
+    import tensorflow as tf
+
+    layer = model.src_position if side == "src" else model.tgt_position
+    rows = decoding.source_limit(model)
+    return layer(tf.zeros((1, rows, model.d_model)))[0].numpy().astype(np.float32)
+
+
+def vocabulary(tok, rows: int, side: str) -> list[str]:
+    """One token per embedding row: the tokenizer's (placeholders past its end, should a
+    model's vocabulary be larger)."""
+    if tok.kind == "bpe":
+        words = [tok.sp.id_to_piece(i) for i in range(tok.sp.get_piece_size())]
+    else:
+        words = list(tok.src_vocab if side == "src" else tok.tgt_vocab)
+    words[: len(TOKENS)] = TOKENS
+    return words[:rows] + [f"<extra_{i}>" for i in range(rows - len(words))]
+
+
+def model_spec(model, tok):
+    """The ctranslate2.specs.TransformerSpec of ``model`` (a model.Transformer, built and
+    restored) with its weights and vocabularies."""
+    from ctranslate2.specs import transformer_spec
+
+    c = model.config
+    pre = c.norm == "pre"
+    spec = transformer_spec.TransformerSpec.from_config(c.num_blocks, c.num_heads, pre_norm=pre)
+    spec.config.layer_norm_epsilon = float(c.layer_norm_epsilon)
+    for name, token in zip(("unk_token", "bos_token", "eos_token"), TOKENS[1:]):
+        setattr(spec.config, name, token)
+    spec.config.decoder_start_token = TOKENS[data_load.BOS_ID]
+    spec.config.add_source_eos = True
+    enc, dec = spec.encoder, spec.decoder
+    # the embedding tables without the rows that round V up to a multiple of 8 (they belong
+    # to no token, and a softmax over them would count them)
+    src_rows = model.src_embedding.embeddings.numpy()[: model.src_embedding.vocab_size]
+    tgt_rows = model.tgt_embedding.embeddings.numpy()[: model.tgt_embedding.vocab_size]
+    enc.embeddings[0].weight = src_rows
+    dec.embeddings.weight = tgt_rows
+    enc.position_encodings.encodings = position_table(model, "src")
+    dec.position_encodings.encodings = position_table(model, "tgt")
+    for layer, ours in zip(enc.layer, model.encoder_layers):
+        _attention(layer.self_attention, ours.self_attn, ours.res1.ln, True)
+        _feed_forward(layer.ffn, ours.ffn, ours.res2.ln)
+    for layer, ours in zip(dec.layer, model.decoder_layers):
+        _attention(layer.self_attention, ours.self_attn, ours.res1.ln, True)
+        _attention(layer.attention, ours.cross_attn, ours.res2.ln, False)
+        _feed_forward(layer.ffn, ours.ffn, ours.res3.ln)
+    if pre:
+        _norm(enc.layer_norm, model.encoder_norm)
+        _norm(dec.layer_norm, model.decoder_norm)
+    if model.tie_softmax:
+        _linear(dec.projection, tgt_rows.T)
+    else:
+        _linear(dec.projection, model.output_layer.kernel.numpy(), model.output_layer.bias.numpy())
+    spec.register_source_vocabulary(vocabulary(tok, len(src_rows), "src"))
+    spec.register_target_vocabulary(vocabulary(tok, len(tgt_rows), "tgt"))
+    return spec
+
+
+def convert(model, tok, out_dir: str, quantization: str = "none", prepro_dir: str = "") -> str:
+    """Writes the CTranslate2 model directory ``out_dir`` (via a temp folder, renamed when
+    complete), with ``bpe.model`` beside the weights for a BPE run (from ``prepro_dir``)."""
+    try:
+        from ctranslate2.converters.converter import Converter
+    except ImportError:
+        raise UserError(
+            "--format ctranslate2 needs CTranslate2: pip install ctranslate2 (or .[export])"
+        ) from None
+    problem = unsupported(model)
+    if problem:
+        raise UserError(f"cannot convert to CTranslate2: {problem}")
+    if quantization not in QUANTIZATIONS:
+        raise UserError(f"--quantization must be one of {', '.join(QUANTIZATIONS)}")
+
+    class _Ours(Converter):
+        def _load(self):
+            return model_spec(model, tok)
+
+    with files.atomic_path(out_dir) as tmp:
+        _Ours().convert(tmp, quantization=None if quantization == "none" else quantization)
+        if tok.kind == "bpe" and prepro_dir:
+            with open(os.path.join(prepro_dir, "bpe.model"), "rb") as f:
+                files.atomic_write(os.path.join(tmp, "bpe.model"), f.read())
+    return out_dir
+
+
+def source_tokens(tok, ids: list[list[int]]) -> list[list[str]]:
+    """The token strings CTranslate2 takes for source ids (without </S>: the converted
+    model's config appends it)."""
+    if tok.kind == "bpe":
+        return [[tok.sp.id_to_piece(int(i)) for i in row] for row in ids]
+    words = list(tok.src_vocab)
+    return [[words[int(i)] for i in row] for row in ids]
+
+
+def target_ids(tok, tokens: list[str]) -> list[int]:
+    """Target ids of CTranslate2's output tokens (</S> not included there)."""
+    if tok.kind == "bpe":
+        return [tok.sp.piece_to_id(t) for t in tokens]
+    return [tok.tgt_vocab.get(t, data_load.UNK_ID) for t in tokens]

@@ -1,0 +1,162 @@
+"""ctranslate.py and export.py --format ctranslate2: the converted model computes the same
+log-probabilities and the same greedy outputs as ours."""
+
+import os
+import types
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import ctranslate
+import data_load
+import decoding
+import export
+from helpers import tiny_model
+from hparams import UserError
+
+ctranslate2 = pytest.importorskip("ctranslate2")  # the [dev] extra installs it
+
+VOCAB = 23
+
+
+def word_tokenizer(vocab: int = VOCAB):
+    """A stand-in for data_load.Tokenizer over a word vocabulary w0, w1, ..."""
+    names = list(data_load.RESERVED) + [f"w{i}" for i in range(4, vocab)]
+    words = {w: i for i, w in enumerate(names)}
+    return types.SimpleNamespace(kind="word", src_vocab=words, tgt_vocab=words)
+
+
+def converted(tmp_path, model, tok=None):
+    tok = tok or word_tokenizer(model.config.src_vocab_size)
+    out = str(tmp_path / "ct2")
+    ctranslate.convert(model, tok, out)
+    return ctranslate2.Translator(out, device="cpu", intra_threads=1), tok
+
+
+def our_log_probs(model, src, tgt):
+    """Per target token (</S> included) log-probabilities of tgt given src, teacher forced."""
+    n = len(src)
+    width = max(map(len, src)) + 1
+    src_ids = np.zeros((n, width), np.int32)
+    for i, s in enumerate(src):
+        src_ids[i, : len(s) + 1] = s + [data_load.EOS_ID]
+    t_width = max(map(len, tgt)) + 1
+    dec_in = np.zeros((n, t_width), np.int32)
+    for i, t in enumerate(tgt):
+        dec_in[i, : len(t) + 1] = [data_load.BOS_ID] + t
+    logp = tf.nn.log_softmax(model((tf.constant(src_ids), tf.constant(dec_in))), -1).numpy()
+    out = []
+    for i, t in enumerate(tgt):
+        labels = t + [data_load.EOS_ID]
+        out.append([float(logp[i, j, y]) for j, y in enumerate(labels)])
+    return out
+
+
+CASES = {
+    "post-norm, sinusoid": {},
+    "pre-norm, learned, own output layer": dict(norm="pre", position="learned", tie_softmax=False),
+    "no W^O, two vocabularies, epsilon 1e-5": dict(
+        output_projection=False, share_embeddings=False, layer_norm_epsilon=1e-5
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_the_converted_model_scores_every_token_as_ours(tmp_path, case):
+    model = tiny_model(VOCAB, VOCAB, seed=3, **CASES[case])
+    translator, tok = converted(tmp_path, model)
+    rng = np.random.default_rng(0)
+    src = [list(rng.integers(4, VOCAB, size=n)) for n in (5, 9, 2)]
+    tgt = [list(rng.integers(4, VOCAB, size=n)) for n in (7, 3, 6)]
+    words = list(tok.src_vocab)
+    theirs = translator.score_batch(
+        [[words[i] for i in s] for s in src], [[words[i] for i in t] for t in tgt]
+    )
+    ours = our_log_probs(model, src, tgt)
+    for mine, result in zip(ours, theirs):
+        assert len(result.log_probs) == len(mine)  # </S> scored too
+        np.testing.assert_allclose(result.log_probs, mine, atol=1e-5)
+
+
+def test_greedy_outputs_are_ours_token_for_token(tmp_path):
+    model = tiny_model(VOCAB, VOCAB, seed=5, norm="pre")
+    translator, tok = converted(tmp_path, model)
+    rng = np.random.default_rng(1)
+    src = [list(rng.integers(4, VOCAB, size=n)) for n in (4, 8, 1, 6)]
+    extra = 5
+    ids = np.zeros((len(src), 9), np.int32)
+    for i, s in enumerate(src):
+        ids[i, : len(s) + 1] = s + [data_load.EOS_ID]
+    ours = decoding.greedy_loop(model, tf.constant(ids), tf.constant(extra)).numpy()
+    result = translator.translate_batch(
+        ctranslate.source_tokens(tok, src), beam_size=1, max_decoding_length=9 + extra
+    )
+    for row, s, r in zip(ours, src, result):
+        budget = len(s) + 1 + extra  # our per-sentence limit, </S> included
+        theirs = ctranslate.target_ids(tok, r.hypotheses[0])[:budget]
+        if len(theirs) < budget:
+            theirs.append(data_load.EOS_ID)
+        mine = [int(t) for t in row if t != data_load.PAD_ID]
+        assert mine == theirs
+
+
+def test_what_ctranslate2_cannot_run_is_refused_in_one_line(tmp_path):
+    for kw, words in (
+        (dict(position="xl"), "position=xl is relative"),
+        (dict(model_type="universal"), "model_type=universal"),
+        (dict(qkv_bias=True), "qkv_bias"),
+    ):
+        model = tiny_model(VOCAB, VOCAB, **kw)
+        with pytest.raises(UserError, match=f"^cannot convert to CTranslate2: .*{words}"):
+            ctranslate.convert(model, word_tokenizer(), str(tmp_path / "x"))
+        assert not os.path.exists(tmp_path / "x")
+
+
+def test_export_writes_a_ctranslate2_model_that_translates_as_translate_py(quick_run, tmp_path):
+    """export.py --format ctranslate2 on a trained BPE run: the folder holds the weights,
+    the vocabulary and the sentencepiece model; CTranslate2's greedy translation of raw
+    sentences, segmented by that model, is translate.py's; int8 weights load too."""
+    import sentencepiece as spm
+
+    import translate
+
+    hp, _ = quick_run
+    out = str(tmp_path / "ct2")
+    export.export_ctranslate2(hp.logdir, out, {}, "", "none")
+    assert {"model.bin", "bpe.model", "config.json"} <= set(os.listdir(out))
+    sp = spm.SentencePieceProcessor(model_file=os.path.join(out, "bpe.model"))
+    sentences = ["Die Frau liest ein Buch.", "Heute kaufen zwei Kinder drei rote Äpfel."]
+    hp, tok, model, _ = decoding.load_run(hp.logdir, {})
+    pieces = [sp.encode(s, out_type=str) for s in sentences]
+    limit = max(len(p) for p in pieces) + 1 + hp.max_len_extra
+    translator = ctranslate2.Translator(out, device="cpu")
+    result = translator.translate_batch(pieces, beam_size=1, max_decoding_length=limit)
+    theirs = []
+    for p, r in zip(pieces, result):
+        ids = ctranslate.target_ids(tok, r.hypotheses[0])[: len(p) + 1 + hp.max_len_extra]
+        theirs.append(tok.decode_tgt(ids))
+    assert theirs == translate.translate_lines(model, tok, hp, sentences)
+    int8 = str(tmp_path / "ct2_int8")
+    export.export_ctranslate2(hp.logdir, int8, {}, "", "int8")
+    assert ctranslate2.Translator(int8).translate_batch(pieces[:1])[0].hypotheses
+
+
+def test_export_py_takes_format_and_quantization_and_refuses_a_wrong_one(
+    quick_run, tmp_path, monkeypatch, capsys
+):
+    hp, _ = quick_run
+    out = str(tmp_path / "int8")
+    argv = ["export.py", "--logdir", hp.logdir, "--export_dir", out]
+    monkeypatch.setattr("sys.argv", argv + ["--format", "ctranslate2", "--quantization", "int8"])
+    export.main()
+    assert "CTranslate2, weights int8" in capsys.readouterr().out
+    assert ctranslate2.Translator(out).translate_batch([["▁Die"]])[0].hypotheses
+    for extra, words in (
+        (["--format", "onnx"], "--format takes savedmodel or ctranslate2, not 'onnx'"),
+        (["--quantization", "int8"], "--quantization applies to --format ctranslate2 only"),
+        (["--format", "ctranslate2", "--quantization", "int4"], "--quantization must be one of"),
+    ):
+        monkeypatch.setattr("sys.argv", argv + extra)
+        with pytest.raises(UserError, match=words):
+            export.main()
