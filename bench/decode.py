@@ -350,9 +350,10 @@ def ctranslate2_rows(model, tok, hp, batches, repeats: int, out_dir: str) -> lis
                     t0 = time.perf_counter()
                     outs = run()
                     times.append(time.perf_counter() - t0)
-                ids = [
-                    [ours_ids(tok, r.hypotheses[0], int(n)) for r, n in zip(res, lim)]
+                ids = [  # batch order, as our rows
+                    ours_ids(tok, r.hypotheses[0], int(n))
                     for res, lim in zip(outs, limits)
+                    for r, n in zip(res, lim)
                 ]
                 name = "greedy" if beam == 1 else f"beam {beam}"
                 rows.append(

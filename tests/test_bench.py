@@ -812,3 +812,35 @@ def test_the_hp_route_merges_repeats_and_counts_each_return():
     assert got["route"] == ["cli", "train", "data_load", "train", "model", "data_load"]
     assert got["modules"] == ["cli", "data_load", "model", "train"]
     assert got["returns"] == 2 and got["back_to"] == {"train": 1, "data_load": 1}
+
+
+# --- bench/decode.py: the table against CTranslate2 -----------------------------------
+
+
+def test_ctranslate2_outputs_are_cut_at_our_budget_and_the_anchor_ratios(capsys):
+    import types
+
+    import decode
+
+    words = {w: i for i, w in enumerate(["<PAD>", "<UNK>", "<S>", "</S>", "a", "b"])}
+    tok = types.SimpleNamespace(kind="word", src_vocab=words, tgt_vocab=words)
+    assert decode.ours_ids(tok, ["a", "b"], 5) == [4, 5, 3]  # stopped at </S> before 5
+    assert decode.ours_ids(tok, ["a", "b", "a", "b"], 3) == [4, 5, 4]  # cut at the budget
+    outs = [[4, 3], [5, 3]]
+    rows = []
+    for engine, layouts in (("ours", ("one batch at a time", "2 at once")), ("CTranslate2", ())):
+        for beam in (1, 4):
+            names = layouts or ("float32, one batch at a time", "float32, 2 at once", "int8, 2")
+            for k, layout in enumerate(names):
+                seconds = {"ours": (2.0, 1.0), "CTranslate2": (4.0, 0.5, 0.25)}[engine][k]
+                rows.append(dict(name=f"{engine} b{beam}, {layout}", beam=beam, seconds=seconds))
+    for r in rows:
+        r["outs"] = outs if r["name"].startswith("ours") else [[4, 3], [4, 3]]
+    line = "the cat sat on the mat"
+    decode.print_anchor(rows, {1: outs, 4: outs}, lambda o: [line] * len(o), [line] * 2, 2)
+    out = capsys.readouterr().out.splitlines()
+    assert out[2].split()[-3:] == ["1.0", "100.00", "2"]  # ours: 2 sentences in 2 s
+    assert out[6].split()[-1] == "1"  # CTranslate2's second output differs from ours
+    # best layouts: ours 1 s against CTranslate2's float32 0.5 s (int8 left out): 0.50x;
+    # one batch at a time each: 2 s against 4 s: 2.00x
+    assert out[-3].endswith("best layout: 0.50x; both one batch at a time on every core: 2.00x")
