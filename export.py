@@ -58,6 +58,7 @@ import os
 
 import tensorflow as tf
 
+import ctranslate
 import data_load
 import decoding
 import files
@@ -258,8 +259,6 @@ def export(logdir: str, export_dir: str, overrides: dict, ckpt: str = "") -> str
 def export_ctranslate2(logdir: str, out: str, overrides: dict, ckpt: str, quantization: str):
     """Write the CTranslate2 model directory (ctranslate.py), the sentencepiece model
     beside it."""
-    import ctranslate
-
     hp, tok, model, path = decoding.load_run(logdir, overrides, ckpt, "export")
     if os.path.exists(out) and not os.path.isdir(out):
         raise UserError(f"{out} exists and is not a folder; choose another --export_dir")
