@@ -40,7 +40,6 @@ from hparams import UserError
 
 # the weight types CTranslate2 can store (``--quantization``); none keeps float32
 QUANTIZATIONS = ("none", "int8", "int8_float32", "int8_float16", "int16", "float16", "bfloat16")
-TOKENS = ("<PAD>", "<UNK>", "<S>", "</S>")  # the pieces of PAD_ID, UNK_ID, BOS_ID, EOS_ID
 
 
 def unsupported(model) -> str | None:
@@ -103,14 +102,9 @@ def position_table(model, side: str) -> np.ndarray:
 
 
 def vocabulary(tok, rows: int, side: str) -> list[str]:
-    """One token per embedding row: the tokenizer's (placeholders past its end, should a
-    model's vocabulary be larger)."""
-    if tok.kind == "bpe":
-        words = [tok.sp.id_to_piece(i) for i in range(tok.sp.get_piece_size())]
-    else:
-        words = list(tok.src_vocab if side == "src" else tok.tgt_vocab)
-    words[: len(TOKENS)] = TOKENS
-    return words[:rows] + [f"<extra_{i}>" for i in range(rows - len(words))]
+    """One token per embedding row: the tokenizer's pieces (BPE) or words of ``side``
+    (src or tgt), data_load.RESERVED first."""
+    return (tok.src_tokens if side == "src" else tok.tgt_tokens)(range(rows))
 
 
 def model_spec(model, tok):
@@ -122,9 +116,9 @@ def model_spec(model, tok):
     pre = c.norm == "pre"
     spec = transformer_spec.TransformerSpec.from_config(c.num_blocks, c.num_heads, pre_norm=pre)
     spec.config.layer_norm_epsilon = float(c.layer_norm_epsilon)
-    for name, token in zip(("unk_token", "bos_token", "eos_token"), TOKENS[1:]):
+    for name, token in zip(("unk_token", "bos_token", "eos_token"), data_load.RESERVED[1:]):
         setattr(spec.config, name, token)
-    spec.config.decoder_start_token = TOKENS[data_load.BOS_ID]
+    spec.config.decoder_start_token = data_load.RESERVED[data_load.BOS_ID]
     spec.config.add_source_eos = True
     enc, dec = spec.encoder, spec.decoder
     # the embedding tables without the rows that round V up to a multiple of 8 (they belong
@@ -184,10 +178,7 @@ def convert(model, tok, out_dir: str, quantization: str = "none", prepro_dir: st
 def source_tokens(tok, ids: list[list[int]]) -> list[list[str]]:
     """The token strings CTranslate2 takes for source ids (without </S>: the converted
     model's config appends it)."""
-    if tok.kind == "bpe":
-        return [[tok.sp.id_to_piece(int(i)) for i in row] for row in ids]
-    words = list(tok.src_vocab)
-    return [[words[int(i)] for i in row] for row in ids]
+    return [tok.src_tokens(row) for row in ids]
 
 
 def target_ids(tok, tokens: list[str]) -> list[int]:

@@ -24,7 +24,10 @@ def word_tokenizer(vocab: int = VOCAB):
     """A stand-in for data_load.Tokenizer over a word vocabulary w0, w1, ..."""
     names = list(data_load.RESERVED) + [f"w{i}" for i in range(4, vocab)]
     words = {w: i for i, w in enumerate(names)}
-    return types.SimpleNamespace(kind="word", src_vocab=words, tgt_vocab=words)
+    tokens = lambda ids: [names[int(i)] for i in ids]  # noqa: E731
+    return types.SimpleNamespace(
+        kind="word", src_vocab=words, tgt_vocab=words, src_tokens=tokens, tgt_tokens=tokens
+    )
 
 
 def converted(tmp_path, model, tok=None):
