@@ -16,14 +16,24 @@ model's weights, so that it computes the same function:
   an explicit table of ``source_limit`` rows read off the model's own position layer (the
   sinusoid of 3.5 interleaves sine and cosine, which CTranslate2's built-in one does
   not), so a learned table converts the same way;
+* the relative families CTranslate2's attention implements: Shaw's a^K and a^V of each
+  self-attention sublayer (its ``relative_position``, the distance j - i clipped at
+  ``max_relative_position``, one pair of tables shared by the heads, as ours); T5's
+  bias table of each stack in every self-attention sublayer of that stack (its
+  ``relative_attention_bias``: T5's buckets, both directions in the encoder and the
+  past in the decoder, ``t5_max_distance``; the bias added to the scaled scores, as
+  ours); rotary positions on the queries and keys of every self-attention sublayer
+  (pairs of dimensions (2i, 2i + 1) at base 10000: ``rotary_interleave``), the
+  encoder's absolute table then all zeros;
 * the output projection: the tied embedding (3.4) or the model's own, with its bias;
 * the vocabulary, one token per embedding row (sentencepiece pieces, or the words of a
   word vocabulary), with ``</S>`` appended to every source as the model was trained; the
   rows that round a table up to a multiple of 8 belong to no token and are left out.
 
-What CTranslate2 has no place for is refused in one line (:func:`unsupported`): relative
-position families, the Weighted and Universal variants, document memory, activations or
-biases on the Q/K/V projections and the TF1 key-mask defect.
+What CTranslate2 has no place for is refused in one line (:func:`unsupported`): the
+position families xl, alibi and alibi_dir, an absolute position added to a relative
+family, the Weighted and Universal variants, document memory, activations or biases on
+the Q/K/V projections and the TF1 key-mask defect.
 """
 
 from __future__ import annotations
@@ -38,6 +48,8 @@ import files
 import positions
 from hparams import UserError
 
+# the position families CTranslate2 computes as we do (absolute tables, or in its attention)
+FAMILIES = ("sinusoid", "learned", "shaw", "t5", "rotary")
 # the weight types CTranslate2 can store (``--quantization``); none keeps float32
 QUANTIZATIONS = ("none", "int8", "int8_float32", "int8_float16", "int16", "float16", "bfloat16")
 
@@ -47,11 +59,13 @@ def unsupported(model) -> str | None:
     c = model.config
     if c.model_type != "transformer":
         return f"model_type={c.model_type} has layers CTranslate2 does not implement"
-    if positions.get(c.position).relative or model.variant.positions_in_layers:
+    if c.position not in FAMILIES or model.variant.positions_in_layers:
         return (
-            f"position={c.position} is relative; CTranslate2 takes the absolute families "
-            "(sinusoid, learned)"
+            f"position={c.position} has no counterpart in CTranslate2, which takes the "
+            f"families {', '.join(FAMILIES)}"
         )
+    if positions.get(c.position).relative and c.position_add_absolute:
+        return "position_add_absolute adds a sinusoid to a relative family; CTranslate2 takes one"
     if model.reads_documents:
         return "a model with document memory translates in context, which CTranslate2 cannot"
     if c.qkv_activation != "none" or c.qkv_bias:
@@ -68,7 +82,8 @@ def _linear(spec, kernel, bias=None) -> None:
 
 
 def _attention(spec, attn, norm, self_attention: bool) -> None:
-    """One attention sublayer: the projections and the LayerNorm of its residual."""
+    """One attention sublayer: the projections, the LayerNorm of its residual, and a
+    self-attention sublayer's relative positions (Shaw's tables, T5's stack table)."""
     w = {name: getattr(attn, name).numpy() for name in ("w_q", "w_k", "w_v")}
     w_o = attn.w_o.numpy() if attn.output_projection else np.eye(attn.d_model, dtype=np.float32)
     if self_attention:
@@ -78,6 +93,13 @@ def _attention(spec, attn, norm, self_attention: bool) -> None:
         _linear(spec.linear[1], np.concatenate([w["w_k"], w["w_v"]], axis=1))
     _linear(spec.linear[-1], w_o)
     _norm(spec.layer_norm, norm)
+    relative = attn.relative if self_attention else None
+    if relative is not None and relative.stack.kind == "shaw":
+        spec.relative_position_keys = relative.a_k.numpy()
+        spec.relative_position_values = relative.a_v.numpy()
+    elif relative is not None and relative.stack.kind == "t5":
+        spec.relative_attention_bias = relative.stack.table.numpy()
+        spec.relative_attention_max_distance = np.int32(relative.stack.t5_max_distance)
 
 
 def _norm(spec, ln) -> None:
@@ -110,11 +132,21 @@ def vocabulary(tok, rows: int, side: str) -> list[str]:
 def model_spec(model, tok):
     """The ctranslate2.specs.TransformerSpec of ``model`` (a model.Transformer, built and
     restored) with its weights and vocabularies."""
-    from ctranslate2.specs import transformer_spec
+    from ctranslate2.specs import transformer_spec as ts
 
     c = model.config
     pre = c.norm == "pre"
-    spec = transformer_spec.TransformerSpec.from_config(c.num_blocks, c.num_heads, pre_norm=pre)
+    kind = dict(
+        pre_norm=pre,
+        relative_position=c.position == "shaw",
+        relative_attention_bias=c.position == "t5",
+        rotary_dim=c.d_model // c.num_heads if c.position == "rotary" else None,
+        rotary_interleave=True,
+    )
+    spec = ts.TransformerSpec(
+        ts.TransformerEncoderSpec(c.num_blocks, c.num_heads, **kind),
+        ts.TransformerDecoderSpec(c.num_blocks, c.num_heads, **kind),
+    )
     spec.config.layer_norm_epsilon = float(c.layer_norm_epsilon)
     for name, token in zip(("unk_token", "bos_token", "eos_token"), data_load.RESERVED[1:]):
         setattr(spec.config, name, token)
@@ -127,8 +159,12 @@ def model_spec(model, tok):
     tgt_rows = model.tgt_embedding.embeddings.numpy()[: model.tgt_embedding.vocab_size]
     enc.embeddings[0].weight = src_rows
     dec.embeddings.weight = tgt_rows
-    enc.position_encodings.encodings = position_table(model, "src")
-    dec.position_encodings.encodings = position_table(model, "tgt")
+    if model.absolute:
+        enc.position_encodings.encodings = position_table(model, "src")
+        dec.position_encodings.encodings = position_table(model, "tgt")
+    elif hasattr(enc, "position_encodings"):  # rotary: the encoder still adds a table
+        rows = (decoding.source_limit(model), c.d_model)
+        enc.position_encodings.encodings = np.zeros(rows, np.float32)
     for layer, ours in zip(enc.layer, model.encoder_layers):
         _attention(layer.self_attention, ours.self_attn, ours.res1.ln, True)
         _feed_forward(layer.ffn, ours.ffn, ours.res2.ln)

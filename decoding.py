@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import keras
 import numpy as np
@@ -36,6 +37,32 @@ def max_decode_len(model, src_len, extra, max_len: int = 0):
     if model.max_length is not None:
         limit = tf.minimum(limit, model.max_length)
     return limit
+
+
+def stream_count(hp: hparams.Hparams) -> int:
+    """Batches decoded at once: ``hp.decode_streams``, or where it is 0 one per CPU core
+    this process may use on a CPU-only machine and 1 with a GPU."""
+    if hp.decode_streams > 0:
+        return hp.decode_streams
+    if tf.config.list_physical_devices("GPU"):
+        return 1
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+def one_thread_per_stream(hp: hparams.Hparams) -> int:
+    """Gives each decoding stream one thread, the fastest layout on a CPU (several
+    batches at once, 1 intra-op thread each: docs/performance.md, "Decoding speed"), and
+    returns the number of streams. Call it before TensorFlow runs its first op (eval.py
+    and translate.py do, before loading the run); once TensorFlow has started, or with a
+    GPU, or with one stream, the threads stay as they are."""
+    streams = stream_count(hp)
+    if streams > 1 and not tf.config.list_physical_devices("GPU"):
+        try:
+            tf.config.threading.set_intra_op_parallelism_threads(1)
+            tf.config.threading.set_inter_op_parallelism_threads(streams)
+        except RuntimeError:  # TensorFlow is already running: its thread pools are fixed
+            pass
+    return streams
 
 
 def source_limit(model) -> int:
@@ -581,12 +608,42 @@ class Translator:
     translates documents (``docs``: the document index of each sentence; None: each
     sentence its own): each in order, as a lane of :class:`Lanes`, its earlier
     sentences' encoder states and its own earlier translations' decoder states reused.
-    ``chunk``: the sentences of a lane (see :meth:`_translate_documents`)."""
+    ``chunk``: the sentences of a lane (see :meth:`_translate_documents`).
+
+    Args:
+        model: a built :class:`model.Transformer`.
+        tok: the run's data_load.Tokenizer (None: ids in and out, :meth:`translate_ids`).
+        hp: the decoding settings: ``beam_size``, ``length_penalty`` (Wu et al. 2016's
+            alpha), ``max_len_extra`` and ``max_len`` (each sentence stops at </S> or
+            after its source length + max_len_extra tokens), ``eval_batch_size``
+            (sentences per batch) and ``decode_streams`` (batches decoded at once).
+
+    Example:
+
+    >>> import hparams, decoding
+    >>> from model import Transformer
+    >>> sizes = {"d_model": 16, "num_heads": 4, "d_ff": 32, "num_blocks": 1}
+    >>> hp = hparams.apply(hparams.Hparams(), {**sizes, "beam_size": 2, "max_len_extra": 5})
+    >>> model = Transformer.from_hparams(hp, 24, 24)
+    >>> translator = decoding.Translator(model, None, hp)
+    >>> outs = translator.translate_ids([[5, 6, 7], [], [8, 9]])  # (no </S>)
+    >>> outs[1] is None  # an empty source
+    True
+    >>> ids, scores = outs[0]  # the beam's 2 hypotheses, best first
+    >>> ids.shape[0], scores.shape, bool(scores[0] >= scores[1])
+    (2, (2,), True)
+
+    References:
+        Vaswani et al. 2017, "Attention Is All You Need": 6.1 (beam search of size 4,
+        length penalty 0.6, at most 50 tokens beyond the source); Wu et al. 2016,
+        section 7 (the length penalty).
+    """
 
     def __init__(self, model, tok, hp: hparams.Hparams, chunk: int | None = None):
         self.model, self.tok, self.hp = model, tok, hp
         self.multiple = hp.pad_multiple if model.key_mask_defect else 1
         self.k = max(hp.beam_size, 1)
+        self.streams = stream_count(hp)
         self.memory, self.chunk = model.memory_sentences, chunk
         self.targets = model.target_memory_sentences
         if model.reads_documents:
@@ -637,11 +694,29 @@ class Translator:
                 width,
             )
         )
-        for idx, batch in tqdm(batches, disable=not progress, file=sys.stderr, unit="batch"):
-            seqs, scores = self._best(self._run(self.decode, batch), len(idx))
+        for idx, (seqs, scores) in self._decode_batches(batches, progress):
             for row, i in enumerate(idx):
                 out[real[i]] = (seqs[row], scores[row])
         return out
+
+    def _decode_batches(self, batches: list, progress: bool):
+        """(indices, (ids, scores)) of each batch, in order: ``self.streams`` batches at once,
+        each on a thread of its own (TensorFlow releases the GIL while a graph runs), so
+        that a batch's serial steps overlap another's; the outputs are those of one stream."""
+
+        def one(item):
+            idx, batch = item
+            return idx, self._best(self._run(self.decode, batch), len(idx))
+
+        bar = tqdm(batches, disable=not progress, file=sys.stderr, unit="batch")
+        if self.streams == 1 or len(batches) == 1:
+            yield from map(one, bar)
+            return
+        with ThreadPoolExecutor(min(self.streams, len(batches))) as pool:
+            for done in pool.map(one, batches):
+                bar.update(1)
+                yield done
+        bar.close()
 
     def _translate_documents(self, src_ids: list, progress: bool, docs) -> list:
         """translate_ids for a model with memory: documents as :class:`Lanes`, cut into

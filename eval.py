@@ -377,6 +377,7 @@ def contrastive(logdir: str, overrides: dict, path: str, ckpt: str = "") -> dict
 def main() -> None:
     hp, opts = cli.parse_args(script=SCRIPT)
     overrides = {k: getattr(hp, k) for k in opts["_set"]}
+    decoding.one_thread_per_stream(hp)  # before TensorFlow starts
     if opts["contrastive"]:
         contrastive(hp.logdir, overrides, opts["contrastive"], opts["ckpt"])
         return

@@ -129,6 +129,7 @@ class Hparams:
     max_len_extra: int = 50  # decode at most source length + this many tokens
     max_len: int = 0  # >0: and never more than this many tokens
     legacy_protocol: bool = False  # eval.py scores the TF1 eval.py subset the TF1 way
+    decode_streams: int = 0  # batches decoded at once (0: one per CPU core on a CPU, 1 on a GPU)
 
 
 # The --help groups (cli.py), in order: each group's first field and its title; a group
@@ -236,6 +237,7 @@ DECODE_KEYS = (
     "results_dir",
     "precision",
     "legacy_protocol",
+    "decode_streams",
 )
 
 # Fields that fix the batch plan and the position within an epoch: a resumed run must
@@ -514,6 +516,7 @@ def check_ranges(values: dict) -> None:
         "early_stopping",
         "dev_bleu_sents",
         "max_bad_steps",
+        "decode_streams",
         "memory_sentences",
         "target_memory_sentences",
     ):

@@ -191,6 +191,35 @@ class Transformer(keras.Model):
     self-attention sublayer, one positions.StackPosition per stack (``src_relative``,
     ``tgt_relative``), with no absolute position added unless ``position_add_absolute``
     (then the sinusoid).
+
+    Args:
+        src_vocab_size, tgt_vocab_size: V of each side (a joint BPE vocabulary: the same).
+        config: a :class:`hparams.ModelConfig`; or its fields as keywords.
+        :meth:`from_hparams` builds one from a run's hyperparameters.
+
+    call: (src (N, T1), tgt_in (N, T2)) ids -> logits (N, T2, V) float32; :meth:`encode`:
+    src -> memory (N, T1, d_model), mask (N, 1, 1, T1); :meth:`init_cache` and
+    :meth:`decode_step` decode one position at a time with a key/value cache.
+
+    Example:
+
+    >>> import tensorflow as tf
+    >>> import hparams
+    >>> from model import Transformer
+    >>> sizes = {"d_model": 16, "num_heads": 4, "d_ff": 32, "num_blocks": 2}
+    >>> hp = hparams.apply(hparams.Hparams(), sizes)  # the paper's model, smaller
+    >>> model = Transformer.from_hparams(hp, src_vocab_size=24, tgt_vocab_size=24)
+    >>> src = tf.constant([[5, 6, 7, 3]])  # (N, T1) source ids
+    >>> tgt_in = tf.constant([[2, 9, 10]])  # (N, T2) the decoder's inputs
+    >>> model((src, tgt_in)).shape
+    TensorShape([1, 3, 24])
+    >>> memory, mask = model.encode(src)
+    >>> memory.shape, mask.shape
+    (TensorShape([1, 4, 16]), TensorShape([1, 1, 1, 4]))
+
+    References:
+        Vaswani et al. 2017, "Attention Is All You Need": 3.1 (the stacks), 3.4 (shared
+        embeddings), 3.5 (positional encoding).
     """
 
     def __init__(

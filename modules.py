@@ -175,6 +175,28 @@ class EncoderLayer(_Block):
     3.2), left-aligned so that the last one sits just before the sentence: the keys and
     values come from [memory; x] at positions -T_m .. T1 - 1, the queries from x alone
     (weights (N, h, T1, T_m + T1)); a relative position family places them.
+
+    Args:
+        d_model, num_heads, d_ff: the widths (3.1, 3.3; the base model: 512, 8, 2048).
+        dropout_rate: the residual dropout on each sublayer's output (5.4).
+        norm: "post" (the paper: LayerNorm(x + Sublayer(x))) or "pre".
+        attention_dropout, qkv_activation, qkv_bias, output_projection,
+        layer_norm_epsilon, relative_position: see :class:`MultiHeadAttention`.
+
+    Example:
+
+    >>> import tensorflow as tf
+    >>> from modules import EncoderLayer, padding_mask
+    >>> layer = EncoderLayer(d_model=16, num_heads=4, d_ff=32, dropout_rate=0.1)
+    >>> src = tf.constant([[5, 6, 7, 0], [8, 9, 0, 0]])  # (N, T1) ids, PAD = 0
+    >>> x = tf.random.normal((2, 4, 16))  # the embedded sources
+    >>> y, weights = layer(x, padding_mask(src), return_attention=True)
+    >>> y.shape, weights.shape
+    (TensorShape([2, 4, 16]), TensorShape([2, 4, 4, 4]))
+
+    References:
+        Vaswani et al. 2017, "Attention Is All You Need": 3.1 (the encoder), 3.3 (the
+        feed-forward network), 5.4 (residual dropout).
     """
 
     def __init__(self, *args, **kwargs):
@@ -235,6 +257,29 @@ class DecoderLayer(_Block):
     Transformer-XL's language model), left-aligned as the encoder's ``memory``: the
     masked self-attention's keys come from [earlier; x] at positions -T_e .. T2 - 1.
     :meth:`step` runs one position with a key/value cache for incremental decoding.
+
+    Args: those of :class:`EncoderLayer`.
+
+    Example:
+
+    >>> import tensorflow as tf
+    >>> from modules import DecoderLayer, causal_mask, padding_mask
+    >>> layer = DecoderLayer(d_model=16, num_heads=4, d_ff=32, dropout_rate=0.1)
+    >>> src = tf.constant([[5, 6, 7, 0]])
+    >>> memory = tf.random.normal((1, 4, 16))  # the encoder's output (N, T1, d_model)
+    >>> x = tf.random.normal((1, 3, 16))  # the embedded target so far (N, T2, d_model)
+    >>> layer.build(x.shape, memory.shape)  # the two input shapes
+    >>> y, (self_w, cross_w) = layer(
+    ...     x, memory, causal_mask(3), padding_mask(src), return_attention=True
+    ... )
+    >>> y.shape, self_w.shape, cross_w.shape
+    (TensorShape([1, 3, 16]), TensorShape([1, 4, 3, 3]), TensorShape([1, 4, 3, 4]))
+    >>> float(tf.reduce_max(self_w[0, :, 0, 1:]))  # position 0 sees no later position
+    0.0
+
+    References:
+        Vaswani et al. 2017, "Attention Is All You Need": 3.1 (the decoder, its masked
+        self-attention), 3.2.3 (encoder-decoder attention).
     """
 
     def __init__(self, *args, **kwargs):
@@ -433,6 +478,34 @@ class MultiHeadAttention(keras.layers.Layer):
     (positions.StackPosition); the sublayer then holds a positions.LayerPosition, and
     ``offset`` is the position of the first query (and, in ``call``, of the first key,
     unless ``k_offset`` places the keys: a memory of earlier sentences starts before 0).
+
+    Args:
+        d_model: the width of queries, keys, values and output; h heads of d_k = d_model / h.
+        num_heads: h (the paper's base model: 8).
+        dropout_rate: dropout on the attention weights (not in the paper; 0).
+        scale: divide the scores by sqrt(d_k) (3.2.1).
+        activation, use_bias: the TF1 code's ReLU(x W + b) projections ("relu", True).
+        output_projection: W^O (3.2.2); False concatenates the heads, as the TF1 code.
+        position: the stack's relative position scheme (self-attention), or None.
+
+    Example:
+
+    >>> import tensorflow as tf
+    >>> from modules import MultiHeadAttention, padding_mask
+    >>> attn = MultiHeadAttention(d_model=16, num_heads=4)
+    >>> ids = tf.constant([[5, 6, 7, 0]])  # one sentence of 3 tokens and a PAD
+    >>> x = tf.random.normal((1, 4, 16))
+    >>> out, weights = attn(x, x, padding_mask(ids), return_attention=True)
+    >>> out.shape, weights.shape
+    (TensorShape([1, 4, 16]), TensorShape([1, 4, 4, 4]))
+    >>> float(tf.reduce_max(weights[..., 3]))  # no query attends to the PAD key
+    0.0
+    >>> round(float(tf.reduce_sum(weights[0, 0, 0])), 5)  # each query's weights sum to 1
+    1.0
+
+    References:
+        Vaswani et al. 2017, "Attention Is All You Need": 3.2.1 (scaled dot-product
+        attention), 3.2.2 (multi-head attention).
     """
 
     def __init__(

@@ -1,9 +1,13 @@
-"""Turn a run's TensorBoard logs into PNG plots (loss, lr and dev BLEU against steps).
+"""Turn a run's TensorBoard logs into PNG plots (loss, lr and dev BLEU against steps or
+minutes).
 
     python plot_logs.py --logdir log/demo --out figures/demo
+    python plot_logs.py --logdir log/multi30k --x minutes --out figures/multi30k_minutes
 
 Writes ``<out>_loss.png``, ``<out>_lr.png`` and ``<out>_bleu.png`` and prints the dev BLEU
-curve per epoch.
+curve per evaluation. ``--x minutes`` puts the run's wall-clock minutes on the x-axis (its
+``train/minutes`` scalar, which counts every start of a resumed run and the dev
+evaluations; a point between two logged steps is interpolated).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ SCRIPT = cli.Script(
     fields=("logdir",),
     options={
         "out": ("", "output path prefix of the PNGs (default: figures/<run>)"),
+        "x": ("step", "x-axis: step | minutes (the run's wall-clock minutes)"),
     },
 )
 if __name__ == "__main__":
@@ -26,6 +31,7 @@ import glob
 import os
 
 import matplotlib
+import numpy as np
 import tensorflow as tf
 from tensorboard.backend.event_processing import event_accumulator
 
@@ -60,8 +66,25 @@ def read_scalars(logdir: str) -> dict[str, list[tuple[int, float]]]:
     return {tag: sorted(points.items()) for tag, points in series.items()}
 
 
-def plot(logdir: str, out: str) -> list[str]:
+X_AXES = ("step", "minutes")
+
+
+def minutes_of(series: dict[str, list[tuple[int, float]]], logdir: str):
+    """step -> wall-clock minutes, interpolated from the run's ``train/minutes`` scalar."""
+    if not series.get("train/minutes"):
+        raise UserError(
+            f"{logdir}/train has no train/minutes scalar (a run of an older version): "
+            "plot it with --x step"
+        )
+    steps, minutes = zip(*series["train/minutes"])
+    return lambda xs: np.interp(xs, steps, minutes)
+
+
+def plot(logdir: str, out: str, x: str = "step") -> list[str]:
+    if x not in X_AXES:
+        raise UserError(f"--x {x}: choose one of {', '.join(X_AXES)}")
     series = read_scalars(logdir)
+    to_x = minutes_of(series, logdir) if x == "minutes" else np.asarray
     written = []
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     for name, curves in PLOTS.items():
@@ -70,13 +93,13 @@ def plot(logdir: str, out: str) -> list[str]:
             if tag in series:
                 steps, values = zip(*series[tag])
                 ax.plot(
-                    steps,
+                    to_x(steps),
                     values,
                     marker="o" if tag.startswith("dev") else None,
                     markersize=3,
                     label=label,
                 )
-        ax.set_xlabel("step")
+        ax.set_xlabel("step" if x == "step" else "minutes of training (wall clock)")
         ax.set_title(f"{os.path.basename(os.path.normpath(logdir))}: {name}")
         ax.grid(alpha=0.3)
         ax.legend()
@@ -87,14 +110,15 @@ def plot(logdir: str, out: str) -> list[str]:
         plt.close(fig)
         written.append(path)
     for step, bleu in series.get("dev/bleu", []):
-        print(f"step {step}: dev BLEU {bleu:.2f}")
+        at = "" if x == "step" else f" ({float(to_x([step])[0]):.1f} min)"
+        print(f"step {step}{at}: dev BLEU {bleu:.2f}")
     return written
 
 
 def main() -> None:
     hp, opts = cli.parse_args(script=SCRIPT)
     out = opts["out"] or os.path.join("figures", os.path.basename(os.path.normpath(hp.logdir)))
-    for path in plot(hp.logdir, out):
+    for path in plot(hp.logdir, out, opts["x"]):
         print(f"wrote {path}")
 
 

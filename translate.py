@@ -60,6 +60,7 @@ def plot_attention(model, tok, sentence: str, path: str, max_len_extra: int) -> 
 def main() -> None:
     hp, opts = cli.parse_args(script=SCRIPT)
     overrides = {k: getattr(hp, k) for k in opts["_set"]}
+    decoding.one_thread_per_stream(hp)  # before TensorFlow starts
     hp, tok, model, _ = decoding.load_run(hp.logdir, overrides, opts["ckpt"], "translate")
     n_best = opts["n_best"]
     if n_best < 1:

@@ -6,7 +6,9 @@ decoder and CTranslate2, and beam 4 against greedy.
         --logdir log/multi30k_sinusoid
     python bench/decode.py --preset multi30k --logdir log/multi30k_sinusoid [--sents 1000]
         [--naive_sents 200] [--naive_extra 50] [--repeats 3] [--profile]
-        [--ctranslate2 false]
+        [--ctranslate2 false] [--beams 4,8]
+    python bench/decode.py --preset multi30k --logdir log/multi30k_sinusoid --batch 1 \
+        --sents 200 --naive_sents 10     # translate.py's interactive case
 
 One run, one trained model (the run's latest checkpoint, of the size and kind PINNED,
 which the keras-hub row mirrors), the test split; every row is the median of
@@ -24,8 +26,9 @@ Then the anchor, on the same batches: our greedy and beam 4 in two layouts of th
 machine's cores (one batch at a time with TensorFlow's threads; one batch per core at
 once, 1 intra-op thread each, in a fresh process each), and CTranslate2's (ctranslate.py
 converts the model; float32 and int8 weights; one batch at a time on every core, and one
-batch per core at once). Each row gives sentences/s, sacreBLEU and how many outputs are
-ours token for token; then the ratios of the best layouts. ``--profile`` first prints
+batch per core at once), greedy and each beam size of ``--beams``. Each row gives
+sentences/s, sacreBLEU and how many outputs are ours token for token; then the ratios
+of the best layouts. ``--profile`` first prints
 where one greedy step's and one beam-4 step's time go.
 """
 
@@ -303,9 +306,11 @@ def time_parts(parts: dict, repeats: int) -> list[tuple[str, float]]:
     return out
 
 
-def ctranslate2_rows(model, tok, hp, batches, repeats: int, out_dir: str) -> list[dict]:
+def ctranslate2_rows(
+    model, tok, hp, batches, repeats: int, out_dir: str, beams=(4,)
+) -> list[dict]:
     """CTranslate2 (the anchor, ctranslate.py's conversion of this model) on the same
-    batches: greedy and beam 4, float32 and int8, in two layouts of the machine's cores:
+    batches: greedy and each of ``beams``, float32 and int8, in two layouts of the machine's cores:
     one batch at a time on all of them (intra_threads), and one batch per core at once
     (inter_threads, intra_threads 1). Each row: its name, seconds (median of ``repeats``
     passes) and its outputs as our ids, cut at our per-sentence budget."""
@@ -329,7 +334,7 @@ def ctranslate2_rows(model, tok, hp, batches, repeats: int, out_dir: str) -> lis
             translator = ctranslate2.Translator(
                 path, device="cpu", inter_threads=inter, intra_threads=intra
             )
-            for beam in (1, 4):
+            for beam in (1, *beams):
 
                 def run():
                     jobs = [
@@ -446,7 +451,7 @@ def our_layouts(hp, opts: dict, beam: int) -> list[dict]:
     return rows
 
 
-def print_anchor(rows: list[dict], ours: dict, texts, refs, n: int) -> None:
+def print_anchor(rows: list[dict], ours: dict, texts, refs, n: int, beams=(4,)) -> None:
     """The table against CTranslate2: each row's sentences/s, sacreBLEU and how many of
     its outputs are ours (``ours``: beam size -> our outputs, batch order) token for
     token; then our best layout against theirs, and each on one batch."""
@@ -458,7 +463,7 @@ def print_anchor(rows: list[dict], ours: dict, texts, refs, n: int) -> None:
         same = sum(a == b for a, b in zip(r["outs"], ours[r["beam"]]))
         bleu = decoding.scores(texts(r["outs"]), refs)["sacrebleu"]
         print(f"{r['name']:<62}{r['speed']:>12.1f}{bleu:>7.2f}{same:>8}")
-    for beam, what in ((1, "greedy"), (4, "beam 4")):
+    for beam, what in [(1, "greedy")] + [(k, f"beam {k}") for k in beams]:
         mine = [r for r in rows if r["beam"] == beam and r["name"].startswith("ours")]
         theirs = [r for r in rows if r["beam"] == beam and "float32" in r["name"]]
         theirs = [r for r in theirs if r["name"].startswith("CTranslate2")]
@@ -473,8 +478,8 @@ def print_anchor(rows: list[dict], ours: dict, texts, refs, n: int) -> None:
         "Where the two differ: CTranslate2 decodes each batch to its longest budget (its "
         "outputs are then cut at ours, source length + max_len_extra per sentence); its "
         "beam divides by |Y|^0.6 where ours divides by ((5 + |Y|) / 6)^0.6, and it stops "
-        "once 4 hypotheses are finished where ours stops when no alive one can beat the "
-        "4th finished."
+        "once k hypotheses are finished where ours stops when no alive one can beat the "
+        "k-th finished."
     )
 
 
@@ -486,6 +491,7 @@ OPTIONS = {
     "repeats": 3,
     "profile": False,
     "ctranslate2": True,
+    "beams": "4",
     "worker": "",
 }
 
@@ -604,14 +610,13 @@ def main() -> None:
             hyps[i] = tok.decode_tgt(out)
         return hyps
 
-    ours = {
-        1: [o[o > 0].tolist() for out in g_out for o in out],
-        4: [o[o > 0].tolist() for out in b_out for o in out],
-    }
-    rows = our_layouts(hp, opts, 1) + our_layouts(hp, opts, 4)
+    beams = [int(k) for k in str(opts["beams"]).split(",")]
+    rows = [row for k in [1] + beams for row in our_layouts(hp, opts, k)]
+    # our outputs of each beam size: one batch at a time (every layout gives the same)
+    ours = {r["beam"]: r["outs"] for r in reversed(rows)}
     with tempfile.TemporaryDirectory() as tmp:
-        rows += ctranslate2_rows(model, tok, hp, batches, reps, tmp)
-    print_anchor(rows, ours, flat_texts, refs, len(ids))
+        rows += ctranslate2_rows(model, tok, hp, batches, reps, tmp, beams)
+    print_anchor(rows, ours, flat_texts, refs, len(ids), beams)
 
 
 if __name__ == "__main__":

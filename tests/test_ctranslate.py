@@ -62,14 +62,22 @@ CASES = {
     "no W^O, two vocabularies, epsilon 1e-5": dict(
         output_projection=False, share_embeddings=False, layer_norm_epsilon=1e-5
     ),
+    # distances past the clip (sources of 9 tokens, k = 3)
+    "Shaw's relative positions": dict(position="shaw", max_relative_position=3),
+    # the buckets past the exact ones, both directions in the encoder
+    "T5's bias, pre-norm": dict(position="t5", norm="pre", t5_buckets=8, t5_max_distance=6),
+    "rotary positions": dict(position="rotary"),
 }
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_the_converted_model_scores_every_token_as_ours(tmp_path, case):
     model = tiny_model(VOCAB, VOCAB, seed=3, **CASES[case])
-    translator, tok = converted(tmp_path, model)
     rng = np.random.default_rng(0)
+    for stack in (model.src_relative, model.tgt_relative):
+        if stack is not None and stack.kind == "t5":  # T5's table starts at zero
+            stack.table.assign(rng.normal(size=stack.table.shape).astype(np.float32))
+    translator, tok = converted(tmp_path, model)
     src = [list(rng.integers(4, VOCAB, size=n)) for n in (5, 9, 2)]
     tgt = [list(rng.integers(4, VOCAB, size=n)) for n in (7, 3, 6)]
     words = list(tok.src_vocab)
@@ -106,7 +114,13 @@ def test_greedy_outputs_are_ours_token_for_token(tmp_path):
 
 def test_what_ctranslate2_cannot_run_is_refused_in_one_line(tmp_path):
     for kw, words in (
-        (dict(position="xl"), "position=xl is relative"),
+        (
+            dict(position="xl"),
+            "position=xl has no counterpart in CTranslate2, which takes "
+            "the families sinusoid, learned, shaw, t5, rotary",
+        ),
+        (dict(position="alibi_dir"), "position=alibi_dir has no counterpart"),
+        (dict(position="rotary", position_add_absolute=True), "position_add_absolute"),
         (dict(model_type="universal"), "model_type=universal"),
         (dict(qkv_bias=True), "qkv_bias"),
     ):
@@ -116,21 +130,23 @@ def test_what_ctranslate2_cannot_run_is_refused_in_one_line(tmp_path):
         assert not os.path.exists(tmp_path / "x")
 
 
-def test_export_writes_a_ctranslate2_model_that_translates_as_translate_py(quick_run, tmp_path):
-    """export.py --format ctranslate2 on a trained BPE run: the folder holds the weights,
-    the vocabulary and the sentencepiece model; CTranslate2's greedy translation of raw
-    sentences, segmented by that model, is translate.py's; int8 weights load too."""
+@pytest.mark.slow
+def test_export_writes_a_ctranslate2_model_that_translates_as_translate_py(run, tmp_path):
+    """export.py --format ctranslate2 on the suite's trained run (3 epochs): the folder
+    holds the weights, the vocabulary and the sentencepiece model; CTranslate2's greedy
+    translation of raw sentences, segmented by that model, is translate.py's, and each of
+    its beam hypotheses has the log-probability our model gives it; int8 weights load."""
     import sentencepiece as spm
 
     import translate
 
-    hp, _ = quick_run
+    hp, *_ = run
     out = str(tmp_path / "ct2")
     export.export_ctranslate2(hp.logdir, out, {}, "", "none")
     assert {"model.bin", "bpe.model", "config.json"} <= set(os.listdir(out))
     sp = spm.SentencePieceProcessor(model_file=os.path.join(out, "bpe.model"))
-    sentences = ["Die Frau liest ein Buch.", "Heute kaufen zwei Kinder drei rote Äpfel."]
     hp, tok, model, _ = decoding.load_run(hp.logdir, {})
+    sentences = data_load.read_raw(hp, "test")[0][:40]
     pieces = [sp.encode(s, out_type=str) for s in sentences]
     limit = max(len(p) for p in pieces) + 1 + hp.max_len_extra
     translator = ctranslate2.Translator(out, device="cpu")
@@ -140,6 +156,23 @@ def test_export_writes_a_ctranslate2_model_that_translates_as_translate_py(quick
         ids = ctranslate.target_ids(tok, r.hypotheses[0])[: len(p) + 1 + hp.max_len_extra]
         theirs.append(tok.decode_tgt(ids))
     assert theirs == translate.translate_lines(model, tok, hp, sentences)
+    beams = translator.translate_batch(
+        pieces,
+        beam_size=3,
+        num_hypotheses=3,
+        return_scores=True,
+        length_penalty=0,  # scores are sums of log-probabilities
+        max_decoding_length=limit,
+    )
+    rows = [
+        ([sp.piece_to_id(x) for x in p], ctranslate.target_ids(tok, h), score)
+        for p, r in zip(pieces, beams)
+        for h, score in zip(r.hypotheses, r.scores)
+        if len(h) < limit - 1  # ended by </S>, which both sides score
+    ]
+    assert len(rows) > 100
+    ours = our_log_probs(model, [r[0] for r in rows], [r[1] for r in rows])
+    np.testing.assert_allclose([sum(x) for x in ours], [r[2] for r in rows], atol=1e-3)
     int8 = str(tmp_path / "ct2_int8")
     export.export_ctranslate2(hp.logdir, int8, {}, "", "int8")
     assert ctranslate2.Translator(int8).translate_batch(pieces[:1])[0].hypotheses

@@ -77,7 +77,7 @@ def test_presets_apply_their_values():
 
 
 def test_iwslt2016_preset():
-    """The 2019 Kyubyong hparams.py values (Kyubyong/transformer at fb023bb): vocab_size
+    """The 2019 Kyubyong hparams.py values (Kyubyong/transformer, January 2019): vocab_size
     32000, batch_size 128, lr 0.0003, warmup_steps 4000, num_epochs 20, d_model 512,
     d_ff 2048, num_blocks 6, num_heads 8, maxlen1/2 100, dropout_rate 0.3, smoothing
     0.1; its train uses tf.train.AdamOptimizer(lr): beta2 0.999, epsilon 1e-8."""

@@ -460,7 +460,7 @@ def test_reorder_cache_follows_the_hypotheses():
 # ---------------------------------------------------------------------------------------
 # 10. the TF1 switches: the defaults are the earlier model; the legacy preset is TF1's
 # ---------------------------------------------------------------------------------------
-# Written by the code of commit 8b6ba0e (before the switches): for each configuration, a
+# Written by an earlier version of this project (before the switches): for each configuration, a
 # model built with keras.utils.set_random_seed(seed), the fingerprint of every variable
 # (path, shape, sum, sum of squares), the logits of SRC/TGT, the greedy decoding of SRC
 # (extra 4) and the model's checkpoint (tf.train.Checkpoint(model=m).write(...)).

@@ -1,0 +1,63 @@
+"""Several decoding streams (``decode_streams``): batches decoded at once on threads of
+their own give the outputs of one stream, and eval.py and translate.py give each stream
+one thread before TensorFlow starts."""
+
+import dataclasses
+import json
+import os
+
+import numpy as np
+import pytest
+
+import data_load
+import decoding
+import hparams
+from helpers import run_json_script
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("beam", [1, 3])
+def test_several_streams_translate_as_one(run, beam):
+    hp, *_ = run
+    hp, tok, model, _ = decoding.load_run(hp.logdir, {"beam_size": beam, "eval_batch_size": 8})
+    src, _ = data_load.read_raw(hp, "test")
+    ids = tok.encode_src(src[:60])  # 8 batches
+    outs = {}
+    for streams in (1, 3):
+        translator = decoding.Translator(
+            model, tok, dataclasses.replace(hp, decode_streams=streams)
+        )
+        assert translator.streams == streams
+        outs[streams] = translator.translate_ids(ids)
+    assert len(outs[1]) == 60 and all(o is not None for o in outs[1])
+    for one, three in zip(outs[1], outs[3]):
+        np.testing.assert_array_equal(one[0], three[0])
+        np.testing.assert_array_equal(one[1], three[1])
+
+
+THREADS = """
+import json, sys
+import decoding, hparams, tensorflow as tf
+hp = hparams.apply(hparams.preset("demo"), json.loads(sys.argv[1]))
+streams = decoding.one_thread_per_stream(hp)
+print(json.dumps([streams, tf.config.threading.get_intra_op_parallelism_threads(),
+                  tf.config.threading.get_inter_op_parallelism_threads()]))
+"""
+
+
+@pytest.mark.slow
+def test_each_stream_gets_one_thread_before_tensorflow_starts():
+    # a fresh process each: TensorFlow's thread pools are fixed once it runs an op
+    assert run_json_script(THREADS, json.dumps({"decode_streams": 2})) == [2, 1, 2]
+    # one stream keeps TensorFlow's own threads (0: its default, every core)
+    assert run_json_script(THREADS, json.dumps({"decode_streams": 1})) == [1, 0, 0]
+
+
+def test_the_default_is_one_stream_per_core_of_this_process(monkeypatch):
+    hp = hparams.preset("demo")
+    assert hp.decode_streams == 0
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
+    assert decoding.stream_count(hp) == 3
+    assert decoding.stream_count(dataclasses.replace(hp, decode_streams=5)) == 5
+    with pytest.raises(hparams.UserError, match="--decode_streams must not be negative"):
+        hparams.apply(hp, {"decode_streams": -1})
