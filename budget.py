@@ -1,6 +1,6 @@
 """What bounds a training run (``num_epochs``, ``max_steps``, ``max_minutes``) and the
 fraction of it used, which the wsd and linear schedules read (modules.TransformerSchedule;
-README "Training on a budget")."""
+docs/training.md)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ if TYPE_CHECKING:  # for the annotations only
 
 
 class Budget:
-    """What bounds a run, and the fraction of it used (README "Training on a budget").
+    """What bounds a run, and the fraction of it used (docs/training.md).
 
     The run ends at whichever comes first: ``num_epochs`` of ``updates_per_epoch``
     updates, ``max_steps``, or ``max_minutes`` of wall time summed over its resumes,

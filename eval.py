@@ -21,7 +21,7 @@ in the legacy format: ``- source:``, ``- expected:``, ``- got:`` blocks, then
 
 A model with ``memory_sentences`` reads each document in order (prepro's talks; in
 ``--test_src``, a blank line ends a document) with the encoder states of its earlier
-sentences reused (README "Document context").
+sentences reused (docs/document_context.md).
 
 With ``--length_buckets 16,24`` it adds sacreBLEU by source length: buckets of at most 16,
 17-24 and at least 25 source tokens (the model's tokens, </S> not counted), each with its
@@ -229,7 +229,7 @@ def evaluate(
 
 
 # ---------------------------------------------------------------------------------------
-# A contrastive set (README "Document context")
+# A contrastive set (docs/document_context.md)
 # ---------------------------------------------------------------------------------------
 def read_contrastive(path: str) -> list[dict]:
     """The items of a contrastive file: one JSON object per line with "context" (the

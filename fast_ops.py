@@ -9,7 +9,7 @@ model and the train step.
 A rewrite stays only with a median gain of at least 5 % on the path it serves, in float32
 or under mixed_bfloat16. Kept, re-measured on a 2-core AMD EPYC (Zen 5) with 3 paired
 windows each (``python bench/train_throughput.py --preset multi30k --ablate NAME --paired
-[--precision mixed_bfloat16] [--paired_norm pre]``; the table is in the README):
+[--precision mixed_bfloat16] [--paired_norm pre]``; the table is in docs/performance.md):
 
 * ``dense2d``, projections as one 2-D MatMul: +38.8 % float32, +47.7 % mixed_bfloat16;
 * ``xent_grad``, the loss's written-out gradient (the path of every run):
@@ -66,8 +66,9 @@ def dense(x, w, transpose_b: bool = False):
 
     Rewrite: one 2-D MatMul of x reshaped to (-1, d_in). The standard tf.matmul of a 3-D x
     with a 2-D w broadcasts w into a BatchMatMul whose gradient with respect to w is one
-    (d_in, d_out) matrix per batch row, summed afterwards. Measured gain: +26.8 % training
-    tokens/s (median of 3 on/off pairs: +31.0, +26.8, +26.3 %).
+    (d_in, d_out) matrix per batch row, summed afterwards. Measured gain: +38.8 % training
+    tokens/s in float32, +47.7 % under mixed_bfloat16 (medians of 3 on/off pairs, the
+    module docstring's command).
     """
     if not ENABLED["dense2d"] or x.shape.rank == 2:
         return tf.matmul(x, w, transpose_b=transpose_b)
@@ -97,8 +98,9 @@ def cross_entropy_terms(logits, labels, epsilon: float = 0.1):
 
 def _xent_custom_gradient(logits, labels, epsilon: float):
     """Rewrite: d loss / d z = p - (1 - eps) onehot(y) - eps / V and d nll / d z =
-    p - onehot(y), with p = softmax(z). Measured gain: +14.4 % training tokens/s (median
-    of 3 on/off pairs: +8.7, +14.4, +17.3 %). The forward pass keeps p (one fused softmax
+    p - onehot(y), with p = softmax(z). Measured gain: +8.4 % training tokens/s in
+    float32, +14.5 % under mixed_bfloat16 (medians of 3 on/off pairs with
+    ``TRANSFORMER_NATIVE=0``, the module docstring's command). The forward pass keeps p (one fused softmax
     kernel) and reads logsumexp off it: lse = max(z) - log(max(p)), exact because the
     largest logit has the largest probability, at least 1/V, which never underflows.
     The gradient is a scale of p and a scatter of M values, instead of the gather,

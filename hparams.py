@@ -81,7 +81,7 @@ class Hparams:
     ut_max_steps: int = 6  # universal: the most recurrent steps of each shared block
     act: bool = True  # universal: Adaptive Computation Time per position (false: fixed depth)
     act_epsilon: float = 0.01  # universal: a position halts once its halting sum > 1 - this
-    # Switches where the TF1 code differs from the paper (README: "The TF1 model"); the
+    # Switches where the TF1 code differs from the paper (docs/model.md); the
     # defaults are the paper's
     qkv_activation: str = "none"  # none (3.2.2) | relu (TF1) on the Q, K, V projections
     qkv_bias: bool = False  # biases on the Q, K, V projections (TF1 and 2019 Kyubyong code)
@@ -110,7 +110,7 @@ class Hparams:
     max_steps: int = 0  # >0: stop after this many steps (checkpointed)
     max_minutes: float = 0.0  # >0: stop after this wall time (checkpointed)
     seed: int = 42  # weights, dropout and batch order
-    precision: str = "auto"  # auto (README: Precision) | float32 | mixed_float16 | mixed_bfloat16
+    precision: str = "auto"  # auto (docs/training.md) | float32 | mixed_float16 | mixed_bfloat16
     jit_compile: bool = False  # XLA-compile the train step
     logdir: str = "log/demo"  # checkpoints, TensorBoard events, hparams.json, specs
     ckpt_every_steps: int = 0  # >0: also checkpoint every K steps
@@ -255,12 +255,12 @@ RESUME_KEYS = (
 
 PRESETS: dict[str, dict[str, Any]] = {
     # Tiny model on the embedded synthetic corpus: prepro -> train -> eval in 4 min on 2 CPU
-    # cores with bfloat16 (README "Measured results").
-    # The dataclass defaults with Transformer-XL positions (chosen on dev: README "Choosing
-    # the defaults").
+    # cores with bfloat16 (docs/results.md).
+    # The dataclass defaults with Transformer-XL positions (chosen on dev: docs/tuning.md,
+    # stages 1 and 2).
     "demo": dict(position="xl"),
     # A small model sized for Multi30k (29k pairs); pre-norm, lr 0.003 and xl positions
-    # chosen on dev (README "Choosing the defaults").
+    # chosen on dev (docs/tuning.md).
     "multi30k": dict(
         corpus="parallel",
         data_dir="data/multi30k",
@@ -279,21 +279,21 @@ PRESETS: dict[str, dict[str, Any]] = {
         lr=0.003,
         warmup_steps=400,
         # the decay over the last 40 % of the budget, with label smoothing 0.2 against the
-        # overfitting of its last third: chosen on dev, two seeds (README "Stage 8")
+        # overfitting of its last third: chosen on dev, two seeds (docs/tuning.md, stage 8)
         cooldown=0.4,
         label_smoothing=0.2,
         # dropout on the attention weights: 0.1 and then 0.2 each gave a lower dev loss and
-        # led on all 1,014 dev sentences at both of two seeds (README "Stage 9")
+        # led on all 1,014 dev sentences at both of two seeds (docs/tuning.md, stage 9)
         attention_dropout=0.2,
         num_epochs=30,
         tokens_per_batch=2048,
         dev_bleu_sents=500,
-        # beam search: chosen on dev (README "Stage 6"); 0.6 (the paper's) gave beams
+        # beam search: chosen on dev (docs/tuning.md, stage 6); 0.6 (the paper's) gave beams
         # 2-5 % shorter than the references
         length_penalty=1.0,
     ),
     # The updated (2019) Kyubyong code's hyperparameter values for IWSLT 2016 de-en (its
-    # hparams.py), on the paper's model; README "Presets and the code they follow" lists
+    # hparams.py), on the paper's model; docs/training.md, "The presets", lists
     # where its model differs and the switches that would follow it.
     "iwslt2016": dict(
         corpus="iwslt2016",
@@ -349,7 +349,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     ),
     # The tf1.2 code (Kyubyong/transformer, tf1.2_legacy; hyperparams.py, train.py,
     # modules.py): word vocabulary, sentences of at most 10 tokens padded to 10, and its
-    # model, switch by switch (README "The TF1 model"); eval.py follows its protocol.
+    # model, switch by switch (docs/model.md); eval.py follows its protocol.
     "iwslt2016_legacy": dict(
         corpus="iwslt2016",
         data_dir="data/iwslt2016",

@@ -176,8 +176,8 @@ class Transformer(keras.Model):
 
     Every setting comes from one :class:`hparams.ModelConfig` (``self.config``), whose
     fields are also this model's ``get_config`` and the checkpoint keys. The switches
-    where the TF1 code differs from the paper default to the paper's model (README "The
-    TF1 model"): ``embedding_dropout`` / ``residual_dropout`` (None: ``dropout_rate``),
+    where the TF1 code differs from the paper default to the paper's model
+    (docs/model.md): ``embedding_dropout`` / ``residual_dropout`` (None: ``dropout_rate``),
     the attention projections (``qkv_activation``, ``qkv_bias``, ``output_projection``),
     the padding masks (``query_masking``: PAD queries get zero attention weights;
     ``key_mask_defect``: no padding mask at all, as the TF1 code whose masks never

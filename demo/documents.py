@@ -1,6 +1,6 @@
 """The demo corpus's document mode: episodes of two sentences in which a pronoun refers
-back to a noun of the sentence before, a test bed that needs document context (README
-"Document context").
+back to a noun of the sentence before, a test bed that needs document context
+(docs/document_context.md).
 
 An episode is an introduction with two nouns, a person and an animal of different German
 genders, then a sentence whose subject is the pronoun of one of them::

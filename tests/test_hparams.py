@@ -57,12 +57,12 @@ def test_multi30k_preset():
         2048,
     )
     assert (hp.position, hp.norm) == ("xl", "pre")  # chosen on dev (bench/search.py)
-    assert hp.average == 3 and hp.eval_share == 0.1  # (README "Training on a budget")
-    # the longer decay with stronger label smoothing, chosen on dev (README "Stage 8")
+    assert hp.average == 3 and hp.eval_share == 0.1  # (docs/training.md)
+    # the longer decay with stronger label smoothing, chosen on dev (docs/tuning.md, stage 8)
     assert (hp.cooldown, hp.label_smoothing) == (0.4, 0.2)
-    # dropout on the attention weights, chosen on dev (README "Stage 9")
+    # dropout on the attention weights, chosen on dev (docs/tuning.md, stage 9)
     assert hp.attention_dropout == 0.2 and hparams.preset("demo").attention_dropout == 0.0
-    # beam search's alpha, chosen on dev (README "Stage 6"); the paper's 0.6 elsewhere
+    # beam search's alpha, chosen on dev (docs/tuning.md, stage 6); the paper's 0.6 elsewhere
     assert hp.length_penalty == 1.0 and hparams.preset("demo").length_penalty == 0.6
 
 
@@ -95,7 +95,7 @@ def test_iwslt2016_preset():
     assert (hp.adam_beta1, hp.adam_beta2, hp.adam_epsilon) == (0.9, 0.999, 1e-8)
     assert (hp.iwslt_dev, hp.iwslt_test) == ("tst2013", "tst2014")
     assert hp.position == "sinusoid" and hp.share_embeddings is True
-    # the paper's model, not the 2019 code's (README: its differences and their switches)
+    # the paper's model, not the 2019 code's (docs/training.md: its differences and their switches)
     assert hp.output_projection and hp.tie_softmax and hp.qkv_activation == "none"
 
 
