@@ -7,9 +7,10 @@ process. Switches are read when a function is traced, so set them before buildin
 model and the train step.
 
 A rewrite stays only with a median gain of at least 5 % on the path it serves, in float32
-or under mixed_bfloat16. Kept, re-measured on a 2-core AMD EPYC (Zen 5) with 3 paired
-windows each (``python bench/train_throughput.py --preset multi30k --ablate NAME --paired
-[--precision mixed_bfloat16] [--paired_norm pre]``; the table is in docs/performance.md):
+or under mixed_bfloat16. Kept, re-measured on a 2-core AMD EPYC (CPU family 25, model 17)
+with 3 paired windows each (``python bench/train_throughput.py --preset multi30k --ablate
+NAME --paired [--precision mixed_bfloat16] [--paired_norm pre]``; the table is in
+docs/performance.md):
 
 * ``dense2d``, projections as one 2-D MatMul: +38.8 % float32, +47.7 % mixed_bfloat16;
 * ``xent_grad``, the loss's written-out gradient (the path of every run):
@@ -100,9 +101,10 @@ def _xent_custom_gradient(logits, labels, epsilon: float):
     """Rewrite: d loss / d z = p - (1 - eps) onehot(y) - eps / V and d nll / d z =
     p - onehot(y), with p = softmax(z). Measured gain: +8.4 % training tokens/s in
     float32, +14.5 % under mixed_bfloat16 (medians of 3 on/off pairs with
-    ``TRANSFORMER_NATIVE=0``, the module docstring's command). The forward pass keeps p (one fused softmax
-    kernel) and reads logsumexp off it: lse = max(z) - log(max(p)), exact because the
-    largest logit has the largest probability, at least 1/V, which never underflows.
+    ``TRANSFORMER_NATIVE=0``, the module docstring's command). The forward pass keeps p
+    (one fused softmax kernel) and reads logsumexp off it: lse = max(z) - log(max(p)),
+    exact because the largest logit has the largest probability, at least 1/V, which never
+    underflows.
     The gradient is a scale of p and a scatter of M values, instead of the gather,
     logsumexp and mean gradients that autodiff chains (the gather's densifies an (M, V)
     tensor through UnsortedSegmentSum).

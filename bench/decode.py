@@ -310,8 +310,9 @@ def ctranslate2_rows(model, tok, hp, batches, repeats: int, out_dir: str, beams=
     """CTranslate2 (the anchor, ctranslate.py's conversion of this model) on the same
     batches: greedy and each of ``beams``, float32 and int8, in two layouts of the
     machine's cores: one batch at a time on all of them (intra_threads), and one batch
-    per core at once (inter_threads, intra_threads 1). Each row: its name, seconds (median of ``repeats``
-    passes) and its outputs as our ids, cut at our per-sentence budget."""
+    per core at once (inter_threads, intra_threads 1). Each row: its name, seconds
+    (median of ``repeats`` passes) and its outputs as our ids, cut at our per-sentence
+    budget."""
     import os
 
     import ctranslate2

@@ -1,0 +1,215 @@
+"""The docs stay true: every command of README.md, CONTRIBUTING.md and docs/*.md names a
+script that exists and options its parser accepts, every repository path it names
+exists, every relative link resolves, no page or code comment cites a commit hash, and the
+Examples of the public layers' docstrings run."""
+
+from __future__ import annotations
+
+import ast
+import doctest
+import glob
+import importlib
+import io
+import os
+import re
+import shlex
+import tokenize
+
+import pytest
+
+import cli
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PAGES = ["README.md", "CONTRIBUTING.md"] + sorted(
+    os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "docs", "*.md"))
+)
+# options whose value is a path the command writes, not one that must exist
+OUTPUTS = {"--out", "--export_dir", "--logdir", "--prepro_dir", "--data_dir", "--evaldir"}
+OUTPUTS |= {"--attention", "--input", "--archive", "--test_src", "--test_ref", "--ckpt"}
+OUTPUTS |= {"--contrastive", "--tree", "--old_tree", "--baseline_tree", "--space"}
+# folders of the repository whose files a command may name
+TRACKED = ("figures/", "bench/", "demo/", "docs/", "tests/")
+# a commit hash: 7 to 12 hexadecimal characters with both a letter and a digit
+HASH = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,12}\b")
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def bash_blocks(text: str) -> list[str]:
+    """The logical lines of the fenced ```bash blocks of a Markdown text (a line ending in
+    a backslash joined with the next)."""
+    lines, block = [], None
+    for line in text.splitlines():
+        if block is None:
+            if line.strip() == "```bash":
+                block = []
+            continue
+        if line.strip() == "```":
+            lines += "\n".join(block).replace("\\\n", " ").splitlines()
+            block = None
+            continue
+        block.append(line)
+    return lines
+
+
+def commands(line: str) -> list[list[str]]:
+    """Each ``python SCRIPT.py args...`` of a shell line, as [SCRIPT.py, args...]; the
+    rest of the line (pipes, ``&&``, ``time (...)``, comments) is passed over."""
+    try:
+        words = shlex.split(line, comments=True)
+    except ValueError:  # an unbalanced quote spread over lines of a for loop
+        words = line.split("#")[0].split()
+    out, current = [], None
+    for word in words:
+        word = word.strip("()")
+        if word in ("&&", "||", "|", ";", "") or word.endswith(";"):
+            current = None
+            continue
+        if current is not None:
+            current.append(word)
+        elif word in ("python", "python3"):
+            current = []
+            out.append(current)
+    return [c for c in out if c and c[0].endswith(".py")]
+
+
+def known_options(script: str) -> set[str] | None:
+    """The option strings of a script's parser, built without running it (None: the
+    script has no parser this test knows how to build)."""
+    name = os.path.splitext(os.path.basename(script))[0]
+    folder = os.path.dirname(script)
+    if folder == "" and name in cli.SCRIPTS:
+        return set(cli.parser(name)._option_string_actions)
+    if folder in ("bench", "demo"):
+        module = importlib.import_module(name if folder == "bench" else f"demo.{name}")
+        return set(module.parser()._option_string_actions)
+    return None
+
+
+def check_command(argv: list[str], where: str) -> list[str]:
+    script, args = argv[0], argv[1:]
+    if not os.path.isfile(os.path.join(ROOT, script)):
+        return [f"{where}: {script} does not exist"]
+    known = known_options(script)
+    if known is None:
+        return [f"{where}: {script} has no parser to check its options against"]
+    problems, previous = [], ""
+    for arg in args:
+        if arg.startswith("--") and " " not in arg:  # not a quoted value ("--a 1 --b 2")
+            flag = arg.split("=")[0]
+            if flag not in known:
+                problems.append(f"{where}: {script} has no option {flag}")
+        elif arg.startswith(TRACKED) and previous not in OUTPUTS:
+            path = arg.split("*")[0]
+            if not os.path.exists(os.path.join(ROOT, path)):
+                problems.append(f"{where}: {script} names {arg}, which does not exist")
+        previous = arg
+    return problems
+
+
+def page_problems(page: str, text: str) -> list[str]:
+    problems = []
+    for line in bash_blocks(text):
+        for argv in commands(line):
+            problems += check_command(argv, page)
+    for target in LINK.findall(text):
+        if re.match(r"[a-z]+:", target) or target.startswith("#"):
+            continue
+        path = os.path.normpath(os.path.join(ROOT, os.path.dirname(page), target.split("#")[0]))
+        if not os.path.exists(path):
+            problems.append(f"{page}: the link {target} resolves to nothing")
+    problems += [f"{page}: commit hash {h}" for h in HASH.findall(text)]
+    return problems
+
+
+def read(page: str) -> str:
+    with open(os.path.join(ROOT, page), encoding="utf-8") as f:
+        return f.read()
+
+
+def test_every_command_option_path_and_link_of_the_docs_is_real():
+    problems = [p for page in PAGES for p in page_problems(page, read(page))]
+    assert problems == []
+    assert len(PAGES) >= 13  # README, CONTRIBUTING and the eleven pages of docs/
+
+
+def test_a_misspelt_flag_a_missing_script_or_path_and_a_dead_link_are_caught():
+    text = read("README.md").replace(
+        "multi30k --max_minutes 30\n", "multi30k --max_minutez 30\n", 1
+    )
+    text += "\n```bash\npython tarin.py\npython plot_logs.py --logdir log/x figures/none.png\n```\n"
+    text += "[gone](docs/nowhere.md) and a hash 1a2b3c4d\n"
+    assert page_problems("README.md", text) == [
+        "README.md: train.py has no option --max_minutez",
+        "README.md: tarin.py does not exist",
+        "README.md: plot_logs.py names figures/none.png, which does not exist",
+        "README.md: the link docs/nowhere.md resolves to nothing",
+        "README.md: commit hash 1a2b3c4d",
+    ]
+
+
+def test_commands_are_found_in_pipes_chains_and_continued_lines():
+    text = (
+        "```bash\n"
+        "pip install -e . && python prepro.py && python train.py --num_epochs 2\n"
+        "printf 'a\\n' |\n  python translate.py --logdir log/demo   # a comment --nope\n"
+        "time (python eval.py \\\n  --beam_size 4)\n"
+        "```\n"
+    )
+    found = [argv for line in bash_blocks(text) for argv in commands(line)]
+    assert found == [
+        ["prepro.py"],
+        ["train.py", "--num_epochs", "2"],
+        ["translate.py", "--logdir", "log/demo"],
+        ["eval.py", "--beam_size", "4"],
+    ]
+
+
+def comments_of(path: str) -> str:
+    """The comments and docstrings of a Python file."""
+    with open(path, encoding="utf-8") as f:
+        source = f.read()
+    parts = [
+        tok.string
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline)
+        if tok.type == tokenize.COMMENT
+    ]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            parts.append(ast.get_docstring(node, clean=False) or "")
+    return "\n".join(parts)
+
+
+def test_no_code_comment_cites_a_commit_hash():
+    files = [
+        p
+        for pattern in ("*.py", "bench/*.py", "demo/*.py", "tests/*.py")
+        for p in glob.glob(os.path.join(ROOT, pattern))
+    ]
+    assert len(files) > 50
+    found = {os.path.relpath(p, ROOT): HASH.findall(comments_of(p)) for p in files}
+    assert {p: h for p, h in found.items() if h} == {}
+    with open(os.path.join(ROOT, "native_ops.cc"), encoding="utf-8") as f:
+        assert HASH.findall(f.read()) == []
+
+
+EXAMPLES = [
+    ("modules", "MultiHeadAttention"),
+    ("modules", "EncoderLayer"),
+    ("modules", "DecoderLayer"),
+    ("model", "Transformer"),
+    ("decoding", "Translator"),
+]
+
+
+@pytest.mark.parametrize("module,name", EXAMPLES)
+def test_docstring_examples_of_the_public_layers_run(module, name):
+    obj = getattr(importlib.import_module(module), name)
+    doc = obj.__doc__ or ""
+    assert "Example" in doc and ">>>" in doc and "References" in doc and "Args" in doc
+    finder = doctest.DocTestFinder(recurse=False)
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    tests = finder.find(obj, name, globs={})
+    assert sum(len(t.examples) for t in tests) >= 3
+    for test in tests:
+        runner.run(test)
+    assert runner.summarize(verbose=False).failed == 0
