@@ -49,7 +49,7 @@ import positions
 from hparams import UserError
 
 # the position families CTranslate2 computes as we do (absolute tables, or in its attention)
-FAMILIES = ("sinusoid", "learned", "shaw", "t5", "rotary")
+FAMILIES = (positions.Sinusoid, positions.Learned, positions.Shaw, positions.T5, positions.Rotary)
 # the weight types CTranslate2 can store (``--quantization``); none keeps float32
 QUANTIZATIONS = ("none", "int8", "int8_float32", "int8_float16", "int16", "float16", "bfloat16")
 
@@ -59,12 +59,13 @@ def unsupported(model) -> str | None:
     c = model.config
     if c.model_type != "transformer":
         return f"model_type={c.model_type} has layers CTranslate2 does not implement"
-    if c.position not in FAMILIES or model.variant.positions_in_layers:
+    family = positions.get(c.position)
+    if not isinstance(family, FAMILIES) or model.variant.positions_in_layers:
         return (
             f"position={c.position} has no counterpart in CTranslate2, which takes the "
-            f"families {', '.join(FAMILIES)}"
+            f"families {', '.join(f.name for f in FAMILIES)}"
         )
-    if positions.get(c.position).relative and c.position_add_absolute:
+    if family.relative and c.position_add_absolute:
         return "position_add_absolute adds a sinusoid to a relative family; CTranslate2 takes one"
     if model.reads_documents:
         return "a model with document memory translates in context, which CTranslate2 cannot"
@@ -94,10 +95,11 @@ def _attention(spec, attn, norm, self_attention: bool) -> None:
     _linear(spec.linear[-1], w_o)
     _norm(spec.layer_norm, norm)
     relative = attn.relative if self_attention else None
-    if relative is not None and relative.stack.kind == "shaw":
+    family = relative.stack.family if relative is not None else None
+    if isinstance(family, positions.Shaw):
         spec.relative_position_keys = relative.a_k.numpy()
         spec.relative_position_values = relative.a_v.numpy()
-    elif relative is not None and relative.stack.kind == "t5":
+    elif isinstance(family, positions.T5):
         spec.relative_attention_bias = relative.stack.table.numpy()
         spec.relative_attention_max_distance = np.int32(relative.stack.t5_max_distance)
 
@@ -136,11 +138,12 @@ def model_spec(model, tok):
 
     c = model.config
     pre = c.norm == "pre"
+    family = positions.get(c.position)
     kind = dict(
         pre_norm=pre,
-        relative_position=c.position == "shaw",
-        relative_attention_bias=c.position == "t5",
-        rotary_dim=c.d_model // c.num_heads if c.position == "rotary" else None,
+        relative_position=isinstance(family, positions.Shaw),
+        relative_attention_bias=isinstance(family, positions.T5),
+        rotary_dim=c.d_model // c.num_heads if isinstance(family, positions.Rotary) else None,
         rotary_interleave=True,
     )
     spec = ts.TransformerSpec(

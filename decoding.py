@@ -49,13 +49,17 @@ def stream_count(hp: hparams.Hparams) -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
-def one_thread_per_stream(hp: hparams.Hparams) -> int:
+def one_thread_per_stream(hp: hparams.Hparams, sentences: int | None = None) -> int:
     """Gives each decoding stream one thread, the fastest layout on a CPU (several
     batches at once, 1 intra-op thread each: docs/performance.md, "Decoding speed"), and
     returns the number of streams. Call it before TensorFlow runs its first op (eval.py
     and translate.py do, before loading the run); once TensorFlow has started, or with a
-    GPU, or with one stream, the threads stay as they are."""
+    GPU, or with one stream, the threads stay as they are. ``sentences``: how many will be
+    decoded, where known; fewer batches of ``eval_batch_size`` than streams keep
+    TensorFlow's threads (a batch alone decodes faster on every core)."""
     streams = stream_count(hp)
+    if sentences is not None:
+        streams = min(streams, max(1, -(-sentences // hp.eval_batch_size)))
     if streams > 1 and not tf.config.list_physical_devices("GPU"):
         try:
             tf.config.threading.set_intra_op_parallelism_threads(1)
@@ -709,7 +713,7 @@ class Translator:
             return idx, self._best(self._run(self.decode, batch), len(idx))
 
         bar = tqdm(batches, disable=not progress, file=sys.stderr, unit="batch")
-        if self.streams == 1 or len(batches) == 1:
+        if self.streams == 1 or len(batches) <= 1:
             yield from map(one, bar)
             return
         with ThreadPoolExecutor(min(self.streams, len(batches))) as pool:

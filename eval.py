@@ -374,10 +374,24 @@ def contrastive(logdir: str, overrides: dict, path: str, ckpt: str = "") -> dict
     return {**figures, "results": out}
 
 
+def count_sources(logdir: str, test_src: str) -> int | None:
+    """How many sentences eval.py will translate: the lines of ``test_src``, or of the
+    run's test.src; None where that cannot be told before loading the run."""
+    try:
+        path = test_src or os.path.join(
+            hparams.load(os.path.join(logdir, "hparams.json")).prepro_dir, "test.src"
+        )
+        with open(path, "rb") as f:
+            return sum(1 for _ in f)
+    except (OSError, UserError):
+        return None
+
+
 def main() -> None:
     hp, opts = cli.parse_args(script=SCRIPT)
     overrides = {k: getattr(hp, k) for k in opts["_set"]}
-    decoding.one_thread_per_stream(hp)  # before TensorFlow starts
+    # before TensorFlow starts
+    decoding.one_thread_per_stream(hp, count_sources(hp.logdir, opts["test_src"]))
     if opts["contrastive"]:
         contrastive(hp.logdir, overrides, opts["contrastive"], opts["ckpt"])
         return

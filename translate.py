@@ -60,17 +60,17 @@ def plot_attention(model, tok, sentence: str, path: str, max_len_extra: int) -> 
 def main() -> None:
     hp, opts = cli.parse_args(script=SCRIPT)
     overrides = {k: getattr(hp, k) for k in opts["_set"]}
-    decoding.one_thread_per_stream(hp)  # before TensorFlow starts
+    if opts["input"]:
+        lines = data_load.read_lines(opts["input"])
+    else:
+        lines = data_load.split_lines(data_load.decode_text(sys.stdin.buffer.read(), "stdin"))
+    decoding.one_thread_per_stream(hp, len(lines))  # before TensorFlow starts
     hp, tok, model, _ = decoding.load_run(hp.logdir, overrides, opts["ckpt"], "translate")
     n_best = opts["n_best"]
     if n_best < 1:
         raise UserError(f"--n_best must be at least 1; got {n_best}")
     if n_best > max(hp.beam_size, 1):
         raise UserError(f"--n_best {n_best} needs --beam_size of at least {n_best}")
-    if opts["input"]:
-        lines = data_load.read_lines(opts["input"])
-    else:
-        lines = data_load.split_lines(data_load.decode_text(sys.stdin.buffer.read(), "stdin"))
     if opts["attention"]:
         if len([s for s in lines if s]) != 1:
             raise UserError("--attention takes exactly one sentence")

@@ -146,7 +146,7 @@ def test_export_writes_a_ctranslate2_model_that_translates_as_translate_py(run, 
     assert {"model.bin", "bpe.model", "config.json"} <= set(os.listdir(out))
     sp = spm.SentencePieceProcessor(model_file=os.path.join(out, "bpe.model"))
     hp, tok, model, _ = decoding.load_run(hp.logdir, {})
-    sentences = data_load.read_raw(hp, "test")[0][:40]
+    sentences = data_load.read_raw(hp, "test")[0][:16]
     pieces = [sp.encode(s, out_type=str) for s in sentences]
     limit = max(len(p) for p in pieces) + 1 + hp.max_len_extra
     translator = ctranslate2.Translator(out, device="cpu")

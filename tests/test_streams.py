@@ -13,6 +13,7 @@ import data_load
 import decoding
 import hparams
 from helpers import run_json_script
+from model import Transformer
 
 
 @pytest.mark.slow
@@ -21,7 +22,7 @@ def test_several_streams_translate_as_one(run, beam):
     hp, *_ = run
     hp, tok, model, _ = decoding.load_run(hp.logdir, {"beam_size": beam, "eval_batch_size": 8})
     src, _ = data_load.read_raw(hp, "test")
-    ids = tok.encode_src(src[:60])  # 8 batches
+    ids = tok.encode_src(src[:24])  # 3 batches
     outs = {}
     for streams in (1, 3):
         translator = decoding.Translator(
@@ -29,7 +30,7 @@ def test_several_streams_translate_as_one(run, beam):
         )
         assert translator.streams == streams
         outs[streams] = translator.translate_ids(ids)
-    assert len(outs[1]) == 60 and all(o is not None for o in outs[1])
+    assert len(outs[1]) == 24 and all(o is not None for o in outs[1])
     for one, three in zip(outs[1], outs[3]):
         np.testing.assert_array_equal(one[0], three[0])
         np.testing.assert_array_equal(one[1], three[1])
@@ -39,7 +40,7 @@ THREADS = """
 import json, sys
 import decoding, hparams, tensorflow as tf
 hp = hparams.apply(hparams.preset("demo"), json.loads(sys.argv[1]))
-streams = decoding.one_thread_per_stream(hp)
+streams = decoding.one_thread_per_stream(hp, json.loads(sys.argv[2]))
 print(json.dumps([streams, tf.config.threading.get_intra_op_parallelism_threads(),
                   tf.config.threading.get_inter_op_parallelism_threads()]))
 """
@@ -48,9 +49,12 @@ print(json.dumps([streams, tf.config.threading.get_intra_op_parallelism_threads(
 @pytest.mark.slow
 def test_each_stream_gets_one_thread_before_tensorflow_starts():
     # a fresh process each: TensorFlow's thread pools are fixed once it runs an op
-    assert run_json_script(THREADS, json.dumps({"decode_streams": 2})) == [2, 1, 2]
-    # one stream keeps TensorFlow's own threads (0: its default, every core)
-    assert run_json_script(THREADS, json.dumps({"decode_streams": 1})) == [1, 0, 0]
+    two = json.dumps({"decode_streams": 2})
+    assert run_json_script(THREADS, two, "null") == [2, 1, 2]
+    assert run_json_script(THREADS, two, "129") == [2, 1, 2]  # 2 batches of 128
+    # one batch, or one stream, keeps TensorFlow's own threads (0: its default)
+    assert run_json_script(THREADS, two, "128") == [1, 0, 0]
+    assert run_json_script(THREADS, json.dumps({"decode_streams": 1}), "null") == [1, 0, 0]
 
 
 def test_the_default_is_one_stream_per_core_of_this_process(monkeypatch):
@@ -61,3 +65,10 @@ def test_the_default_is_one_stream_per_core_of_this_process(monkeypatch):
     assert decoding.stream_count(dataclasses.replace(hp, decode_streams=5)) == 5
     with pytest.raises(hparams.UserError, match="--decode_streams must not be negative"):
         hparams.apply(hp, {"decode_streams": -1})
+
+
+def test_nothing_to_decode_needs_no_stream():
+    sizes = {"d_model": 16, "num_heads": 4, "d_ff": 32, "num_blocks": 1, "decode_streams": 2}
+    hp = hparams.apply(hparams.Hparams(), sizes)
+    model = Transformer.from_hparams(hp, 24, 24)
+    assert decoding.Translator(model, None, hp).translate_ids([[], []]) == [None, None]
