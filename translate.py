@@ -57,20 +57,31 @@ def plot_attention(model, tok, sentence: str, path: str, max_len_extra: int) -> 
     return att.text
 
 
+def count_lines(path: str) -> int | None:
+    """The lines of the --input file (None: stdin, or a file that cannot be read, whose
+    error comes later with its own line)."""
+    try:
+        with open(path, "rb") as f:
+            return sum(1 for _ in f)
+    except OSError:
+        return None
+
+
 def main() -> None:
     hp, opts = cli.parse_args(script=SCRIPT)
     overrides = {k: getattr(hp, k) for k in opts["_set"]}
-    if opts["input"]:
-        lines = data_load.read_lines(opts["input"])
-    else:
-        lines = data_load.split_lines(data_load.decode_text(sys.stdin.buffer.read(), "stdin"))
-    decoding.one_thread_per_stream(hp, len(lines))  # before TensorFlow starts
+    # before TensorFlow starts; stdin is read after the run loads (its errors come first)
+    decoding.one_thread_per_stream(hp, count_lines(opts["input"]))
     hp, tok, model, _ = decoding.load_run(hp.logdir, overrides, opts["ckpt"], "translate")
     n_best = opts["n_best"]
     if n_best < 1:
         raise UserError(f"--n_best must be at least 1; got {n_best}")
     if n_best > max(hp.beam_size, 1):
         raise UserError(f"--n_best {n_best} needs --beam_size of at least {n_best}")
+    if opts["input"]:
+        lines = data_load.read_lines(opts["input"])
+    else:
+        lines = data_load.split_lines(data_load.decode_text(sys.stdin.buffer.read(), "stdin"))
     if opts["attention"]:
         if len([s for s in lines if s]) != 1:
             raise UserError("--attention takes exactly one sentence")
