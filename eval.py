@@ -378,13 +378,10 @@ def count_sources(logdir: str, test_src: str) -> int | None:
     """How many sentences eval.py will translate: the lines of ``test_src``, or of the
     run's test.src; None where that cannot be told before loading the run."""
     try:
-        path = test_src or os.path.join(
-            hparams.load(os.path.join(logdir, "hparams.json")).prepro_dir, "test.src"
-        )
-        with open(path, "rb") as f:
-            return sum(1 for _ in f)
-    except (OSError, UserError):
+        run = hparams.load(os.path.join(logdir, "hparams.json"))
+    except UserError:
         return None
+    return files.count_lines(test_src or os.path.join(run.prepro_dir, "test.src"))
 
 
 def main() -> None:

@@ -102,6 +102,16 @@ def atomic_write(path: str, data: str | bytes) -> None:
         f.write(data.encode("utf-8") if isinstance(data, str) else data)
 
 
+def count_lines(path: str) -> int | None:
+    """The lines of the file ``path``, or None where it cannot be read (its reader says
+    why later, in its own line)."""
+    try:
+        with open(path, "rb") as f:
+            return sum(1 for _ in f)
+    except OSError:
+        return None
+
+
 def print_text(text: str) -> None:
     """Write ``text`` to stdout and flush it. A refused write (a full disk, a closed pipe)
     is one UserError line; stdout then goes to /dev/null, so that the interpreter's own

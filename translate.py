@@ -57,21 +57,11 @@ def plot_attention(model, tok, sentence: str, path: str, max_len_extra: int) -> 
     return att.text
 
 
-def count_lines(path: str) -> int | None:
-    """The lines of the --input file (None: stdin, or a file that cannot be read, whose
-    error comes later with its own line)."""
-    try:
-        with open(path, "rb") as f:
-            return sum(1 for _ in f)
-    except OSError:
-        return None
-
-
 def main() -> None:
     hp, opts = cli.parse_args(script=SCRIPT)
     overrides = {k: getattr(hp, k) for k in opts["_set"]}
     # before TensorFlow starts; stdin is read after the run loads (its errors come first)
-    decoding.one_thread_per_stream(hp, count_lines(opts["input"]))
+    decoding.one_thread_per_stream(hp, files.count_lines(opts["input"]))  # None: stdin
     hp, tok, model, _ = decoding.load_run(hp.logdir, overrides, opts["ckpt"], "translate")
     n_best = opts["n_best"]
     if n_best < 1:

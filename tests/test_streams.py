@@ -11,6 +11,7 @@ import pytest
 
 import data_load
 import decoding
+import eval as eval_script
 import hparams
 from helpers import run_json_script
 from model import Transformer
@@ -72,3 +73,19 @@ def test_nothing_to_decode_needs_no_stream():
     hp = hparams.apply(hparams.Hparams(), sizes)
     model = Transformer.from_hparams(hp, 24, 24)
     assert decoding.Translator(model, None, hp).translate_ids([[], []]) == [None, None]
+
+
+def test_eval_counts_its_sources_before_tensorflow_starts(tmp_path):
+    prepro = tmp_path / "prepro"
+    prepro.mkdir()
+    (prepro / "test.src").write_text("a\nb\nc\n", encoding="utf-8")
+    (tmp_path / "own.de").write_text("x\n" * 7, encoding="utf-8")
+    logdir = tmp_path / "log"
+    logdir.mkdir()
+    hparams.save(
+        dataclasses.replace(hparams.Hparams(), prepro_dir=str(prepro)), str(logdir / "hparams.json")
+    )
+    assert eval_script.count_sources(str(logdir), "") == 3
+    assert eval_script.count_sources(str(logdir), str(tmp_path / "own.de")) == 7
+    assert eval_script.count_sources(str(tmp_path / "nowhere"), "") is None  # no run: unknown
+    assert eval_script.count_sources(str(logdir), str(tmp_path / "missing.de")) is None
