@@ -243,14 +243,15 @@ def beam_loop(
         logits, cache = model.decode_step(search[2], cache)
         search, source_rows = beam_step(i, logits, search, alpha)
         still = searching(i + 1, search, alpha)  # (R,)
+        all_still = tf.reduce_all(still)
         done = tf.cond(
-            tf.reduce_all(still),
+            all_still,
             lambda: done,
             lambda: write_finished(i + 1, search, still, done, alpha),
         )
         cache = model.reorder_cache(cache, source_rows)
         search, cache = tf.cond(
-            tf.reduce_all(still),
+            all_still,
             lambda: (search, cache),
             lambda: drop_sentences(model, search, cache, still, k),
         )
@@ -346,16 +347,16 @@ def drop_sentences(model, search: tuple, cache, still, k: int):
     return (*kept[:2], tf.gather(tokens, rows), *kept[2:]), model.select_rows(cache, rows)
 
 
-def merge_finished(fin_seq, fin_score, seq, tok, top_logp, i, alpha: float, neg: float = NEG):
+def merge_finished(fin_seq, fin_score, seq, tok, top_logp, i, alpha: float):
     """The finished set of a beam step: the k best of the finished hypotheses (N, k, L)
     with scores (N, k) and the step's extensions seq (N, k, L) that end in </S> (tok
     (N, k), log-probabilities top_logp (N, k)), scored with the length penalty at their
     length i + 1. Returns (fin_seq, fin_score)."""
     k = fin_score.shape[1]
     new_score = tf.where(
-        tf.logical_and(tf.equal(tok, data_load.EOS_ID), top_logp > neg / 2),
+        tf.logical_and(tf.equal(tok, data_load.EOS_ID), top_logp > NEG / 2),
         top_logp / length_penalty(i + 1, alpha),
-        neg,
+        NEG,
     )
     all_score = tf.concat([fin_score, new_score], axis=1)
     all_seq = tf.concat([fin_seq, seq], axis=1)
@@ -368,12 +369,11 @@ def final_beams(i, limits, alpha: float, k: int, alive_seq, alive_logp, fin_seq,
     PAD after </S>; scores (N, k)). Sentences with fewer than k finished hypotheses are
     completed from the alive (unfinished) ones, which always rank after every finished
     hypothesis, each scored at its length (at most its sentence's limit)."""
-    neg = NEG
     alive_len = tf.minimum(i, limits)[:, None]
-    alive_score = tf.where(alive_logp > neg / 2, alive_logp / length_penalty(alive_len, alpha), neg)
+    alive_score = tf.where(alive_logp > NEG / 2, alive_logp / length_penalty(alive_len, alpha), NEG)
     all_score = tf.concat([fin_score, alive_score], axis=1)
     rank = tf.concat(
-        [fin_score, tf.where(alive_score > neg / 2, alive_score + neg / 4, neg)], axis=1
+        [fin_score, tf.where(alive_score > NEG / 2, alive_score + NEG / 4, NEG)], axis=1
     )
     all_seq = tf.concat([fin_seq, alive_seq], axis=1)
     _, keep = tf.math.top_k(rank, k=k)
