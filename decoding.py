@@ -19,6 +19,7 @@ from tqdm import tqdm
 import checkpoints
 import data_load
 import devices
+import fast_ops
 import hparams
 import recurrence
 from hparams import UserError
@@ -151,10 +152,8 @@ def greedy_decoder(model, max_len: int = 0):
     on Python values, so there is nothing to convert, and the trace takes half the time
     (the wait before the first translation)."""
     spec = [tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([], tf.int32)]
-    return tf.function(
-        lambda src, extra: greedy_loop(model, src, extra, max_len),
-        input_signature=spec,
-        autograph=False,
+    return fast_ops.decoding_function(
+        lambda src, extra: greedy_loop(model, src, extra, max_len), input_signature=spec
     )
 
 
@@ -300,12 +299,16 @@ def best_extensions(logits, alive_logp):
     the hypothesis each extends, the token), each (R, k), best first. A hypothesis's own
     k best tokens hold every one of those, so the top-k runs over k * k candidates, the
     log-softmax over those alone: (z - max z) - log sum exp(z - max z), the arithmetic of
-    tf.nn.log_softmax."""
+    tf.nn.log_softmax (one C++ kernel where fast_ops.decode_kernels() gives it)."""
     r, k = tf.shape(alive_logp)[0], alive_logp.shape[1]
-    z_max = tf.reduce_max(logits, axis=-1, keepdims=True)
-    log_sum = tf.math.log(tf.reduce_sum(tf.exp(logits - z_max), axis=-1, keepdims=True))
-    row_z, row_tok = tf.math.top_k(logits, k=k)  # (R * k, k)
-    row_logp = (row_z - z_max) - log_sum
+    lib = fast_ops.decode_kernels()
+    if lib is not None and logits.dtype == tf.float32:
+        row_logp, row_tok = lib.native_top_log_softmax(logits, k=k)  # (R * k, k)
+    else:
+        z_max = tf.reduce_max(logits, axis=-1, keepdims=True)
+        log_sum = tf.math.log(tf.reduce_sum(tf.exp(logits - z_max), axis=-1, keepdims=True))
+        row_z, row_tok = tf.math.top_k(logits, k=k)
+        row_logp = (row_z - z_max) - log_sum
     cand = tf.reshape(alive_logp[:, :, None] + tf.reshape(row_logp, (r, k, k)), (r, k * k))
     top_logp, top_idx = tf.math.top_k(cand, k=k)
     tok = tf.gather(tf.reshape(row_tok, (r, k * k)), top_idx, batch_dims=1)
@@ -394,10 +397,9 @@ def beam_decoder(model, beam_size: int, alpha: float = 0.6, max_len: int = 0):
     autograph, as the greedy loop.
     """
     spec = [tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([], tf.int32)]
-    return tf.function(
+    return fast_ops.decoding_function(
         lambda src, extra: beam_loop(model, src, extra, beam_size, alpha, max_len),
         input_signature=spec,
-        autograph=False,
     )
 
 
@@ -435,7 +437,7 @@ def document_decoder(model, beam_size: int = 1, alpha: float = 0.6, max_len: int
             translated = tf.zeros((model.num_blocks, tf.shape(src)[0], 0, model.d_model))
         return out, inputs, translated
 
-    return tf.function(decode, input_signature=document_spec(model), autograph=False)
+    return fast_ops.decoding_function(decode, input_signature=document_spec(model))
 
 
 def translation_states(model, ids, encoded, context):

@@ -16,7 +16,11 @@ docs/performance.md):
 * ``xent_grad``, the loss's written-out gradient (the path of every run):
   +8.4 % float32, +14.5 % mixed_bfloat16 (measured with ``TRANSFORMER_NATIVE=0``);
 * ``native_ln``, the LayerNorm as C++ kernels (native.py, CPU only, train step only), on
-  pre-norm's LayerNorms: +10.0 % float32, +6.4 % mixed_bfloat16.
+  pre-norm's LayerNorms: +10.0 % float32, +6.4 % mixed_bfloat16;
+* ``native_decode``, a decoding step's attention of one position, its LayerNorms and the
+  beam's top k as C++ kernels (native.py, CPU only, inside :func:`decoding_function`
+  only): measured by ``python bench/decode.py --preset multi30k --logdir LOGDIR
+  --ablate native_decode`` (docs/performance.md).
 
 The switches of :data:`PRECISION` (f32_scores, f32_logits) are not rewrites: they buy
 float32 accuracy under mixed precision and are measured for their cost instead (see
@@ -45,6 +49,7 @@ ENABLED = {
     "dense2d": True,
     "xent_grad": True,
     "native_ln": True,
+    "native_decode": True,
     "f32_scores": True,
     "f32_logits": True,
 }
@@ -240,9 +245,10 @@ class LayerNormalization(keras.layers.LayerNormalization):
     """keras.layers.LayerNormalization over the last axis (3.1: gamma * (x - mean) /
     sqrt(var + epsilon) + beta, in float32). x: (..., d) -> the same shape; in a training
     call on a CPU with ``native_ln`` on (read when the train step is traced), the forward
-    and the gradient are one C++ kernel each (native.py), whose result keeps x's dtype.
-    Other calls (decoding, export, a GPU, an XLA function) are Keras'. The same layer,
-    weights and checkpoints.
+    and the gradient are one C++ kernel each (native.py), whose result keeps x's dtype;
+    so is the forward in a decoding function (:func:`decode_kernels`). Other calls
+    (export, a GPU, an XLA function) are Keras'. The same layer, weights and
+    checkpoints.
 
     Rewrite: one pass over each row each way, where Keras' formula and the gradients that
     autodiff chains through its moments make about ten; with x^ = (x - mean) r, r = 1 /
@@ -252,7 +258,9 @@ class LayerNormalization(keras.layers.LayerNormalization):
     """
 
     def call(self, inputs, training=None):
-        lib = native_kernels() if training and self.plain(len(inputs.shape)) else None
+        lib = None
+        if self.plain(len(inputs.shape)):
+            lib = native_kernels() if training else decode_kernels()
         if lib is None:
             return super().call(inputs)
         x = cast(inputs, tf.float32)
@@ -284,6 +292,37 @@ def native_kernels():
 
 
 _XLA_TRACING = []  # non-empty while xla_function traces its function
+_DECODING = []  # non-empty while decoding_function traces its function
+
+
+def decode_kernels():
+    """native.ops() inside a function that :func:`decoding_function` traces, where
+    ``native_decode`` is on, no GPU is visible and no XLA function is being traced; else
+    None (TensorFlow's ops). Read when the decoding function is traced."""
+    if not _DECODING or _XLA_TRACING or not ENABLED["native_decode"]:
+        return None
+    return None if tf.config.list_physical_devices("GPU") else native.ops()
+
+
+def decoding_function(fn, **kwargs):
+    """tf.function(fn, autograph=False, **kwargs) whose trace may use the decoding
+    kernels (:func:`decode_kernels`). Only the decoders of this process trace through it:
+    what export.py traces into a SavedModel keeps TensorFlow's ops, so that the exported
+    model never needs the library."""
+    return tf.function(_flagged(fn, _DECODING), autograph=False, **kwargs)
+
+
+def _flagged(fn, flag: list):
+    """fn, run with ``flag`` (a list) non-empty: what a function traced from it reads."""
+
+    def traced(*args):
+        flag.append(True)
+        try:
+            return fn(*args)
+        finally:
+            flag.pop()
+
+    return traced
 
 
 def xla_function(fn, **kwargs):
@@ -293,15 +332,7 @@ def xla_function(fn, **kwargs):
     none; their work is what XLA fuses by itself (a LayerNorm, dropout and a residual sum
     into one loop), so the traced function uses TensorFlow's ops and the rewrites of this
     module instead."""
-
-    def traced(*args):
-        _XLA_TRACING.append(True)
-        try:
-            return fn(*args)
-        finally:
-            _XLA_TRACING.pop()
-
-    return tf.function(traced, jit_compile=True, autograph=False, **kwargs)
+    return tf.function(_flagged(fn, _XLA_TRACING), jit_compile=True, autograph=False, **kwargs)
 
 
 # ---------------------------------------------------------------------------------------

@@ -384,13 +384,13 @@ class DecoderLayer(_Block):
                 own = tf.ones_like(new["k"][:, :1, None, :, 0], tf.bool)  # (N, 1, 1, step + 1)
                 mask = tf.concat([cache["earlier_mask"], own], axis=-1)
             # every key is at or before this position: no causal mask
-            return self.self_attn.attend(
+            return self.self_attn.attend_step(
                 h, keys, values, mask, query_mask=query_mask, offset=step, k_offset=k_offset
-            )[0]
+            )
 
         def cross_attend(h):
             k, v = cache["cross_k"], cache["cross_v"]
-            return self.cross_attn.attend(h, k, v, memory_mask, query_mask=query_mask)[0]
+            return self.cross_attn.attend_step(h, k, v, memory_mask, query_mask=query_mask)
 
         x = self.res1(x, fn=self_attend)
         x = self.res2(x, fn=cross_attend)
@@ -576,19 +576,45 @@ class MultiHeadAttention(keras.layers.Layer):
         k = self._rotate(self._project(memory, self.w_k, self.b_k), offset)
         return k, self._project(memory, self.w_v, self.b_v)
 
-    def _heads(self, query, k, v, mask, training, bias, query_mask, offset, k_offset):
-        """Attention of query (N, T_q, d_model) at positions offset, ... over heads k, v at
-        positions k_offset, ...: (heads (N, h, T_q, d_k), weights (N, h, T_q, T_k))."""
+    def _query(self, query, t_k, bias, offset, k_offset):
+        """The queries of query (N, T_q, d_model) at positions offset, ... over T_k keys at
+        positions k_offset, ...: (heads (N, h, T_q, d_k), the logits bias or None, the
+        value term or None), the relative scheme's terms added to ``bias``."""
         q = self._rotate(self._project(query, self.w_q, self.b_q), offset)
         value_term = None
         if self.relative is not None:
-            q, extra, value_term = self.relative.terms(
-                q, tf.shape(k)[2], offset, k_offset, self.scale
-            )
+            q, extra, value_term = self.relative.terms(q, t_k, offset, k_offset, self.scale)
             bias = extra if bias is None else (bias if extra is None else bias + extra)
+        return q, bias, value_term
+
+    def _heads(self, query, k, v, mask, training, bias, query_mask, offset, k_offset):
+        """Attention of query (N, T_q, d_model) at positions offset, ... over heads k, v at
+        positions k_offset, ...: (heads (N, h, T_q, d_k), weights (N, h, T_q, T_k))."""
+        q, bias, value_term = self._query(query, tf.shape(k)[2], bias, offset, k_offset)
         return scaled_dot_product_attention(
             q, k, v, mask, self.dropout, training, self.scale, bias, query_mask, value_term
         )
+
+    def attend_step(self, query, k, v, mask=None, query_mask=None, offset=0, k_offset=0):
+        """``attend(...)[0]`` of one query position, query (N, 1, d_model) -> (N, 1,
+        d_model) (a decoding step). Where fast_ops.decode_kernels() gives the C++ kernels
+        and only the content logits enter (no relative bias or value term, no query mask,
+        float32), the scaled dot products, the mask, the softmax and the weighted sum of
+        every head are one kernel."""
+        lib = fast_ops.decode_kernels()
+        q, bias, value_term = self._query(query, tf.shape(k)[2], None, offset, k_offset)
+        plain = bias is None and value_term is None and query_mask is None
+        if lib is None or not plain or q.dtype != tf.float32:
+            heads, _ = scaled_dot_product_attention(
+                q, k, v, mask, None, False, self.scale, bias, query_mask, value_term
+            )
+        else:
+            flat = tf.zeros((0,), tf.bool)  # (N or 1, T_k) where there is a mask
+            if mask is not None:
+                flat = tf.reshape(mask, (tf.shape(mask)[0], -1))
+            div = math.sqrt(float(self.d_k)) if self.scale else 1.0
+            heads = lib.native_step_attention(q, k, v, flat, div=div, masked_value=MASK_VALUE)
+        return self._merge(heads)
 
     def call(
         self,

@@ -1,4 +1,4 @@
-"""The fused CPU LayerNorm kernels of our own (``native_ops.cc``), compiled on first use.
+"""The fused CPU kernels of our own (``native_ops.cc``), compiled on first use.
 
 :func:`ops` builds ``native_ops.cc`` into a TensorFlow op library with the C++ compiler
 (``$CXX``, else ``g++``) against the installed TensorFlow's headers (``tf.sysconfig``),
@@ -18,9 +18,10 @@ marker. Without a compiler, or where the build or the load fails, :func:`ops` lo
 line and returns None, and the callers keep TensorFlow's own ops. ``TRANSFORMER_NATIVE=0``
 turns the kernels off.
 
-The kernels run on the CPU only, in the train step's LayerNorms (fast_ops decides), never
-in decoding nor inside an XLA-compiled function, so that exported
-SavedModels and checkpoints never depend on the library.
+The kernels run on the CPU only, where fast_ops decides: in the train step's LayerNorms,
+and in the decoders that this process traces (a step's attention, LayerNorms and the
+beam's top k); never inside an XLA-compiled function nor in what export.py traces, so
+that exported SavedModels and checkpoints never depend on the library.
 """
 
 from __future__ import annotations
@@ -224,9 +225,10 @@ def built(cxx: str, path: str) -> str:
 
 @functools.lru_cache(maxsize=1)
 def ops():
-    """The loaded op library (``native_layer_norm`` and its gradient), with the gradient
-    registered; None where the kernels are off or cannot be built or loaded (one line on
-    stderr says why, once per process)."""
+    """The loaded op library (``native_layer_norm`` and its gradient,
+    ``native_step_attention``, ``native_top_log_softmax``), with the gradient registered;
+    None where the kernels are off or cannot be built or loaded (one line on stderr says
+    why, once per process)."""
     if os.environ.get("TRANSFORMER_NATIVE", "1") == "0":
         return None
     cxx = compiler()

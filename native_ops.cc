@@ -1,5 +1,5 @@
-// The LayerNorm of the train step as fused CPU kernels, TensorFlow custom ops (built by
-// native.py).
+// Fused CPU kernels, TensorFlow custom ops (built by native.py): the LayerNorm of the
+// train step and of a decoding step, and two more kernels of a decoding step.
 //
 // NativeLayerNorm: layer normalization over the last axis (3.1), one pass per row
 //   x (..., d), gamma (d), beta (d) -> y (..., d) = gamma * (x - mean) * rstd + beta,
@@ -13,6 +13,19 @@
 // work; these make one each way. Rows are split over the CPU worker threads; the column
 // sums of the gradient are summed in fixed blocks of rows and then in block order, so
 // that they do not depend on the number of threads.
+//
+// A decoding step (decoding.py's decoders, through fast_ops.decoding_function) runs
+// NativeLayerNorm forward and:
+// NativeStepAttention: the attention of one query position over cached heads (3.2.1)
+//   q (N, h, 1, d), k (N, h, T, d), v (N, h, T, d), mask (M, T) bool with M = N or 1, or
+//   (0,) for none -> out (N, h, 1, d), head i = softmax(q_i k_i^T / div, masked keys at
+//   masked_value) v_i: what TensorFlow's ops compute in five ops (two batched matmuls of
+//   N * h products of one row, a scale, a mask and a softmax).
+// NativeTopLogSoftmax: log_softmax(logits) at each row's k largest logits
+//   logits (R, V) -> values (R, k) float, indices (R, k) int32, largest first, the lower
+//   index first among equal logits (as tf.math.top_k): the beam search's top k of each
+//   hypothesis (decoding.best_extensions) in two passes over the row (the second is
+//   Eigen's vectorized exp), where TensorFlow's ops make five.
 
 #include <algorithm>
 #include <cmath>
@@ -20,6 +33,7 @@
 #include <functional>
 #include <vector>
 
+#include "Eigen/Core"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/shape_inference.h"
@@ -75,6 +89,36 @@ REGISTER_OP("NativeLayerNormGrad")
       return absl::OkStatus();
     });
 
+REGISTER_OP("NativeStepAttention")
+    .Input("q: float")
+    .Input("k: float")
+    .Input("v: float")
+    .Input("mask: bool")
+    .Output("out: float")
+    .Attr("div: float")
+    .Attr("masked_value: float")
+    .SetShapeFn([](InferenceContext* c) {  // out like q, (N, h, 1, d)
+      ShapeHandle q;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 4, &q));
+      c->set_output(0, q);
+      return absl::OkStatus();
+    });
+
+REGISTER_OP("NativeTopLogSoftmax")
+    .Input("logits: float")
+    .Output("values: float")
+    .Output("indices: int32")
+    .Attr("k: int >= 1")
+    .SetShapeFn([](InferenceContext* c) {  // values, indices (R, k)
+      ShapeHandle x;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 2, &x));
+      int k = 0;
+      TF_RETURN_IF_ERROR(c->GetAttr("k", &k));
+      c->set_output(0, c->MakeShape({c->Dim(x, 0), k}));
+      c->set_output(1, c->MakeShape({c->Dim(x, 0), k}));
+      return absl::OkStatus();
+    });
+
 // ---------------------------------------------------------------------------------------
 // Rows
 // ---------------------------------------------------------------------------------------
@@ -117,6 +161,64 @@ inline void NormalizeRowGrad(const float* dy, const float* h, int64_t d, const f
   for (int64_t j = 0; j < d; ++j) {
     dh[j] = r * (dy[j] * g[j] - mean_g - (h[j] - mu) * r * mean_gn);
   }
+}
+
+// One head of one query: scores s_t = q k_t / div (masked_value where mask[t] is false),
+// weights softmax(s) (written over s), out = sum_t w_t v_t. q, out (d); k, v (T, d); s (T)
+// is Eigen's own (aligned) array, so that how Eigen splits its sum into vectors, and so
+// the result, never depends on where a buffer happens to start.
+inline void AttendHead(const float* q, const float* k, const float* v, const bool* mask,
+                       int64_t t_k, int64_t d, float div, float masked_value,
+                       Eigen::ArrayXf& s, float* out) {
+  float top = -INFINITY;
+  for (int64_t t = 0; t < t_k; ++t) {
+    float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+    for (int64_t j = 0; j < d; ++j) dot += q[j] * k[t * d + j];
+    s[t] = (mask == nullptr || mask[t]) ? dot / div : masked_value;
+    top = std::max(top, s[t]);
+  }
+  s = (s - top).exp();  // Eigen's vectorized exp, as TensorFlow's softmax
+  const float sum = s.sum();
+  std::fill(out, out + d, 0.0f);
+  for (int64_t t = 0; t < t_k; ++t) {
+    const float w = s[t] / sum;
+#pragma omp simd
+    for (int64_t j = 0; j < d; ++j) out[j] += w * v[t * d + j];
+  }
+}
+
+// One row z (V) of logits: its k largest (values[0] the largest; the lower index first
+// among equals) as log-softmax values (z - max) - log sum exp(z - max). The row is read in
+// blocks of kTopBlock: a block whose largest logit does not beat the k-th found so far
+// (most of them, after the first few) is passed over after one vector maximum.
+constexpr int64_t kTopBlock = 32;
+
+inline void TopLogSoftmaxRow(const float* z, int64_t n, int k, float* values, int32_t* indices) {
+  int found = 0;
+  for (int64_t lo = 0; lo < n; lo += kTopBlock) {
+    const int64_t hi = std::min(n, lo + kTopBlock);
+    if (found == k) {
+      float block_top = -INFINITY;
+#pragma omp simd reduction(max : block_top)
+      for (int64_t j = lo; j < hi; ++j) block_top = std::max(block_top, z[j]);
+      if (!(block_top > values[k - 1])) continue;
+    }
+    for (int64_t j = lo; j < hi; ++j) {
+      if (found == k && !(z[j] > values[k - 1])) continue;
+      int at = found < k ? found++ : k - 1;  // the slot it takes, then moved up past smaller
+      while (at > 0 && z[j] > values[at - 1]) {
+        values[at] = values[at - 1];
+        indices[at] = indices[at - 1];
+        --at;
+      }
+      values[at] = z[j];
+      indices[at] = static_cast<int32_t>(j);
+    }
+  }
+  const float top = values[0];
+  const float log_sum = std::log((Eigen::Map<const Eigen::ArrayXf>(z, n) - top).exp().sum());
+  for (int i = 0; i < found; ++i) values[i] = (values[i] - top) - log_sum;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -246,8 +348,85 @@ class NativeLayerNormGradOp : public OpKernel {
   }
 };
 
+// q (N, h, 1, d), k and v (N, h, T, d), mask (M, T) with M = N or 1, or empty.
+class NativeStepAttentionOp : public OpKernel {
+ public:
+  explicit NativeStepAttentionOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("div", &div_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("masked_value", &masked_value_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor &q = ctx->input(0), &k = ctx->input(1), &v = ctx->input(2);
+    const Tensor& mask = ctx->input(3);
+    OP_REQUIRES(ctx, q.dims() == 4 && q.dim_size(2) == 1 && k.dims() == 4,
+                absl::InvalidArgumentError("NativeStepAttention: q (N, h, 1, d), k (N, h, T, d)"));
+    const int64_t n = q.dim_size(0), h = q.dim_size(1), d = q.dim_size(3), t_k = k.dim_size(2);
+    OP_REQUIRES(ctx,
+                k.dim_size(0) == n && k.dim_size(1) == h && k.dim_size(3) == d &&
+                    v.shape() == k.shape(),
+                absl::InvalidArgumentError("NativeStepAttention: q, k, v differ in shape"));
+    const bool masked = mask.NumElements() > 0;
+    OP_REQUIRES(ctx,
+                !masked || (mask.dims() == 2 && mask.dim_size(1) == t_k &&
+                            (mask.dim_size(0) == n || mask.dim_size(0) == 1)),
+                absl::InvalidArgumentError("NativeStepAttention: mask must be (N or 1, T)"));
+    absl::Status status;
+    float* out = Output(ctx, 0, q.shape(), &status);
+    OP_REQUIRES_OK(ctx, status);
+    const float *qp = In(ctx, 0), *kp = In(ctx, 1), *vp = In(ctx, 2);
+    const bool* mp = masked ? mask.flat<bool>().data() : nullptr;
+    const int64_t mask_rows = masked ? mask.dim_size(0) : 0;
+    ParallelRows(ctx, n * h, 4 * t_k * d + 20 * t_k, [&](int64_t lo, int64_t hi) {
+      Eigen::ArrayXf scores(t_k);
+      for (int64_t i = lo; i < hi; ++i) {  // i = row * h + head
+        const int64_t row = i / h;
+        const bool* m = mp == nullptr ? nullptr : mp + (mask_rows == 1 ? 0 : row) * t_k;
+        AttendHead(qp + i * d, kp + i * t_k * d, vp + i * t_k * d, m, t_k, d, div_,
+                   masked_value_, scores, out + i * d);
+      }
+    });
+  }
+
+ private:
+  float div_, masked_value_;
+};
+
+class NativeTopLogSoftmaxOp : public OpKernel {
+ public:
+  explicit NativeTopLogSoftmaxOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("k", &k_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& logits = ctx->input(0);
+    OP_REQUIRES(ctx, logits.dims() == 2 && logits.dim_size(1) >= k_,
+                absl::InvalidArgumentError("NativeTopLogSoftmax: logits (R, V) with V >= k"));
+    const int64_t rows = logits.dim_size(0), n = logits.dim_size(1);
+    absl::Status status;
+    float* values = Output(ctx, 0, TensorShape({rows, k_}), &status);
+    OP_REQUIRES_OK(ctx, status);
+    Tensor* index_tensor = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({rows, k_}), &index_tensor));
+    int32_t* indices = index_tensor->flat<int32_t>().data();
+    const float* z = In(ctx, 0);
+    ParallelRows(ctx, rows, 24 * n, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) {
+        TopLogSoftmaxRow(z + i * n, n, k_, values + i * k_, indices + i * k_);
+      }
+    });
+  }
+
+ private:
+  int k_;
+};
+
 REGISTER_KERNEL_BUILDER(Name("NativeLayerNorm").Device(tensorflow::DEVICE_CPU), NativeLayerNormOp);
 REGISTER_KERNEL_BUILDER(Name("NativeLayerNormGrad").Device(tensorflow::DEVICE_CPU),
                         NativeLayerNormGradOp);
+REGISTER_KERNEL_BUILDER(Name("NativeStepAttention").Device(tensorflow::DEVICE_CPU),
+                        NativeStepAttentionOp);
+REGISTER_KERNEL_BUILDER(Name("NativeTopLogSoftmax").Device(tensorflow::DEVICE_CPU),
+                        NativeTopLogSoftmaxOp);
 
 }  // namespace

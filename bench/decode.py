@@ -6,7 +6,7 @@ decoder and CTranslate2, and beam 4 against greedy.
         --logdir log/multi30k_sinusoid
     python bench/decode.py --preset multi30k --logdir log/multi30k_sinusoid [--sents 1000]
         [--naive_sents 200] [--naive_extra 50] [--repeats 3] [--profile]
-        [--ctranslate2 false] [--beams 4,8]
+        [--ctranslate2 false] [--beams 4,8] [--ablate native_decode]
     python bench/decode.py --preset multi30k --logdir log/multi30k_sinusoid --batch 1 \
         --sents 200 --naive_sents 10     # translate.py's interactive case
 
@@ -28,8 +28,10 @@ once, 1 intra-op thread each, in a fresh process each), and CTranslate2's (ctran
 converts the model; float32 and int8 weights; one batch at a time on every core, and one
 batch per core at once), greedy and each beam size of ``--beams``. Each row gives
 sentences/s, sacreBLEU and how many outputs are ours token for token; then the ratios
-of the best layouts. ``--profile`` first prints
-where one greedy step's and one beam-4 step's time go.
+of the best layouts. ``--ablate NAME`` (a switch of fast_ops.ENABLED) adds our rows with
+that switch off, decoded in the same process as the rows with it on, pass for pass in
+turn, and prints the ratio of each pair. ``--profile`` first prints where one greedy
+step's and one beam-4 step's time go.
 """
 
 import json
@@ -217,12 +219,12 @@ def profile_step(model, src, steps_done: int, repeats: int = 200) -> list[tuple[
         "one decoder layer": lambda: layer.step(x, layer_cache, step, mask)[0],
         "  self-attention: q/k/v of the new position": lambda: attn.keys_values(x, step),
         "  self-attention: appending k, v to the cache": lambda: append(layer_cache),
-        "  self-attention: attend over the cache": lambda: attn.attend(
+        "  self-attention: attend over the cache": lambda: attn.attend_step(
             x, layer_cache["k"], layer_cache["v"], None, offset=step
-        )[0],
-        "  cross-attention (keys/values cached)": lambda: layer.cross_attn.attend(
+        ),
+        "  cross-attention (keys/values cached)": lambda: layer.cross_attn.attend_step(
             x, layer_cache["cross_k"], layer_cache["cross_v"], mask
-        )[0],
+        ),
         "  feed-forward": lambda: layer.ffn(x),
         "  one LayerNorm + residual": lambda: layer.res3(x, fn=lambda h: h),
         "output projection (logits) + argmax": lambda: tf.argmax(
@@ -286,15 +288,18 @@ def profile_beam(model, src, steps_done: int, k: int = 4, repeats: int = 100):
 
 
 def time_parts(parts: dict, repeats: int) -> list[tuple[str, float]]:
-    """Each part as a tf.function that returns one number of each of its results (so that
-    no copy to numpy is timed): (name, median milliseconds of ``repeats`` calls)."""
+    """Each part as a function traced as the decoders are (fast_ops.decoding_function:
+    the decoding kernels where they are on) that returns one number of each of its
+    results (so that no copy to numpy is timed): (name, median milliseconds of
+    ``repeats`` calls)."""
     import tensorflow as tf
+
+    import fast_ops
 
     out = []
     for name, fn in parts.items():
-        first = tf.function(
-            lambda fn=fn: [tf.reshape(t, [-1])[0] for t in tf.nest.flatten(fn())],
-            autograph=False,
+        first = fast_ops.decoding_function(
+            lambda fn=fn: [tf.reshape(t, [-1])[0] for t in tf.nest.flatten(fn())]
         )
         first()
         times = []
@@ -384,7 +389,9 @@ def ours_ids(tok, tokens: list[str], budget: int) -> list[int]:
 def layout_worker(cfg: dict) -> None:
     """A child of :func:`our_layouts`: TensorFlow's thread pools set before it starts,
     then the run's greedy or beam decoder over the batches, ``streams`` batches at once
-    (Python threads: TensorFlow releases the GIL while a graph runs)."""
+    (Python threads: TensorFlow releases the GIL while a graph runs). With ``ablate``
+    (a fast_ops switch), a second decoder traced with that switch off; the two take
+    turns pass by pass."""
     from concurrent.futures import ThreadPoolExecutor
 
     import tensorflow as tf
@@ -394,27 +401,49 @@ def layout_worker(cfg: dict) -> None:
         tf.config.threading.set_inter_op_parallelism_threads(cfg["inter"])
     import data_load
     import decoding
+    import fast_ops
 
     hp, tok, model, _ = decoding.load_run(cfg["logdir"], {}, who="bench")
     src_txt, _ = data_load.read_raw(hp, "test")
     ids = tok.encode_src(src_txt[: cfg["sents"]])
     batches = [tf.constant(b) for _, b in data_load.eval_batches(ids, cfg["batch"], 1 << 30)]
     extra = tf.constant(hp.max_len_extra, tf.int32)
-    if cfg["beam"] > 1:
-        beam = decoding.beam_decoder(model, cfg["beam"], 0.6)
-        fn = lambda b: beam(b, extra)[0].numpy()[:, 0]  # noqa: E731
-    else:
-        greedy = decoding.greedy_decoder(model)
-        fn = lambda b: greedy(b, extra).numpy()  # noqa: E731
+
+    def decoder():  # traced on its first call (one trace: the signature has free sizes)
+        if cfg["beam"] > 1:
+            beam = decoding.beam_decoder(model, cfg["beam"], 0.6)
+            fn = lambda b: beam(b, extra)[0].numpy()[:, 0]  # noqa: E731
+        else:
+            greedy = decoding.greedy_decoder(model)
+            fn = lambda b: greedy(b, extra).numpy()  # noqa: E731
+        fn(batches[0])
+        return fn
+
+    fns = {"": decoder()}
+    if cfg["ablate"]:
+        fast_ops.ENABLED[cfg["ablate"]] = False
+        fns[cfg["ablate"]] = decoder()
+        fast_ops.ENABLED[cfg["ablate"]] = True
+    times = {name: [] for name in fns}
+    outs = {}
     with ThreadPoolExecutor(cfg["streams"]) as pool:
-        list(pool.map(fn, batches))  # traces every shape
-        times = []
-        for _ in range(cfg["repeats"]):
-            t0 = time.perf_counter()
-            outs = list(pool.map(fn, batches))
-            times.append(time.perf_counter() - t0)
+        for fn in fns.values():
+            list(pool.map(fn, batches))  # the first pass, untimed
+        for k in range(cfg["repeats"]):
+            # with a switch to ablate: on, off; then off, on; ...
+            for name in common.interleaved(k, *fns) if len(fns) == 2 else fns:
+                fn = fns[name]
+                t0 = time.perf_counter()
+                outs[name] = list(pool.map(fn, batches))
+                times[name].append(time.perf_counter() - t0)
     common.emit(
-        {"seconds": common.median(times), "outs": [o[o > 0].tolist() for b in outs for o in b]}
+        {
+            name: {
+                "seconds": common.median(times[name]),
+                "outs": [o[o > 0].tolist() for b in outs[name] for o in b],
+            }
+            for name in fns
+        }
     )
 
 
@@ -442,18 +471,24 @@ def our_layouts(hp, opts: dict, beam: int) -> list[dict]:
             streams=streams,
             intra=intra,
             inter=cores,
+            ablate=opts["ablate"],
         )
         command = [sys.executable, os.path.abspath(__file__), "--worker", json.dumps(cfg)]
         res = common.run_child(command, "bench")
         name = "greedy" if beam == 1 else f"beam {beam}"
-        rows.append(dict(name=f"ours {name}, float32, {layout}", beam=beam, **res))
+        for switch, r in res.items():
+            off = f", {switch} off" if switch else ""
+            rows.append(dict(name=f"ours {name}, float32, {layout}{off}", beam=beam, **r))
     return rows
 
 
-def print_anchor(rows: list[dict], ours: dict, texts, refs, n: int, beams=(4,)) -> None:
+def print_anchor(
+    rows: list[dict], ours: dict, texts, refs, n: int, beams=(4,), ablate: str = ""
+) -> None:
     """The table against CTranslate2: each row's sentences/s, sacreBLEU and how many of
     its outputs are ours (``ours``: beam size -> our outputs, batch order) token for
-    token; then our best layout against theirs, and each on one batch."""
+    token; then, with ``ablate``, each layout with that switch on against off; then our
+    best layout against theirs, and each on one batch."""
     import decoding
 
     print(f"\n{'decoder (float32 unless named)':<62}{'sentences/s':>12}{'BLEU':>7}{'= ours':>8}")
@@ -464,6 +499,15 @@ def print_anchor(rows: list[dict], ours: dict, texts, refs, n: int, beams=(4,)) 
         print(f"{r['name']:<62}{r['speed']:>12.1f}{bleu:>7.2f}{same:>8}")
     for beam, what in [(1, "greedy")] + [(k, f"beam {k}") for k in beams]:
         mine = [r for r in rows if r["beam"] == beam and r["name"].startswith("ours")]
+        if ablate:
+            with_off = [r for r in mine if r["name"].endswith(f", {ablate} off")]
+            for r in with_off:
+                on = next(m for m in mine if m["name"] == r["name"][: -len(f", {ablate} off")])
+                print(
+                    f"{what}, {ablate} on / off, {', '.join(on['name'].split(', ')[2:])}: "
+                    f"{on['speed'] / r['speed']:.2f}x"
+                )
+            mine = [r for r in mine if r not in with_off]
         theirs = [r for r in rows if r["beam"] == beam and "float32" in r["name"]]
         theirs = [r for r in theirs if r["name"].startswith("CTranslate2")]
         best, anchor = max(mine, key=lambda r: r["speed"]), max(theirs, key=lambda r: r["speed"])
@@ -491,6 +535,7 @@ OPTIONS = {
     "profile": False,
     "ctranslate2": True,
     "beams": "4",
+    "ablate": "",
     "worker": "",
 }
 
@@ -505,12 +550,18 @@ def main() -> None:
 
     import data_load
     import decoding
+    import fast_ops
 
     hp, opts = cli.parse_args(extra=OPTIONS)
     if opts["worker"]:
         layout_worker(json.loads(opts["worker"]))
         return
     reps = opts["repeats"]
+    if opts["ablate"] and opts["ablate"] not in fast_ops.ENABLED:
+        sys.exit(
+            f"bench: --ablate {opts['ablate']}: no such switch; fast_ops.py's switches are "
+            f"{', '.join(fast_ops.ENABLED)}"
+        )
     hp, tok, model, path = decoding.load_run(hp.logdir, {}, who="bench")
     differ = pinned_mismatch(hp)
     src_txt, refs = data_load.read_raw(hp, "test")
@@ -615,7 +666,7 @@ def main() -> None:
     ours = {r["beam"]: r["outs"] for r in reversed(rows)}
     with tempfile.TemporaryDirectory() as tmp:
         rows += ctranslate2_rows(model, tok, hp, batches, reps, tmp, beams)
-    print_anchor(rows, ours, flat_texts, refs, len(ids), beams)
+    print_anchor(rows, ours, flat_texts, refs, len(ids), beams, opts["ablate"])
 
 
 if __name__ == "__main__":

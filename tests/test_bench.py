@@ -844,3 +844,39 @@ def test_ctranslate2_outputs_are_cut_at_our_budget_and_the_anchor_ratios(capsys)
     # best layouts: ours 1 s against CTranslate2's float32 0.5 s (int8 left out): 0.50x;
     # one batch at a time each: 2 s against 4 s: 2.00x
     assert out[-3].endswith("best layout: 0.50x; both one batch at a time on every core: 2.00x")
+
+
+def test_the_ablated_switch_takes_turns_with_the_decoder_that_has_it(quick_run, capsys):
+    """``--ablate native_decode``: one worker decodes with the switch on and with it off,
+    pass by pass, and answers both rows, which decode the same; the switch is on again
+    afterwards."""
+    import decode
+    import fast_ops
+
+    hp, _ = quick_run
+    cfg = dict(logdir=hp.logdir, sents=5, batch=2, repeats=2, beam=2, streams=1, intra=0)
+    decode.layout_worker(dict(cfg, inter=0, ablate="native_decode"))
+    line = [x for x in capsys.readouterr().out.splitlines() if x.startswith(common.RESULT)]
+    got = json.loads(line[-1][len(common.RESULT) :])
+    assert sorted(got) == ["", "native_decode"]
+    assert got[""]["outs"] == got["native_decode"]["outs"] and len(got[""]["outs"]) == 5
+    assert all(r["seconds"] > 0 for r in got.values())
+    assert fast_ops.ENABLED["native_decode"]
+
+
+def test_the_anchor_prints_each_ablated_pair_and_leaves_it_out_of_the_best(capsys):
+    import decode
+
+    outs = [[4, 3]]
+    rows = [
+        dict(name="ours greedy, float32, one batch at a time", seconds=1.0),
+        dict(name="ours greedy, float32, one batch at a time, native_decode off", seconds=0.5),
+        dict(name="CTranslate2 greedy, float32, one batch at a time", seconds=2.0),
+    ]
+    rows = [dict(r, beam=1, outs=outs) for r in rows]
+    texts = lambda o: ["a b"] * len(o)  # noqa: E731
+    decode.print_anchor(rows, {1: outs}, texts, ["a b"], 1, (), "native_decode")
+    out = capsys.readouterr().out.splitlines()
+    assert "greedy, native_decode on / off, one batch at a time: 0.50x" in out
+    # the best of ours is the row with the switch on (1 s), not the faster one without it
+    assert out[-2].endswith("best layout: 2.00x; both one batch at a time on every core: 2.00x")

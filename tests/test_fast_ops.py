@@ -38,7 +38,7 @@ def values_and_grads(fn, *inputs):
 
 
 def test_switches_cover_every_rewrite():
-    names = {"dense2d", "xent_grad", "native_ln", "f32_scores", "f32_logits"}
+    names = {"dense2d", "xent_grad", "native_ln", "native_decode", "f32_scores", "f32_logits"}
     assert set(fast_ops.ENABLED) == names
     assert set(fast_ops.PRECISION) <= set(fast_ops.ENABLED)
 

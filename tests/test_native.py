@@ -440,3 +440,119 @@ def test_the_tests_build_the_kernels_in_a_temporary_folder():
     assert folder == os.environ["TRANSFORMER_TEST_NATIVE_CACHE"]
     assert os.path.commonpath([folder, tempfile.gettempdir()]) == tempfile.gettempdir()
     assert not folder.startswith(os.path.expanduser("~"))
+
+
+def attention_reference(q, k, v, mask, div):
+    """softmax(q k^T / div, masked keys at MASK_VALUE) v in float64 for each head:
+    q (N, h, 1, d), k, v (N, h, T, d), mask (M, T) or None -> (N, h, 1, d)."""
+    scores = np.einsum("nhqd,nhtd->nhqt", q.astype(np.float64), k) / div
+    if mask is not None:
+        scores = np.where(mask[:, None, None, :], scores, modules.MASK_VALUE)
+    w = np.exp(scores - scores.max(-1, keepdims=True))
+    return np.einsum("nhqt,nhtd->nhqd", w / w.sum(-1, keepdims=True), v)
+
+
+@needs_compiler
+@pytest.mark.parametrize("masking", ["per_row", "shared", "none", "one_row_all_masked"])
+@pytest.mark.parametrize("t_k", [1, 13])
+def test_step_attention_kernel_matches_float64(masking, t_k):
+    """One query position over cached heads, each row with its own mask, one mask for
+    every row, none, and a row whose keys are all masked (uniform weights, as TensorFlow's
+    softmax over equal logits gives)."""
+    lib = library()
+    rng = np.random.default_rng(4)
+    n, h, d = 5, 3, 8
+    q = rng.normal(size=(n, h, 1, d)).astype(np.float32)
+    k, v = (rng.normal(size=(n, h, t_k, d)).astype(np.float32) for _ in range(2))
+    mask = {
+        "per_row": rng.random((n, t_k)) < 0.6,
+        "shared": rng.random((1, t_k)) < 0.6,
+        "none": None,
+        "one_row_all_masked": np.ones((n, t_k), bool),
+    }[masking]
+    if masking == "one_row_all_masked":
+        mask[2] = False
+    elif mask is not None:
+        mask[:, 0] = True
+    for div in (np.sqrt(d), 1.0):
+        flat = np.zeros((0,), bool) if mask is None else mask
+        out = lib.native_step_attention(q, k, v, flat, div=div, masked_value=modules.MASK_VALUE)
+        assert out.shape == (n, h, 1, d)
+        np.testing.assert_allclose(out, attention_reference(q, k, v, mask, div), atol=1e-5)
+    if masking == "one_row_all_masked":
+        np.testing.assert_allclose(out[2, 0, 0], v[2, 0].mean(0), atol=1e-5)
+
+
+@needs_compiler
+def test_step_attention_kernel_rejects_a_mask_of_the_wrong_length():
+    lib = library()
+    q, k = np.zeros((2, 1, 1, 4), np.float32), np.zeros((2, 1, 3, 4), np.float32)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="mask must be"):
+        lib.native_step_attention(q, k, k, np.ones((2, 2), bool), div=2.0, masked_value=-1e9)
+
+
+@needs_compiler
+@pytest.mark.parametrize("k", [1, 4, 7])
+def test_top_log_softmax_kernel_matches_tensorflow(k):
+    """The k largest logits of each row as log-probabilities, largest first, the lower
+    index first among equal logits: tf.math.top_k's tokens and tf.nn.log_softmax's
+    values, on rows with ties, a row of equal logits and a row of very unequal ones."""
+    lib = library()
+    rng = np.random.default_rng(5)
+    logits = (4.0 * rng.normal(size=(6, 9))).astype(np.float32)
+    logits[1, [2, 5, 7]] = logits[1].max() + 1.0  # a three-way tie for the top
+    logits[2] = 0.5  # every logit equal
+    logits[3, 4] = 200.0  # the others' exp underflows
+    values, indices = lib.native_top_log_softmax(logits, k=k)
+    want_z, want_idx = tf.math.top_k(logits, k=k)
+    assert indices.numpy().tolist() == want_idx.numpy().tolist()
+    want = np.take_along_axis(tf.nn.log_softmax(logits).numpy(), want_idx.numpy(), 1)
+    np.testing.assert_allclose(values, want, rtol=1e-5, atol=1e-5)
+    assert indices[1, : min(k, 3)].numpy().tolist() == [2, 5, 7][: min(k, 3)]
+    with pytest.raises(tf.errors.InvalidArgumentError, match="V >= k"):
+        lib.native_top_log_softmax(logits[:, :2], k=3)
+
+
+def graph_ops(fn, *specs) -> set[str]:
+    """The op types of a tf.function's trace, inside its loops' bodies too."""
+    graph = fn.get_concrete_function(*specs).graph.as_graph_def()
+    kinds = {node.op for node in graph.node}
+    return kinds | {node.op for f in graph.library.function for node in f.node_def}
+
+
+@needs_compiler
+@pytest.mark.parametrize(
+    "position,model_type",
+    [("sinusoid", "transformer"), ("rotary", "transformer"), ("t5", "transformer"),
+     ("sinusoid", "weighted")],
+)  # fmt: skip
+def test_decoders_use_the_kernels_and_decode_the_same(monkeypatch, position, model_type):
+    """The greedy and beam decoders trace the kernels where the attention is plain
+    (sinusoid, rotary; T5's bias keeps TensorFlow's ops for self-attention; the Weighted
+    Transformer merges the kernel's heads through its branches) and decode
+    what TensorFlow's ops decode, token for token with the same scores. (What export.py
+    traces keeps TensorFlow's ops: test_export.py loads its SavedModel in a process
+    without the library.)"""
+    import decoding
+    from model import Transformer
+
+    library()
+    model = Transformer(
+        src_vocab_size=30, tgt_vocab_size=30, d_model=16, num_heads=2, d_ff=32,
+        num_blocks=2, dropout_rate=0.0, position=position, model_type=model_type,
+    )  # fmt: skip
+    model.build_all()
+    src = tf.constant(np.random.default_rng(6).integers(4, 30, size=(5, 7)), tf.int32)
+    spec = (tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([], tf.int32))
+    results = {}
+    for on in (True, False):
+        monkeypatch.setitem(fast_ops.ENABLED, "native_decode", on)
+        greedy, beam = decoding.greedy_decoder(model), decoding.beam_decoder(model, 3)
+        kinds = graph_ops(greedy, *spec) | graph_ops(beam, *spec)
+        assert ("NativeStepAttention" in kinds) == on
+        assert ("NativeTopLogSoftmax" in kinds) == on
+        ids, scores = beam(src, tf.constant(6))
+        results[on] = greedy(src, tf.constant(6)).numpy(), ids.numpy(), scores.numpy()
+    assert np.array_equal(results[True][0], results[False][0])
+    assert np.array_equal(results[True][1], results[False][1])
+    np.testing.assert_allclose(results[True][2], results[False][2], atol=1e-5)
