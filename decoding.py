@@ -10,7 +10,6 @@ import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
-import keras
 import numpy as np
 import sacrebleu
 import tensorflow as tf
@@ -219,15 +218,13 @@ def beam_loop(
     memory, mask = model.encode(src) if encoded is None else encoded
     n = tf.shape(src)[0]
     limits, longest = decode_budgets(model, src, extra, max_len)
-    memory = tf.repeat(memory, k, axis=0)  # (N * k, T1, d_model)
-    mask = tf.repeat(mask, k, axis=0)
-    if context is not None:
-        context = tf.nest.map_structure(lambda t: tf.repeat(t, k, axis=0), context)
+    # the first step's k hypotheses of a sentence are one (<S>): it runs on N rows, and
+    # its logits and cache (the memory's keys/values too) are then repeated k times
     cache = init_cache(model, memory, mask, context)
     search = (  # the sentences still searching: their index in src and their state
         tf.range(n),
         limits,
-        tf.fill((n * k,), data_load.BOS_ID),  # each hypothesis's last token
+        tf.fill((n,), data_load.BOS_ID),  # each hypothesis's last token (one each at first)
         tf.zeros((n, k, longest), tf.int32),  # alive hypotheses
         tf.tile(tf.concat([[0.0], tf.fill([k - 1], NEG)], 0)[None], (n, 1)),
         tf.zeros((n, k, longest), tf.int32),  # finished hypotheses
@@ -240,6 +237,11 @@ def beam_loop(
 
     def body(i, search, done, cache):
         logits, cache = model.decode_step(search[2], cache)
+        logits, cache = tf.cond(
+            tf.equal(i, 0),
+            lambda: hypotheses_of_first(model, logits, cache, k),
+            lambda: (logits, cache),
+        )
         search, source_rows = beam_step(i, logits, search, alpha)
         still = searching(i + 1, search, alpha)  # (R,)
         all_still = tf.reduce_all(still)
@@ -269,6 +271,13 @@ def beam_loop(
     return seqs[:, :, :i], scores
 
 
+def hypotheses_of_first(model, logits, cache, k: int):
+    """The first step's logits (N, V) and cache, of one row per sentence, as its k
+    hypotheses' (N * k rows, each sentence's k together)."""
+    rows = tf.repeat(tf.range(tf.shape(logits)[0]), k)
+    return tf.gather(logits, rows), model.select_rows(cache, rows)
+
+
 def beam_step(i, logits, search: tuple, alpha: float):
     """One step of :func:`beam_loop` for R sentences still searching: the logits (R * k,
     V) of their alive hypotheses extend them; returns the new search state and, for each
@@ -278,7 +287,9 @@ def beam_step(i, logits, search: tuple, alpha: float):
     r, k = tf.shape(alive_logp)[0], alive_logp.shape[1]
     top_logp, beam, tok = best_extensions(logits, alive_logp)
     seq = tf.gather(alive_seq, beam, batch_dims=1)
-    seq = keras.ops.slice_update(seq, [0, 0, i], tok[:, :, None])
+    # position i of each (N, k, L) row becomes its token (a select, not keras'
+    # slice_update: an XLA op that TensorFlow compiles and runs apart at every step)
+    seq = tf.where(tf.equal(tf.range(tf.shape(seq)[2]), i), tok[:, :, None], seq)
     ended = tf.logical_or(tf.equal(tok, data_load.EOS_ID), top_logp <= NEG / 2)
     fin_seq, fin_score = merge_finished(fin_seq, fin_score, seq, tok, top_logp, i, alpha)
     # alive set: the extensions that did not end; ended slots become empty

@@ -556,12 +556,17 @@ class MultiHeadAttention(keras.layers.Layer):
         if self.activation == "relu":
             y = tf.nn.relu(y)
         n, t = tf.shape(y)[0], tf.shape(y)[1]
+        if y.shape[1] == 1:  # one position (a decoding step): the same memory, no copy
+            return tf.reshape(y, (n, self.num_heads, 1, self.d_k))
         return tf.transpose(tf.reshape(y, (n, t, self.num_heads, self.d_k)), (0, 2, 1, 3))
 
     def _merge(self, heads):
         """(N, h, T, d_k) -> Concat(heads) W^O (N, T, d_model); Concat(heads) without W^O."""
         n, t = tf.shape(heads)[0], tf.shape(heads)[2]
-        concat = tf.reshape(tf.transpose(heads, (0, 2, 1, 3)), (n, t, self.d_model))
+        if heads.shape[2] == 1:  # one position: the same memory, no copy
+            concat = tf.reshape(heads, (n, 1, self.d_model))
+        else:
+            concat = tf.reshape(tf.transpose(heads, (0, 2, 1, 3)), (n, t, self.d_model))
         if not self.output_projection:
             return concat
         return fast_ops.dense(concat, cast(self.w_o.value, self.compute_dtype))

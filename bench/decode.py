@@ -491,12 +491,14 @@ def print_anchor(
     best layout against theirs, and each on one batch."""
     import decoding
 
-    print(f"\n{'decoder (float32 unless named)':<62}{'sentences/s':>12}{'BLEU':>7}{'= ours':>8}")
+    width = max(len(r["name"]) for r in rows) + 2
+    head = "decoder (float32 unless named)"
+    print(f"\n{head:<{width}}{'sentences/s':>12}{'BLEU':>7}{'= ours':>8}")
     for r in rows:
         r["speed"] = n / r["seconds"]
         same = sum(a == b for a, b in zip(r["outs"], ours[r["beam"]]))
         bleu = decoding.scores(texts(r["outs"]), refs)["sacrebleu"]
-        print(f"{r['name']:<62}{r['speed']:>12.1f}{bleu:>7.2f}{same:>8}")
+        print(f"{r['name']:<{width}}{r['speed']:>12.1f}{bleu:>7.2f}{same:>8}")
     for beam, what in [(1, "greedy")] + [(k, f"beam {k}") for k in beams]:
         mine = [r for r in rows if r["beam"] == beam and r["name"].startswith("ours")]
         if ablate:
