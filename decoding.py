@@ -208,7 +208,10 @@ def beam_loop(
     when none is alive, or after ``its source length + extra`` steps; its k best are
     then written out and its rows leave the batch, so that later steps compute (and
     reorder the caches of) the sentences still searching only, as in
-    :func:`greedy_loop`. With k = 1 this is exactly greedy decoding. ``model`` needs
+    :func:`greedy_loop`. The first step, where a sentence's k hypotheses are all <S>,
+    runs once per sentence, as do the encoder-side keys/values of the cache; both are
+    then repeated for the k hypotheses. With k = 1 this is exactly greedy decoding.
+    ``model`` needs
     encode / init_cache / decode_step / reorder_cache / select_rows; ``encoded`` and
     ``context`` as in :func:`greedy_loop` (a document's context enters the encoder once
     per sentence, and the beams share its output; the keys/values of the decoder's
@@ -218,9 +221,7 @@ def beam_loop(
     memory, mask = model.encode(src) if encoded is None else encoded
     n = tf.shape(src)[0]
     limits, longest = decode_budgets(model, src, extra, max_len)
-    # the first step's k hypotheses of a sentence are one (<S>): it runs on N rows, and
-    # its logits and cache (the memory's keys/values too) are then repeated k times
-    cache = init_cache(model, memory, mask, context)
+    cache = init_cache(model, memory, mask, context)  # N rows until the first step's end
     search = (  # the sentences still searching: their index in src and their state
         tf.range(n),
         limits,

@@ -521,15 +521,12 @@ def graph_ops(fn, *specs) -> set[str]:
 
 
 @needs_compiler
-@pytest.mark.parametrize(
-    "position,model_type",
-    [("sinusoid", "transformer"), ("rotary", "transformer"), ("t5", "transformer"),
-     ("sinusoid", "weighted")],
-)  # fmt: skip
+@pytest.mark.parametrize("position,model_type", [("t5", "transformer"), ("rotary", "weighted")])
 def test_decoders_use_the_kernels_and_decode_the_same(monkeypatch, position, model_type):
-    """The greedy and beam decoders trace the kernels where the attention is plain
-    (sinusoid, rotary; T5's bias keeps TensorFlow's ops for self-attention; the Weighted
-    Transformer merges the kernel's heads through its branches) and decode
+    """The greedy and beam decoders trace the kernels where the attention is plain (the
+    cross-attention; rotary self-attention; T5's bias keeps TensorFlow's ops for
+    self-attention; the Weighted Transformer merges the kernel's heads through its
+    branches) and decode
     what TensorFlow's ops decode, token for token with the same scores. (What export.py
     traces keeps TensorFlow's ops: test_export.py loads its SavedModel in a process
     without the library.)"""
