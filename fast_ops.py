@@ -40,6 +40,8 @@ gradient (``output_xent``) and W^Q, W^K, W^V as one product (``fused_qkv``).
 
 from __future__ import annotations
 
+import threading
+
 import keras
 import tensorflow as tf
 
@@ -287,20 +289,27 @@ def native_kernels():
     """native.ops() where ``native_ln`` is on, no GPU is visible (the kernels are CPU-only)
     and no XLA function is being traced (:func:`xla_function`), else None. Read when the
     train step is traced."""
-    if not ENABLED["native_ln"] or _XLA_TRACING or tf.config.list_physical_devices("GPU"):
+    if not ENABLED["native_ln"] or _XLA_TRACING.depth or tf.config.list_physical_devices("GPU"):
         return None
     return native.ops()
 
 
-_XLA_TRACING = []  # non-empty while xla_function traces its function
-_DECODING = []  # non-empty while decoding_function traces its function
+class _Tracing(threading.local):
+    """How many functions of one kind this thread is tracing (each thread its own count:
+    decoding streams trace on threads of their own)."""
+
+    depth = 0
+
+
+_XLA_TRACING = _Tracing()  # xla_function's functions
+_DECODING = _Tracing()  # decoding_function's functions
 
 
 def decode_kernels():
     """native.ops() inside a function that :func:`decoding_function` traces, where
     ``native_decode`` is on, no GPU is visible and no XLA function is being traced; else
     None (TensorFlow's ops). Read when the decoding function is traced."""
-    if not _DECODING or _XLA_TRACING or not ENABLED["native_decode"]:
+    if not _DECODING.depth or _XLA_TRACING.depth or not ENABLED["native_decode"]:
         return None
     return None if tf.config.list_physical_devices("GPU") else native.ops()
 
@@ -313,15 +322,16 @@ def decoding_function(fn, **kwargs):
     return tf.function(_flagged(fn, _DECODING), autograph=False, **kwargs)
 
 
-def _flagged(fn, flag: list):
-    """fn, run with ``flag`` (a list) non-empty: what a function traced from it reads."""
+def _flagged(fn, tracing: _Tracing):
+    """fn, run with ``tracing`` counted up in this thread: what a function traced from it
+    reads."""
 
     def traced(*args):
-        flag.append(True)
+        tracing.depth += 1
         try:
             return fn(*args)
         finally:
-            flag.pop()
+            tracing.depth -= 1
 
     return traced
 

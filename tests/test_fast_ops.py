@@ -37,6 +37,29 @@ def values_and_grads(fn, *inputs):
     return out.numpy(), [g.numpy() for g in tape.gradient(total, inputs)]
 
 
+def test_a_decoding_trace_is_seen_by_the_thread_that_traces_only():
+    """decoding_function's flag (the decoding kernels on) is the tracing thread's own: a
+    decoding stream tracing on its thread does not turn the kernels on for a function
+    that another thread traces meanwhile (export.py's, say)."""
+    import threading
+
+    inside, release, seen = threading.Event(), threading.Event(), {}
+
+    def body():
+        seen["tracer"] = fast_ops._DECODING.depth
+        inside.set()
+        release.wait(30)
+        return tf.constant(1)
+
+    tracer = threading.Thread(target=fast_ops.decoding_function(body))
+    tracer.start()
+    assert inside.wait(30)
+    seen["other"] = fast_ops._DECODING.depth
+    release.set()
+    tracer.join(30)
+    assert seen == {"tracer": 1, "other": 0}
+
+
 def test_switches_cover_every_rewrite():
     names = {"dense2d", "xent_grad", "native_ln", "native_decode", "f32_scores", "f32_logits"}
     assert set(fast_ops.ENABLED) == names
