@@ -605,7 +605,8 @@ class MultiHeadAttention(keras.layers.Layer):
         d_model) (a decoding step). Where fast_ops.decode_kernels() gives the C++ kernels
         and only the content logits enter (no relative bias or value term, no query mask,
         float32), the scaled dot products, the mask, the softmax and the weighted sum of
-        every head are one kernel."""
+        every head are one kernel. k, v: (N, h, T_k, d_k); mask (N or 1, 1, 1, T_k) bool
+        or None. See 3.2.1, 3.2.2."""
         lib = fast_ops.decode_kernels()
         q, bias, value_term = self._query(query, tf.shape(k)[2], None, offset, k_offset)
         plain = bias is None and value_term is None and query_mask is None
