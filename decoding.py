@@ -222,15 +222,7 @@ def beam_loop(
     n = tf.shape(src)[0]
     limits, longest = decode_budgets(model, src, extra, max_len)
     cache = init_cache(model, memory, mask, context)  # N rows until the first step's end
-    search = (  # the sentences still searching: their index in src and their state
-        tf.range(n),
-        limits,
-        tf.fill((n,), data_load.BOS_ID),  # each hypothesis's last token (one each at first)
-        tf.zeros((n, k, longest), tf.int32),  # alive hypotheses
-        tf.tile(tf.concat([[0.0], tf.fill([k - 1], NEG)], 0)[None], (n, 1)),
-        tf.zeros((n, k, longest), tf.int32),  # finished hypotheses
-        tf.fill((n, k), NEG),
-    )
+    search = first_search(n, k, limits, longest)
     done = (tf.zeros((n, k, longest), tf.int32), tf.fill((n, k), NEG))  # the results
 
     def cond(i, search, done, cache):
@@ -270,6 +262,24 @@ def beam_loop(
     loop_vars = (tf.constant(0), search, done, cache)
     i, _, (seqs, scores), _ = tf.while_loop(cond, body, loop_vars, shape_invariants=shapes)
     return seqs[:, :, :i], scores
+
+
+def first_search(n, k: int, limits, longest):
+    """The search state of :func:`beam_loop` before its first step, for n sentences with
+    budgets limits (n,) and buffers of ``longest`` tokens: (their index in src (n,),
+    limits, each hypothesis's last token (<S>, one per sentence until the first step's
+    end), alive hypotheses (n, k, longest) and their log-probabilities (n, k: 0 for <S>,
+    NEG for the k - 1 empty slots), finished hypotheses (n, k, longest) and their scores
+    (n, k), none yet)."""
+    return (
+        tf.range(n),
+        limits,
+        tf.fill((n,), data_load.BOS_ID),
+        tf.zeros((n, k, longest), tf.int32),
+        tf.tile(tf.concat([[0.0], tf.fill([k - 1], NEG)], 0)[None], (n, 1)),
+        tf.zeros((n, k, longest), tf.int32),
+        tf.fill((n, k), NEG),
+    )
 
 
 def hypotheses_of_first(model, logits, cache, k: int):
