@@ -63,6 +63,14 @@ def temporary_name(path: str) -> str:
     return os.path.join(folder, f".{os.path.basename(os.path.normpath(path))}.tmp-{os.getpid()}")
 
 
+def is_own(name: str, tmp_base: str) -> bool:
+    """Whether the file ``name`` is what a writer wrote under its temporary name
+    ``tmp_base``: that name itself, or one extending it (``.index``, ``.model``). An
+    extension never starts with a digit, so another process's temporary name whose
+    process id extends this one's (``.tmp-1234`` beside ``.tmp-123``) is not ours."""
+    return name == tmp_base or (name.startswith(tmp_base) and not name[len(tmp_base)].isdigit())
+
+
 @contextlib.contextmanager
 def atomic_path(path: str):
     """Yield a temporary name beside ``path``; on success rename it to ``path``.
@@ -81,7 +89,7 @@ def atomic_path(path: str):
     os.makedirs(folder, exist_ok=True)
 
     def written() -> list[str]:
-        return [name for name in os.listdir(folder) if name.startswith(tmp_base)]
+        return [name for name in os.listdir(folder) if is_own(name, tmp_base)]
 
     try:
         with reporting(path):

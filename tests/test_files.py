@@ -82,6 +82,38 @@ def test_atomic_path_renames_files_that_extend_the_temporary_name(tmp_path):
     assert (tmp_path / "avg-last2.data-00000-of-00001").read_text() == "new.data-00000-of-00001"
 
 
+@pytest.mark.parametrize("first_fails", [False, True])
+def test_writers_whose_process_ids_extend_each_other_keep_their_own_files(
+    tmp_path, monkeypatch, first_fails
+):
+    """Process 123's temporary name is a prefix of process 1234's: when 123 finishes (or
+    fails) while 1234 is still writing the same file, it renames or removes only its
+    own temporary files, and 1234's result still arrives whole under the final name."""
+    path = tmp_path / "avg"
+    monkeypatch.setattr(os, "getpid", lambda: 123)
+    short = files.atomic_path(str(path))
+    short_tmp = short.__enter__()
+    monkeypatch.setattr(os, "getpid", lambda: 1234)
+    with files.atomic_path(str(path)) as long_tmp:
+        for ext in ("", ".index"):
+            with open(long_tmp + ext, "w") as f:
+                f.write("1234" + ext)
+            with open(short_tmp + ext, "w") as f:
+                f.write("123" + ext)
+        if first_fails:
+            error = RuntimeError("interrupted")
+            assert not short.__exit__(RuntimeError, error, None)  # the error propagates
+            long_base = os.path.basename(long_tmp)
+            assert sorted(os.listdir(tmp_path)) == [long_base, long_base + ".index"]
+        else:
+            short.__exit__(None, None, None)
+            assert (tmp_path / "avg").read_text() == "123"
+            assert (tmp_path / "avg.index").read_text() == "123.index"
+    assert (tmp_path / "avg").read_text() == "1234"
+    assert (tmp_path / "avg.index").read_text() == "1234.index"
+    assert sorted(os.listdir(tmp_path)) == ["avg", "avg.index"]
+
+
 @pytest.mark.parametrize("kind", ["file", "folder", "siblings"])
 def test_atomic_path_error_keeps_old_content_and_no_temporary_files(tmp_path, kind):
     path = tmp_path / "out"
