@@ -19,6 +19,12 @@ if "TRANSFORMER_TEST_NATIVE_CACHE" not in os.environ:
     os.environ["TRANSFORMER_TEST_NATIVE_CACHE"] = tempfile.mkdtemp(prefix="transformer-native-")
     atexit.register(shutil.rmtree, os.environ["TRANSFORMER_TEST_NATIVE_CACHE"], True)
 os.environ["TRANSFORMER_NATIVE_CACHE"] = os.environ["TRANSFORMER_TEST_NATIVE_CACHE"]
+# What hypothesis stores (test_fuzz.py: its example database, which the tests turn off, and
+# its caches of Unicode tables and of the constants in the code) goes to a temporary folder
+# of the session, shared in the same way, never to .hypothesis/ in the repository
+if "HYPOTHESIS_STORAGE_DIRECTORY" not in os.environ:
+    os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = tempfile.mkdtemp(prefix="transformer-hypothesis-")
+    atexit.register(shutil.rmtree, os.environ["HYPOTHESIS_STORAGE_DIRECTORY"], True)
 import cli  # noqa: E402, F401  (its import turns oneDNN on, as for the scripts)
 
 # TensorFlow's C++ start-up lines, which TF_CPP_MIN_LOG_LEVEL cannot hide (cli.NOISE), go
