@@ -4,16 +4,18 @@
 (``$CXX``, else ``g++``) against the installed TensorFlow's headers (``tf.sysconfig``),
 for this CPU (``-march=native``), once per machine: the library is kept in
 ``$TRANSFORMER_NATIVE_CACHE`` (default ``~/.cache/transformer-tf2``) under a name made of
-the source, TensorFlow's version, location and compile and link flags, the compiler, the
-build flags and the CPU's flags, written to a temporary name and renamed. One process
+the source, TensorFlow's version, location and compile and link flags, the compiler (its
+path and the first line of its ``--version``), the build flags and the CPU's flags, written
+to a temporary name and renamed. One process
 builds a given library at a time (an ``fcntl`` lock per name); the others wait for it and
 load what it built. The whole build, a wait included, is bounded by :data:`BUILD_SECONDS`;
 a compiler still running then is killed with the processes it started.
 
 A compile error is remembered in a ``.failed`` marker beside the library (written
-atomically, naming the compiler's first error line), so that later runs do not retry it;
-a timeout, or a compiler killed by a signal (the driver or the compiler proper it runs:
-out of memory, say), is not: the next run tries again. A library that exists wins over a
+atomically, naming the compiler's first error line and how to retry), so that later runs do
+not retry it; a timeout, a compiler killed by a signal (the driver or the compiler proper
+it runs: out of memory, say) or one that the storage failed (a full disk, a quota, an I/O
+error, a read-only file system) is not: the next run tries again. A library that exists wins over a
 marker. Without a compiler, or where the build or the load fails, :func:`ops` logs one
 line and returns None, and the callers keep TensorFlow's own ops. ``TRANSFORMER_NATIVE=0``
 turns the kernels off.
@@ -26,6 +28,7 @@ that exported SavedModels and checkpoints never depend on the library.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import functools
 import hashlib
@@ -41,6 +44,8 @@ import time
 
 import tensorflow as tf
 
+import files
+
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "native_ops.cc")
 # -march=native: this CPU's vector units; GCC 12 cannot compile TensorFlow's Eigen headers
 # with AVX512-FP16 on, so that is turned off where the compiler knows the flag
@@ -52,6 +57,9 @@ ERROR = re.compile(r"\berror: |\bld: ")  # GCC's and Clang's error lines, and th
 KILLED = re.compile(
     r"Killed signal terminated|compiler error: Killed|due to signal|command: Killed"
 )
+# errno values of a build that the storage failed (files.STORAGE_ERRNOS, and an I/O error):
+# the compiler says them in the C library's words ("No space left on device")
+STORAGE_ERRNOS = (*files.STORAGE_ERRNOS, errno.EIO)
 
 
 def cache_dir() -> str:
@@ -74,6 +82,23 @@ def compiler() -> str | None:
     return shutil.which(os.environ.get("CXX") or "g++")
 
 
+def compiler_version(cxx: str) -> str:
+    """The first line of ``cxx --version`` ("g++ (Debian 12.2.0-14) 12.2.0"), so that a
+    compiler upgraded in place builds a library of its own; "" where it does not answer."""
+    try:
+        out = subprocess.run(
+            [cxx, "--version"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=30,
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return next((line.strip() for line in out.splitlines() if line.strip()), "")
+
+
 def tf_flags() -> list[str]:
     """TensorFlow's compile and link flags (its headers and library)."""
     return tf.sysconfig.get_compile_flags() + tf.sysconfig.get_link_flags()
@@ -81,11 +106,12 @@ def tf_flags() -> list[str]:
 
 def library_path(cxx: str) -> str:
     """Where the library of this source, TensorFlow (version, location, flags), compiler
-    and CPU is kept."""
+    (path and version) and CPU is kept."""
     with open(SOURCE, "rb") as f:
         key = hashlib.sha256(f.read())
     tensorflow = os.path.dirname(os.path.abspath(tf.__file__))
-    parts = (tf.__version__, tensorflow, *tf_flags(), cxx, cpu_flags(), " ".join(BUILD_FLAGS))
+    parts = (tf.__version__, tensorflow, *tf_flags(), cxx, compiler_version(cxx), cpu_flags())
+    parts += (" ".join(BUILD_FLAGS),)
     for part in parts:
         key.update(part.encode() + b"\0")
     return os.path.join(cache_dir(), f"native_ops-{key.hexdigest()[:16]}.so")
@@ -129,6 +155,9 @@ def build(cxx: str, path: str, deadline: float) -> None:
         if code < 0 or killed:  # by a signal: the out-of-memory killer, say
             why = f"by {signal_name(-code)}" if code < 0 else f"({killed})"
             raise BuildError(f"the compiler was killed {why}", remembered=False)
+        storage = storage_failure(stderr)
+        if storage:  # a full disk, say: another try with other flags fails the same way
+            raise BuildError(f"the storage failed the build ({storage})", remembered=False)
         if not stderr.strip():  # not a compile error that it could name
             raise BuildError(f"{cxx} stopped with exit status {code} and no message", False)
         errors.append(first_error(stderr))
@@ -170,6 +199,14 @@ def first_error(stderr: str) -> str:
     return next((ln for ln in lines if ERROR.search(ln)), lines[0])
 
 
+def storage_failure(stderr: str) -> str:
+    """The compiler's first line saying that the storage failed it (a full disk, a quota,
+    an I/O error, a read-only file system: :data:`STORAGE_ERRNOS`), else ""."""
+    texts = [os.strerror(n) for n in STORAGE_ERRNOS]
+    lines = (line.strip() for line in stderr.splitlines())
+    return next((line for line in lines if any(text in line for text in texts)), "")
+
+
 def signal_name(number: int) -> str:
     try:
         return signal.Signals(number).name
@@ -187,6 +224,13 @@ def write_marker(path: str, text: str) -> None:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+# the marker's second line
+RETRY = (
+    "This build is not tried again while this file exists: remove it to retry (or point "
+    "TRANSFORMER_NATIVE_CACHE at another folder; TRANSFORMER_NATIVE=0 turns the kernels off)."
+)
 
 
 def built(cxx: str, path: str) -> str:
@@ -211,14 +255,14 @@ def built(cxx: str, path: str) -> str:
         if os.path.exists(path):  # a good library wins over a marker
             return ""
         if os.path.exists(failed):
-            with open(failed) as f:
-                return f"an earlier build failed ({f.read().strip()}; remove {failed} to retry)"
+            with open(failed) as f:  # its first line: the error
+                return f"an earlier build failed ({f.readline().strip()}; remove {failed} to retry)"
         try:
             build(cxx, path, deadline)
         except BuildError as e:
             if not e.remembered:
                 return f"the build failed: {e} (the next run tries again)"
-            write_marker(failed, str(e))
+            write_marker(failed, f"{e}\n{RETRY}")
             return f"the build failed: {e} (remove {failed} to retry)"
     return ""
 

@@ -6,6 +6,7 @@ The kernels need a C++ compiler: where there is none, the tests of their values 
 skipped (and the one of the fallback still runs).
 """
 
+import errno
 import fcntl
 import json
 import os
@@ -188,10 +189,12 @@ def run_native(env: dict, cache: str) -> subprocess.CompletedProcess:
     )
 
 
-def fake_compiler(folder, script: str):
-    """An executable that logs each call to ``folder/calls``, then runs ``script``."""
+def fake_compiler(folder, script: str, version: str = "c++ (Fake) 1.0"):
+    """An executable that answers ``--version`` with ``version``; any other call it logs
+    to ``folder/calls``, then runs ``script``."""
     fake = folder / "cxx"
-    fake.write_text(f"#!/bin/sh\necho x >> {folder / 'calls'}\n{script}")
+    answer = f'if [ "$1" = --version ]; then echo "{version}"; exit 0; fi\n'
+    fake.write_text(f"#!/bin/sh\n{answer}echo x >> {folder / 'calls'}\n{script}")
     fake.chmod(0o755)
     return str(fake)
 
@@ -218,10 +221,12 @@ def test_a_compile_error_is_one_line_and_is_not_retried(tmp_path):
     assert tries == len(native.ARCH_FLAGS)  # each set of flags tried once
     (marker,) = [f for f in os.listdir(tmp_path / "cache") if f.endswith(".failed")]
     text = (tmp_path / "cache" / marker).read_text()
-    assert text == "native_ops.cc:1: error: no luck\n"
+    assert text.splitlines()[0] == "native_ops.cc:1: error: no luck"
     assert not [f for f in os.listdir(tmp_path / "cache") if f.endswith(".tmp")]
     second = run_native({"CXX": cxx}, str(tmp_path / "cache"))
-    assert "an earlier build failed" in second.stderr and second.stdout.strip() == "None"
+    earlier = "an earlier build failed (native_ops.cc:1: error: no luck; remove "
+    assert second.stdout.strip() == "None"
+    assert f"{earlier}{tmp_path / 'cache' / marker} to retry)" in second.stderr
     assert calls(tmp_path) == tries  # not built again
 
 
@@ -276,8 +281,34 @@ exit 1
     failed = tmp_path / "cache" / "lib.so.failed"
     error = "native_ops.cc:7:3: error: expected ; before x"
     assert why == f"the build failed: {error} (remove {failed} to retry)"
-    assert failed.read_text() == error + "\n"
+    first, *rest = failed.read_text().splitlines()
+    assert first == error
+    # the marker says by itself how to retry, to whoever finds it in the cache folder
+    assert "remove it to retry" in " ".join(rest) and "TRANSFORMER_NATIVE_CACHE" in " ".join(rest)
     assert calls(tmp_path) == len(native.ARCH_FLAGS)
+
+
+STORAGE_LINES = [
+    *(
+        f"cc1plus: fatal error: error writing to /tmp/ccQ1.s: {os.strerror(number)}"
+        for number in (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS)
+    ),
+    "/usr/bin/ld: final link failed: No space left on device",
+]
+
+
+@pytest.mark.parametrize("line", STORAGE_LINES)
+def test_a_build_that_the_storage_fails_is_not_remembered(tmp_path, monkeypatch, line):
+    """A compiler or linker that could not write (a full disk, a quota, an I/O error, a
+    read-only file system) stops with an error line, but the source is not at fault: no
+    marker, no other flags tried, and the next build runs the compiler again."""
+    script = f"echo 'native_ops.cc: In function f:' >&2\necho '{line}' >&2\nexit 1\n"
+    why = fake_build(tmp_path, monkeypatch, script)
+    storage = f"the storage failed the build ({line})"
+    assert why == f"the build failed: {storage} (the next run tries again)"
+    assert calls(tmp_path) == 1 and os.listdir(tmp_path / "cache") == ["lib.so.lock"]
+    fake_build(tmp_path, monkeypatch, script)
+    assert calls(tmp_path) == 2
 
 
 def test_the_whole_build_is_bounded_by_one_timeout(tmp_path, monkeypatch):
@@ -429,6 +460,19 @@ def test_the_library_is_named_by_source_tensorflow_its_flags_compiler_and_cpu(
         patch.setattr(native, "tf_flags", lambda: ["-D_GLIBCXX_USE_CXX11_ABI=0"])
         assert native.library_path(cxx) != path
     assert native.library_path(cxx) == path
+
+
+def test_the_library_is_named_by_the_compilers_version(tmp_path, monkeypatch):
+    """A compiler upgraded in place (the same path, another version) builds a library of
+    its own, not loading the old compiler's nor reading the old one's marker."""
+    monkeypatch.setenv("TRANSFORMER_NATIVE_CACHE", str(tmp_path / "cache"))
+    cxx = fake_compiler(tmp_path, "exit 1\n", version="g++ (GCC) 12.2.0")
+    old = native.library_path(cxx)
+    fake_compiler(tmp_path, "exit 1\n", version="g++ (GCC) 13.1.0")
+    assert native.library_path(cxx) != old
+    fake_compiler(tmp_path, "exit 1\n", version="g++ (GCC) 12.2.0")
+    assert native.library_path(cxx) == old
+    assert calls(tmp_path) == 0  # asking the version is not a build
 
 
 def test_the_tests_build_the_kernels_in_a_temporary_folder():
