@@ -34,7 +34,6 @@ import os
 import tensorflow as tf
 
 import checkpoints
-import decoding
 import files
 from hparams import UserError
 
@@ -65,7 +64,7 @@ def average(logdir: str, last: int, out: str = "", ckpt: str = "") -> str:
             f"{last}; lower --last or raise --keep_ckpts when training"
         )
     paths = paths[-last:]
-    hp, tok, model, _ = decoding.load_run(logdir, {}, paths[-1], "average_checkpoints")
+    hp, tok, model, _ = checkpoints.load_run(logdir, {}, paths[-1], "average_checkpoints")
     weights = checkpoints.average_weights(model, paths)
     out = out or os.path.join(logdir, "averaged", f"avg-last{last}")
     with files.atomic_path(out) as tmp:  # its .index and .data-* files

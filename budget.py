@@ -11,8 +11,8 @@ import hparams
 import modules
 
 if TYPE_CHECKING:  # for the annotations only
-    import decoding
     from trainer import Dev, Trainer
+    from translator import Translator
 
 
 class Budget:
@@ -41,7 +41,7 @@ class Budget:
         self.points = [1.0 - hp.cooldown * k / n for k in range(n - 1, 0, -1)]
         self.checked = float(trainer.budget_used)  # the fraction at the last check
 
-    def estimate(self, dev: Dev, translator: decoding.Translator) -> float:
+    def estimate(self, dev: Dev, translator: Translator) -> float:
         """The seconds a dev evaluation with BLEU takes, before any has run (a run under
         ``max_minutes`` must keep them back from its first step, or a short run ends its
         budget before an evaluation that takes as long again). Timed here: the dev loss

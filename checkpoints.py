@@ -2,8 +2,8 @@
 several, restoring one, and telling a damaged checkpoint from one of another model, each
 error one UserError line that names the file and what to do; a training run's logdir:
 its lock, the check that it can be resumed, the cleanup of a killed save, and the choice
-of the default model at the end of a run. Used by train.py, decoding.py (loading a run)
-and average_checkpoints.py.
+of the default model at the end of a run; :func:`load_run`, a trained run ready to
+decode. Used by train.py, eval.py, translate.py, export.py and average_checkpoints.py.
 """
 
 from __future__ import annotations
@@ -23,9 +23,11 @@ import numpy as np
 import tensorflow as tf
 
 import data_load
+import devices
 import files
 import hparams
 from errors import UserError
+from model import Transformer
 
 DEFAULT_RECORD = "best.json"  # <logdir>/best.json: the run's default model (train.py)
 
@@ -316,3 +318,39 @@ def record_default(hp, trainer, averaged: dict | None) -> None:
         what = "best checkpoint by dev BLEU"
     if path:
         write_default(hp.logdir, path, bleu, what)
+
+
+def load_run(logdir: str, overrides: dict, ckpt: str = "", who: str = "eval"):
+    """Hparams, tokenizer and restored model of a training run.
+
+    ``overrides`` may change decoding settings; changing the model's shape is an error.
+    """
+    saved = hparams.load(os.path.join(logdir, "hparams.json"))
+    wanted = hparams.apply(saved, overrides)
+    hparams.check_same(
+        saved,
+        wanted,
+        hparams.MODEL_KEYS,
+        f"the checkpoint in {logdir}",
+        "evaluate with the settings it was trained with (drop those options)",
+    )
+    ignored = sorted(
+        k for k in overrides if k not in hparams.DECODE_KEYS + hparams.MODEL_KEYS + ("logdir",)
+    )
+    if ignored:
+        print(
+            f"{who}: ignoring {', '.join('--' + k for k in ignored)}: the run's own "
+            f"settings in {logdir}/hparams.json are used",
+            file=sys.stderr,
+        )
+    decode = {k: v for k, v in overrides.items() if k in hparams.DECODE_KEYS}
+    # float32 unless asked: a run trained in mixed precision saved that policy
+    hp = hparams.apply(saved, {"precision": "float32", **decode, "logdir": logdir})
+    tok = data_load.load_tokenizer(hp)
+    data_load.check_vocab_fingerprint(hp)
+    devices.setup_devices(hp, who)
+    model = Transformer.from_hparams(hp, tok.src_vocab_size, tok.tgt_vocab_size)
+    path, why = choose_checkpoint(logdir, ckpt)
+    restore_checkpoint(tf.train.Checkpoint(model=model), path, "was it trained with other hparams?")
+    print(f"{who}: model {path} ({why})", file=sys.stderr)
+    return hp, tok, model, path

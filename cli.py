@@ -327,6 +327,22 @@ def parse_args(
     return hp, opts
 
 
+def ensemble_runs(opts: dict, who: str) -> list[str] | None:
+    """The logdirs of ``--ensemble A,B,...`` (None when not given): each named once, and
+    not beside ``--logdir``, each a one-line UserError."""
+    if not opts.get("ensemble"):
+        return None
+    runs = [d.strip() for d in opts["ensemble"].split(",")]
+    if not all(runs) or len(set(runs)) != len(runs):
+        raise UserError(
+            f"{who}: --ensemble takes distinct run folders separated by commas; got "
+            f"{opts['ensemble']!r}"
+        )
+    if "logdir" in opts["_set"]:
+        raise UserError(f"{who}: --ensemble names every run: drop --logdir")
+    return runs
+
+
 # ---------------------------------------------------------------------------------------
 # A quiet start
 

@@ -43,8 +43,8 @@ import os
 import numpy as np
 
 import data_load
-import decoding
 import files
+import greedy_search
 import positions
 from hparams import UserError
 
@@ -121,7 +121,7 @@ def position_table(model, side: str) -> np.ndarray:
     import tensorflow as tf
 
     layer = model.src_position if side == "src" else model.tgt_position
-    rows = decoding.source_limit(model)
+    rows = greedy_search.source_limit(model)
     return layer(tf.zeros((1, rows, model.d_model)))[0].numpy().astype(np.float32)
 
 
@@ -166,7 +166,7 @@ def model_spec(model, tok):
         enc.position_encodings.encodings = position_table(model, "src")
         dec.position_encodings.encodings = position_table(model, "tgt")
     elif hasattr(enc, "position_encodings"):  # rotary: the encoder still adds a table
-        rows = (decoding.source_limit(model), c.d_model)
+        rows = (greedy_search.source_limit(model), c.d_model)
         enc.position_encodings.encodings = np.zeros(rows, np.float32)
     for layer, ours in zip(enc.layer, model.encoder_layers):
         _attention(layer.self_attention, ours.self_attn, ours.res1.ln, True)

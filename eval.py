@@ -53,6 +53,7 @@ SCRIPT = cli.Script(
         "test_ref": ("", "its reference translations, line by line"),
         "length_buckets": ("", "e.g. 16,24: sacreBLEU per source length (<=16, 17-24, >=25)"),
         "contrastive": ("", "a contrastive set (JSON lines): accuracy of forced-decoding scores"),
+        "ensemble": ("", "LOGDIR,LOGDIR,...: decode with these runs as one (instead of --logdir)"),
     },
     note=cli.DECODING_NOTE,
 )
@@ -67,11 +68,17 @@ import time
 import numpy as np
 import tensorflow as tf
 
+import checkpoints
 import data_load
-import decoding
+import document_decoding
+import ensemble
 import files
+import metrics
 import recurrence
+import scoring
+import translator
 from hparams import UserError
+from translator import Translator
 
 CONTRASTIVE_KEYS = ("context", "source", "reference", "contrastive")
 
@@ -128,7 +135,7 @@ def legacy_protocol(hp, tok, model, sources, refs, settings: dict):
     """The TF1 eval.py's subset, decoding and scoring (see the module docstring): the
     cleaned sources and references of the scored pairs, their hypotheses and figures.
     Adds the protocol and its counts to ``settings``."""
-    keep, within = decoding.legacy_subset(tok, sources, refs, hp)
+    keep, within = metrics.legacy_subset(tok, sources, refs, hp)
     if not keep:
         raise UserError(
             f"--legacy_protocol: {within} of {len(sources)} test pairs fit maxlen1="
@@ -149,9 +156,9 @@ def legacy_protocol(hp, tok, model, sources, refs, settings: dict):
     )
     sources = [data_load.clean(sources[i]).strip() for i in keep]
     refs = [data_load.clean(refs[i]).strip() for i in keep]
-    hyps, runaway = decoding.legacy_translate(model, tok, hp, sources)
-    figures = decoding.scores(hyps, refs)
-    figures["legacy_bleu"] = decoding.legacy_bleu(hyps, refs, clean_hyps=False)
+    hyps, runaway = translator.legacy_translate(model, tok, hp, sources)
+    figures = metrics.scores(hyps, refs)
+    figures["legacy_bleu"] = metrics.legacy_bleu(hyps, refs, clean_hyps=False)
     return sources, refs, hyps, runaway, figures
 
 
@@ -163,9 +170,13 @@ def evaluate(
     test_ref: str = "",
     show: int = 5,
     length_buckets: str = "",
+    runs: list[str] | None = None,
 ) -> dict:
+    """Translate the test set (or ``test_src``) with the run in ``logdir`` (or the
+    ensemble of ``runs``), write the results and print the figures."""
     edges = parse_edges(length_buckets) if length_buckets else ()
-    hp, tok, model, path = decoding.load_run(logdir, overrides, ckpt)
+    hp, tok, model, paths = ensemble.load_ensemble(runs or [logdir], overrides, ckpt, "eval")
+    path = paths[0]
     if bool(test_src) != bool(test_ref):
         raise UserError("--test_src and --test_ref go together")
     if test_src:
@@ -175,20 +186,28 @@ def evaluate(
                 f"{test_src} has {len(sources)} lines but {test_ref} has "
                 f"{len(refs)}; they must be aligned"
             )
-        docs = decoding.documents_of_lines(sources)  # blank lines end documents
+        docs = document_decoding.documents_of_lines(sources)  # blank lines end documents
     else:
         sources, refs = data_load.read_raw(hp, "test")
         docs = data_load.load_corpus(hp, "test").docs if model.reads_documents else None
     if not sources:
         raise UserError(f"the test set is empty ({test_src or hp.prepro_dir + '/test.src'})")
-    name = f"{os.path.basename(os.path.normpath(logdir))}_{os.path.basename(path)}"
+    name = "+".join(
+        f"{os.path.basename(os.path.normpath(d))}_{os.path.basename(p)}"
+        for d, p in zip(runs or [logdir], paths)
+    )
     settings = {
         "search": "greedy" if hp.beam_size <= 1 else "beam",
         "beam_size": hp.beam_size,
         "max_len_extra": hp.max_len_extra,
         "max_len": hp.max_len,
-        "checkpoint": path,
+        "checkpoint": path if len(paths) == 1 else paths,
     }
+    if hp.sampling_topk != 1:
+        name += f"_sample{hp.sampling_topk}_p{hp.sampling_topp:g}_t{hp.sampling_temperature:g}"
+        settings["search"] = "sampling"
+        for key in ("sampling_topk", "sampling_topp", "sampling_temperature", "seed"):
+            settings[key] = getattr(hp, key)
     t0 = time.time()
     if hp.legacy_protocol:
         sources, refs, hyps, runaway, figures = legacy_protocol(
@@ -196,14 +215,14 @@ def evaluate(
         )
         name += "_legacy"
     else:
-        hyps, runaway = decoding.Translator(model, tok, hp).translate_counted(sources, docs)
-        figures = decoding.scores(hyps, refs)
+        hyps, runaway = Translator(model, tok, hp).translate_counted(sources, docs)
+        figures = metrics.scores(hyps, refs)
     figures["runaways"] = len(runaway)
     figures["runaway_lines"] = [i + 1 for i in runaway]
     seconds = time.time() - t0
     if edges:
         lengths = [len(ids) for ids in tok.encode_src(sources)]
-        figures["length_buckets"] = decoding.bleu_by_length(hyps, refs, lengths, edges)
+        figures["length_buckets"] = metrics.bleu_by_length(hyps, refs, lengths, edges)
     if hp.beam_size > 1:
         name += f"_beam{hp.beam_size}"
         settings["length_penalty"] = hp.length_penalty
@@ -300,12 +319,10 @@ def forced_scores(
         memory, mask = model.encode(batch, context=recurrence.context_of(enc_window))
         dec_context = recurrence.context_of(dec_window)
         for c, tgt in enumerate(tgts):
-            labels = data_load.pad_batch([np.concatenate([tgt[i], eos]) for i in rows])
-            dec = data_load.pad_batch([np.concatenate([bos, tgt[i]]) for i in rows])
+            dec, labels = scoring.teacher_forced([tgt[i] for i in rows])
             hidden = model.decode(tf.constant(dec), memory, mask, context=dec_context)
-            logp = tf.nn.log_softmax(model.logits(hidden)).numpy()
-            picked = np.take_along_axis(logp, labels[..., None], axis=-1)[..., 0]
-            out[c, start : start + len(rows)] = (picked * (labels != data_load.PAD_ID)).sum(1)
+            logp = scoring.label_log_probs(model.logits(hidden), tf.constant(labels))
+            out[c, start : start + len(rows)] = logp.numpy().sum(1)
     return out
 
 
@@ -325,13 +342,13 @@ def contrastive(logdir: str, overrides: dict, path: str, ckpt: str = "") -> dict
     95% interval, overall and per "pronoun" class (where the items have one); and
     sacreBLEU and chrF of the sources translated in their context (a document each). Writes
     ``<results_dir>/<run>_<checkpoint>_contrastive.json``."""
-    hp, tok, model, ckpt_path = decoding.load_run(logdir, overrides, ckpt)
+    hp, tok, model, ckpt_path = checkpoints.load_run(logdir, overrides, ckpt)
     items = read_contrastive(path)
     sentences, docs = [], []
     for k, it in enumerate(items):  # each item a document: its context, then its source
         sentences += list(it["context"]) + [it["source"]]
         docs += [k] * (len(it["context"]) + 1)
-    hyps = decoding.Translator(model, tok, hp).translate(sentences, np.array(docs))
+    hyps = Translator(model, tok, hp).translate(sentences, np.array(docs))
     last = np.cumsum([len(it["context"]) + 1 for it in items]) - 1
     # a decoder memory reads the context's translations: the item's, else the model's own
     targets = [
@@ -349,7 +366,7 @@ def contrastive(logdir: str, overrides: dict, path: str, ckpt: str = "") -> dict
         c: float(np.mean([w for w, it in zip(wins, items) if str(it.get("pronoun")) == c]))
         for c in classes
     }
-    scores = decoding.scores([hyps[i] for i in last], [it["reference"] for it in items])
+    scores = metrics.scores([hyps[i] for i in last], [it["reference"] for it in items])
     figures.update(
         sacrebleu=scores["sacrebleu"],
         chrf=scores["chrf"],
@@ -387,9 +404,13 @@ def count_sources(logdir: str, test_src: str) -> int | None:
 def main() -> None:
     hp, opts = cli.parse_args(script=SCRIPT)
     overrides = {k: getattr(hp, k) for k in opts["_set"]}
+    runs = cli.ensemble_runs(opts, "eval")
     # before TensorFlow starts
-    decoding.one_thread_per_stream(hp, count_sources(hp.logdir, opts["test_src"]))
+    first = runs[0] if runs else hp.logdir
+    translator.one_thread_per_stream(hp, count_sources(first, opts["test_src"]))
     if opts["contrastive"]:
+        if runs:
+            raise UserError("--contrastive scores one run in its documents: drop --ensemble")
         contrastive(hp.logdir, overrides, opts["contrastive"], opts["ckpt"])
         return
     evaluate(
@@ -399,6 +420,7 @@ def main() -> None:
         opts["test_src"],
         opts["test_ref"],
         length_buckets=opts["length_buckets"],
+        runs=runs,
     )
 
 

@@ -58,10 +58,13 @@ import os
 
 import tensorflow as tf
 
+import beam_search
+import checkpoints
 import ctranslate
 import data_load
-import decoding
+import document_decoding
 import files
+import greedy_search
 from hparams import UserError
 
 # data_load.clean in RE2, whose \s is [\t\n\f\r ] alone; then the other characters at
@@ -92,7 +95,7 @@ def add_vocabulary(module: tf.Module, tok, hp: hparams.Hparams) -> None:
 
 def build_module(model, tok, hp: hparams.Hparams):
     """A tf.Module with a ``translate(strings [N]) -> {"translations": strings [N]}``."""
-    limit = decoding.source_limit(model)
+    limit = greedy_search.source_limit(model)
     beam = max(hp.beam_size, 1)
 
     class Translator(tf.Module):
@@ -138,14 +141,14 @@ def build_module(model, tok, hp: hparams.Hparams):
 
         def best(self, src, encoded=None, context=None):
             """The best translation's ids (N, L) of src (N, T), greedy or beam search;
-            ``encoded`` and ``context`` as decoding.greedy_loop takes them."""
+            ``encoded`` and ``context`` as greedy_search.greedy_loop takes them."""
             extra = tf.constant(hp.max_len_extra, tf.int32)
             if beam > 1:
                 alpha, n = hp.length_penalty, hp.max_len
-                return decoding.beam_loop(model, src, extra, beam, alpha, n, encoded, context)[0][
-                    :, 0
-                ]
-            return decoding.greedy_loop(model, src, extra, hp.max_len, encoded, context)
+                return beam_search.beam_loop(model, src, extra, beam, alpha, n, encoded, context)[
+                    0
+                ][:, 0]
+            return greedy_search.greedy_loop(model, src, extra, hp.max_len, encoded, context)
 
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
         def translate(self, sentences):
@@ -175,8 +178,8 @@ def document_loop(model, src, best, to_text):
     each sentence encoded with the window of each encoder layer's inputs for the last M
     (memory_sentences) sentences, and decoded with the window of each decoder layer's
     inputs for the last M_t (target_memory_sentences) translations (their <S> and tokens
-    before </S>: decoding.translation_states; an empty sentence's, <S> alone), each
-    window after one masked column (decoding.Lanes.context's layout for one lane).
+    before </S>: document_decoding.translation_states; an empty sentence's, <S> alone), each
+    window after one masked column (document_decoding.Lanes.context's layout for one lane).
     Returns the translations (N,)."""
     layers, d = model.num_blocks, model.d_model
     m, mt = model.memory_sentences, model.target_memory_sentences
@@ -205,7 +208,7 @@ def document_loop(model, src, best, to_text):
         if m:
             window, sizes = slide(window, sizes, tf.stack(inputs), lengths[i])
         if mt:
-            states = decoding.translation_states(model, ids, encoded, tgt_context)
+            states = document_decoding.translation_states(model, ids, encoded, tgt_context)
             stops = tf.logical_or(
                 tf.equal(ids[0], data_load.EOS_ID), tf.equal(ids[0], data_load.PAD_ID)
             )
@@ -239,7 +242,7 @@ def document_loop(model, src, best, to_text):
 
 def export(logdir: str, export_dir: str, overrides: dict, ckpt: str = "") -> str:
     """Write the SavedModel (via a temp folder, renamed when complete)."""
-    hp, tok, model, path = decoding.load_run(logdir, overrides, ckpt, "export")
+    hp, tok, model, path = checkpoints.load_run(logdir, overrides, ckpt, "export")
     if tok.kind == "bpe" and importlib.util.find_spec("tensorflow_text") is None:
         raise UserError("exporting a BPE model needs tensorflow-text: pip install tensorflow-text")
     if os.path.exists(export_dir) and not os.path.isdir(export_dir):
@@ -259,7 +262,7 @@ def export(logdir: str, export_dir: str, overrides: dict, ckpt: str = "") -> str
 def export_ctranslate2(logdir: str, out: str, overrides: dict, ckpt: str, quantization: str):
     """Write the CTranslate2 model directory (ctranslate.py), the sentencepiece model
     beside it."""
-    hp, tok, model, path = decoding.load_run(logdir, overrides, ckpt, "export")
+    hp, tok, model, path = checkpoints.load_run(logdir, overrides, ckpt, "export")
     if os.path.exists(out) and not os.path.isdir(out):
         raise UserError(f"{out} exists and is not a folder; choose another --export_dir")
     ctranslate.convert(model, tok, out, quantization, hp.prepro_dir)

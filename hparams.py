@@ -109,7 +109,7 @@ class Hparams:
     num_epochs: int = 8  # passes over the training data
     max_steps: int = 0  # >0: stop after this many steps (checkpointed)
     max_minutes: float = 0.0  # >0: stop after this wall time (checkpointed)
-    seed: int = 42  # weights, dropout and batch order
+    seed: int = 42  # weights, dropout, batch order; in eval.py and translate.py, sampling
     precision: str = "auto"  # auto (docs/training.md) | float32 | mixed_float16 | mixed_bfloat16
     jit_compile: bool = False  # XLA-compile the train step
     logdir: str = "log/demo"  # checkpoints, TensorBoard events, hparams.json, specs
@@ -130,6 +130,9 @@ class Hparams:
     max_len: int = 0  # >0: and never more than this many tokens
     legacy_protocol: bool = False  # eval.py scores the TF1 eval.py subset the TF1 way
     decode_streams: int = 0  # batches decoded at once (0: one per CPU core on a CPU, 1 on a GPU)
+    sampling_topk: int = 1  # 1: no sampling; K > 1: sample from the K likeliest tokens; 0: from all
+    sampling_topp: float = 1.0  # <1: sample from the likeliest tokens whose mass reaches this
+    sampling_temperature: float = 1.0  # sampling: the logits are divided by this
 
 
 # The --help groups (cli.py), in order: each group's first field and its title; a group
@@ -238,6 +241,10 @@ DECODE_KEYS = (
     "precision",
     "legacy_protocol",
     "decode_streams",
+    "sampling_topk",
+    "sampling_topp",
+    "sampling_temperature",
+    "seed",
 )
 
 # Fields that fix the batch plan and the position within an epoch: a resumed run must
@@ -548,6 +555,29 @@ def check_ranges(values: dict) -> None:
     if not values["layer_norm_epsilon"] > 0:
         raise UserError(
             f"--layer_norm_epsilon must be positive; got {values['layer_norm_epsilon']:g}"
+        )
+    check_sampling(values)
+
+
+def check_sampling(values: dict) -> None:
+    """Sampling's settings in range, and sampling (sampling_topk other than 1, as in
+    CTranslate2) without a beam."""
+    topk, topp, temperature = (values[f"sampling_{k}"] for k in ("topk", "topp", "temperature"))
+    if topk < 0:
+        raise UserError(f"--sampling_topk must not be negative (0: every token); got {topk}")
+    if not 0 < topp <= 1:
+        raise UserError(f"--sampling_topp must be in (0, 1]; got {topp}")
+    if not 0 < temperature < float("inf"):
+        raise UserError(f"--sampling_temperature must be positive; got {temperature}")
+    if topk == 1 and (topp < 1 or temperature != 1):
+        raise UserError(
+            "--sampling_topp and --sampling_temperature shape sampling, which --sampling_topk "
+            "1 (the default: greedy) turns off: add --sampling_topk 0 (every token) or K > 1"
+        )
+    if topk != 1 and values["beam_size"] > 1:
+        raise UserError(
+            f"--sampling_topk {topk} samples one token at a time: drop --beam_size "
+            f"{values['beam_size']} (or use --sampling_topk 1 for beam search)"
         )
 
 

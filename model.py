@@ -2,8 +2,8 @@
 
 ``Transformer.call((src, tgt_in))`` gives logits for teacher forcing; ``encode`` and
 ``decode_step`` with a plain-dict cache give incremental decoding (the loops that use
-them are in decoding.py). ``model_type`` picks a :class:`modules.Variant` from
-:data:`VARIANTS`, which builds the layers.
+them are in greedy_search.py and beam_search.py). ``model_type`` picks a
+:class:`modules.Variant` from :data:`VARIANTS`, which builds the layers.
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@
 // sums of the gradient are summed in fixed blocks of rows and then in block order, so
 // that they do not depend on the number of threads.
 //
-// A decoding step (decoding.py's decoders, through fast_ops.decoding_function) runs
-// NativeLayerNorm forward and:
+// A decoding step (greedy_search.py's and beam_search.py's decoders, through
+// fast_ops.decoding_function) runs NativeLayerNorm forward and:
 // NativeStepAttention: the attention of one query position over cached heads (3.2.1)
 //   q (N, h, 1, d), k (N, h, T, d), v (N, h, T, d), mask (M, T) bool with M = N or 1, or
 //   (0,) for none -> out (N, h, 1, d), head i = softmax(q_i k_i^T / div, masked keys at
@@ -24,7 +24,7 @@
 // NativeTopLogSoftmax: log_softmax(logits) at each row's k largest logits
 //   logits (R, V) -> values (R, k) float, indices (R, k) int32, largest first, the lower
 //   index first among equal logits (as tf.math.top_k): the beam search's top k of each
-//   hypothesis (decoding.best_extensions) in two passes over the row (the second is
+//   hypothesis (beam_search.best_extensions) in two passes over the row (the second is
 //   Eigen's vectorized exp), where TensorFlow's ops make five.
 
 #include <algorithm>

@@ -15,7 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 import data_load
-import decoding
+import greedy_search
 
 
 def pyplot():
@@ -66,11 +66,11 @@ class Attention:
 def attention(model, tok, sentence: str, max_len_extra: int, greedy=None) -> Attention:
     """Translate ``sentence`` greedily, then run the model once over its own output
     (teacher-forced on it) and collect every layer's attention weights. ``greedy`` is a
-    compiled decoder of :func:`decoding.greedy_decoder` to reuse (one is built if None)."""
-    limit = decoding.source_limit(model)
+    compiled decoder of :func:`greedy_search.greedy_decoder` to reuse (one is built if None)."""
+    limit = greedy_search.source_limit(model)
     src_ids = tok.encode_src([sentence])[0][: limit - 1] + [data_load.EOS_ID]
     src = tf.constant([src_ids], tf.int32)
-    greedy = greedy or decoding.greedy_decoder(model)
+    greedy = greedy or greedy_search.greedy_decoder(model)
     out = greedy(src, tf.constant(max_len_extra, tf.int32)).numpy()[0]
     out = [int(t) for t in out if t != data_load.PAD_ID]
     tgt_in = [data_load.BOS_ID] + out[:-1]  # one decoder position per output token

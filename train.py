@@ -56,14 +56,15 @@ from tqdm import tqdm
 
 import checkpoints
 import data_load
-import decoding
 import devices
 import files
+import metrics
 import summaries
 from budget import Budget
 from hparams import UserError
 from interrupts import DevAbandoned, Interrupt
 from trainer import Dev, Health, StepStats, Trainer
+from translator import Translator
 
 LOG_EVERY = 50  # steps between TensorBoard scalar summaries
 
@@ -165,7 +166,7 @@ class Run:
     hp: hparams.Hparams
     trainer: Trainer
     dev: Dev
-    translator: decoding.Translator
+    translator: Translator
     writer: Any
     interrupt: Interrupt
     budget: Budget
@@ -384,7 +385,7 @@ def evaluate(
     with interrupt.abandonable_region(not trainer.multi_worker):
         dev_loss, dev_nll = trainer.dev_loss(dev.corpus, max(1, hp.tokens_per_batch // 64))
         hyps = translator.translate(dev.src, dev.docs) if bleu else []
-        scores = decoding.scores(hyps, dev.ref) if bleu else None
+        scores = metrics.scores(hyps, dev.ref) if bleu else None
     seconds = time.time() - t0
     trainer.eval_seconds.assign_add(seconds)
     if bleu and trainer.chief:
@@ -444,7 +445,7 @@ def end_of_epoch(
 
 def dev_bleu(dev: Dev, translator) -> float:
     """The dev BLEU of the model's weights as they are, on the dev subset."""
-    return decoding.scores(translator.translate(dev.src, dev.docs), dev.ref)["sacrebleu"]
+    return metrics.scores(translator.translate(dev.src, dev.docs), dev.ref)["sacrebleu"]
 
 
 def main() -> None:

@@ -21,7 +21,6 @@ from tqdm import tqdm
 
 import checkpoints
 import data_load
-import decoding
 import devices
 import fast_ops
 import files
@@ -31,6 +30,7 @@ import summaries
 from devices import LossScale
 from hparams import UserError
 from model import Transformer
+from translator import Translator
 
 
 class StepStats(NamedTuple):
@@ -551,10 +551,10 @@ class Dev:
         if tok is not None and self.ref:
             self.max_len = max(len(ids) for ids in tok.encode_tgt(self.ref)) + 10
 
-    def translator(self, model, tok, hp: hparams.Hparams) -> decoding.Translator:
+    def translator(self, model, tok, hp: hparams.Hparams) -> Translator:
         """The run's decoding settings under the subset's length limit."""
         limit = min(hp.max_len, self.max_len) if hp.max_len else self.max_len
-        return decoding.Translator(model, tok, hparams.apply(hp, {"max_len": limit}))
+        return Translator(model, tok, hparams.apply(hp, {"max_len": limit}))
 
 
 class Health:

@@ -3,15 +3,31 @@
     echo "Die Frau liest ein Buch." | python translate.py --logdir log/demo
     python translate.py --preset multi30k --input talk.de > talk.en
     python translate.py --logdir log/demo --beam_size 4 --n_best 3 < sentences.de
+    python translate.py --logdir log/demo --sampling_topk 10 --n_best 3 --seed 1 < mono.de
+    python translate.py --ensemble log/a,log/b --beam_size 4 < sentences.de
+    python translate.py --logdir log/demo --prefix starts.en < sentences.de
+    python translate.py --logdir log/demo --score sentences.en --score_tokens < sentences.de
+    python translate.py --logdir log/demo --alignments < sentences.de
     python translate.py --logdir log/demo --attention attn.png <<< "Der Hund schläft."
 
 Reads stdin (or --input), applies the training preprocessing (BPE or the word
 vocabulary), decodes in length-sorted batches and prints detokenized English on stdout in
 the input order. An empty line gives an empty line; a line longer than the model can
-take is truncated, with a warning on stderr. With --n_best N (beam search), each input
-gives N lines ``rank<TAB>score<TAB>translation``. The input is UTF-8 (a byte-order mark
-and CRLF line ends are fine; anything else is an error naming the line); stdout that
-cannot be written (a full disk, a closed pipe) is an error too.
+take is truncated, with a warning on stderr. With --n_best N (beam search, or N samples
+with --sampling_topk), each input gives N lines ``rank<TAB>score<TAB>translation``. The
+input is UTF-8 (a byte-order mark and CRLF line ends are fine; anything else is an error
+naming the line); stdout that cannot be written (a full disk, a closed pipe) is an error
+too.
+
+--sampling_topk K draws each token from the K most probable (0: from every token),
+shaped by --sampling_topp and --sampling_temperature; --seed fixes the draws, whatever
+the batches and streams. --ensemble decodes with several runs of one vocabulary as one
+model (their probabilities averaged at each step). --prefix FILE forces each line's
+translation to start with that file's line (an empty line: no prefix). --score FILE
+prints, for each line and that file's translation of it, ``score<TAB>translation``: the
+summed log-probability of its tokens and </S>; --score_tokens adds a third column, each
+token=log-probability. --alignments appends a tab and the Pharaoh word alignment
+(``0-0 1-2``: source word - target word) from the cross-attention (scoring.py).
 
 For a model with document context (``memory_sentences``), a blank line separates
 documents (and stays a blank line in the output): each document is translated in order,
@@ -30,7 +46,12 @@ SCRIPT = cli.Script(
     options={
         "ckpt": ("", "checkpoint: a path, last or best (default: the run's default model)"),
         "input": ("", "a file of German sentences, one per line (default: stdin)"),
-        "n_best": (1, "print the N best translations of each line (needs --beam_size >= N)"),
+        "n_best": (1, "print N translations of each line: the beam's best, or N samples"),
+        "ensemble": ("", "LOGDIR,LOGDIR,...: decode with these runs as one (instead of --logdir)"),
+        "prefix": ("", "a file of target prefixes, one per input line (empty: none)"),
+        "score": ("", "a file of translations, one per input line: print their scores"),
+        "score_tokens": (False, "with --score: each token's log-probability too"),
+        "alignments": (False, "append a tab and the word alignment (Pharaoh: 0-0 1-2 ...)"),
         "attention": ("", "PNG path: the cross-attention of one sentence, one panel per head"),
     },
     note=cli.DECODING_NOTE,
@@ -42,10 +63,14 @@ if __name__ == "__main__":
 import sys
 
 import data_load
-import decoding
+import document_decoding
+import ensemble
 import files
+import greedy_search
 import plots
+import translator
 from hparams import UserError
+from translator import Translator
 
 
 def plot_attention(model, tok, sentence: str, path: str, max_len_extra: int) -> str:
@@ -60,19 +85,18 @@ def plot_attention(model, tok, sentence: str, path: str, max_len_extra: int) -> 
 def main() -> None:
     hp, opts = cli.parse_args(script=SCRIPT)
     overrides = {k: getattr(hp, k) for k in opts["_set"]}
+    runs = cli.ensemble_runs(opts, "translate") or [hp.logdir]
+    check_options(hp, opts)
     # before TensorFlow starts; stdin is read after the run loads (its errors come first)
-    decoding.one_thread_per_stream(hp, files.count_lines(opts["input"]))  # None: stdin
-    hp, tok, model, _ = decoding.load_run(hp.logdir, overrides, opts["ckpt"], "translate")
-    n_best = opts["n_best"]
-    if n_best < 1:
-        raise UserError(f"--n_best must be at least 1; got {n_best}")
-    if n_best > max(hp.beam_size, 1):
-        raise UserError(f"--n_best {n_best} needs --beam_size of at least {n_best}")
+    translator.one_thread_per_stream(hp, files.count_lines(opts["input"]))  # None: stdin
+    hp, tok, model, _ = ensemble.load_ensemble(runs, overrides, opts["ckpt"], "translate")
     if opts["input"]:
         lines = data_load.read_lines(opts["input"])
     else:
         lines = data_load.split_lines(data_load.decode_text(sys.stdin.buffer.read(), "stdin"))
     if opts["attention"]:
+        if len(runs) > 1:
+            raise UserError("--attention plots one run's attention: drop --ensemble")
         if len([s for s in lines if s]) != 1:
             raise UserError("--attention takes exactly one sentence")
         sentence = next(s for s in lines if s)
@@ -81,8 +105,73 @@ def main() -> None:
         )
         print(f"translate: attention written to {opts['attention']}", file=sys.stderr)
         return
-    out = translate_lines(model, tok, hp, lines, n_best, progress=bool(opts["input"]))
+    given = {key: aligned_lines(opts[key], lines, key) for key in ("prefix", "score")}
+    if opts["score"]:
+        out = score_lines(model, tok, hp, lines, given["score"], opts["score_tokens"])
+    else:
+        out = translate_lines(
+            model,
+            tok,
+            hp,
+            lines,
+            opts["n_best"],
+            progress=bool(opts["input"]),
+            prefixes=given["prefix"],
+            alignments=opts["alignments"],
+        )
     files.print_text("".join(line + "\n" for line in out))
+
+
+def check_options(hp: hparams.Hparams, opts: dict) -> None:
+    """The script's options that do not go together, each one UserError line, before the
+    run loads."""
+    n_best, sampling = opts["n_best"], hp.sampling_topk != 1
+    if n_best < 1:
+        raise UserError(f"--n_best must be at least 1; got {n_best}")
+    if n_best > max(hp.beam_size, 1) and not sampling:
+        raise UserError(
+            f"--n_best {n_best} needs --beam_size of at least {n_best} (or sampling: "
+            "--sampling_topk 0 or K > 1)"
+        )
+    if opts["score_tokens"] and not opts["score"]:
+        raise UserError("--score_tokens goes with --score FILE")
+    if opts["score"]:
+        for other in ("prefix", "alignments", "attention"):
+            if opts[other]:
+                raise UserError(f"--score scores given translations: drop --{other}")
+        if n_best > 1:
+            raise UserError("--score scores one translation per line: drop --n_best")
+    if opts["alignments"] and n_best > 1:
+        raise UserError("--alignments aligns the best translation: drop --n_best")
+
+
+def aligned_lines(path: str, lines: list[str], option: str) -> list[str] | None:
+    """The lines of ``path`` (None if no path), one per input line, or one UserError."""
+    if not path:
+        return None
+    given = data_load.read_lines(path)
+    if len(given) != len(lines):
+        raise UserError(
+            f"--{option} {path} has {len(given)} lines but the input has {len(lines)}: "
+            "give one per input line (an empty line where there is none)"
+        )
+    return given
+
+
+def score_lines(model, tok, hp, lines: list[str], targets: list[str], tokens: bool) -> list[str]:
+    """``score<TAB>translation`` per (line, target) pair: the summed log-probability of
+    the target's tokens and </S> given the line; with ``tokens``, a third column of
+    piece=log-probability, </S> last (Translator.score_ids)."""
+    tgt_ids = tok.encode_tgt(targets)
+    logp = Translator(model, tok, hp).score_ids(tok.encode_src(lines), tgt_ids)
+    out = []
+    for target, ids, lp in zip(targets, tgt_ids, logp):
+        line = f"{lp.sum():.4f}\t{target}"
+        if tokens:
+            pieces = tok.tgt_tokens(ids) + ["</S>"]
+            line += "\t" + " ".join(f"{p}={x:.4f}" for p, x in zip(pieces, lp))
+        out.append(line)
+    return out
 
 
 def translate_lines(
@@ -92,11 +181,14 @@ def translate_lines(
     lines: list[str],
     n_best: int = 1,
     progress: bool = False,
-    translator: decoding.Translator | None = None,
+    translator: Translator | None = None,
+    prefixes: list[str] | None = None,
+    alignments: bool = False,
 ) -> list[str]:
     """Output lines for input lines (see the module docstring); ``translator``: one to
-    reuse (its compiled decoding loop) instead of a new one."""
-    limit = decoding.source_limit(model)
+    reuse (its compiled decoding loop) instead of a new one; ``prefixes``: per line the
+    text its translation starts with; ``alignments``: append each line's alignment."""
+    limit = greedy_search.source_limit(model)
     ids = tok.encode_src(lines)  # encoded once, for the warnings and the decoding
     for n, seq in enumerate(ids, 1):
         if len(seq) + 1 > limit:
@@ -106,9 +198,14 @@ def translate_lines(
                 file=sys.stderr,
             )
     lines_out = []
-    translator = translator or decoding.Translator(model, tok, hp)
-    docs = decoding.documents_of_lines(lines)  # read by a model with memory only
-    for best in translator.translate_nbest(lines, n_best, progress, ids, docs):
+    translator = translator or Translator(model, tok, hp)
+    docs = document_decoding.documents_of_lines(lines)  # read by a model with memory only
+    if alignments:
+        forced = None if prefixes is None else tok.encode_tgt(prefixes)
+        outs = translator.translate_ids(ids, progress, docs=docs, prefixes=forced)
+        links = translator.alignments(ids, outs)
+        return ["" if o is None else f"{tok.decode_tgt(o[0][0])}\t{a}" for o, a in zip(outs, links)]
+    for best in translator.translate_nbest(lines, n_best, progress, ids, docs, prefixes):
         if not best:  # empty input line
             lines_out.extend([""] if n_best == 1 else [f"{r + 1}\t\t" for r in range(n_best)])
         elif n_best == 1:

@@ -15,7 +15,7 @@ which the keras-hub row mirrors), the test split; every row is the median of
 ``--repeats`` timed passes after one untimed pass:
 * naive: the original's decoder, re-run over the whole prefix at every step for the full
   length budget (source length + --naive_extra, pinned at 50: the ratio grows with it),
-  no early stop (decoding.naive_greedy), batches of --batch sentences;
+  no early stop (greedy_search.naive_greedy), batches of --batch sentences;
 * cached greedy: one compiled tf.while_loop with the key/value cache and early stop;
 * beam 4 (alpha 0.6), same loop;
 * keras-hub: keras_hub.layers.TransformerDecoder layers of the same size, driven by
@@ -236,13 +236,13 @@ def profile_step(model, src, steps_done: int, repeats: int = 200) -> list[tuple[
 
 def profile_beam(model, src, steps_done: int, k: int = 4, repeats: int = 100):
     """Where one beam-search step's time goes (``--profile``): the parts of
-    decoding.beam_loop's body run alone as tf.functions on the batch ``src`` (N, T1), its
+    beam_search.beam_loop's body run alone as tf.functions on the batch ``src`` (N, T1), its
     N * k hypotheses' caches filled to ``steps_done`` positions, in milliseconds (median of
     ``repeats`` calls)."""
     import tensorflow as tf
 
+    import beam_search
     import data_load
-    import decoding
 
     n = src.shape[0]
     memory, mask = model.encode(src)
@@ -251,7 +251,7 @@ def profile_beam(model, src, steps_done: int, k: int = 4, repeats: int = 100):
     for _ in range(steps_done):
         logits, cache = model.decode_step(tokens, cache)
     longest = steps_done + 20
-    alive_logp = tf.tile(tf.constant([[0.0] + [decoding.NEG] * (k - 1)]), (n, 1))
+    alive_logp = tf.tile(tf.constant([[0.0] + [beam_search.NEG] * (k - 1)]), (n, 1))
     seqs = tf.zeros((n, k, longest), tf.int32)
     search = (tf.range(n), tf.fill((n,), longest), tokens, seqs, alive_logp, seqs, alive_logp)
     rows = tf.range(n * k)[::-1]
@@ -259,7 +259,7 @@ def profile_beam(model, src, steps_done: int, k: int = 4, repeats: int = 100):
 
     def whole():
         step_logits, new_cache = model.decode_step(tokens, cache)
-        state, source_rows = decoding.beam_step(i, step_logits, search, 0.6)
+        state, source_rows = beam_search.beam_step(i, step_logits, search, 0.6)
         return model.reorder_cache(new_cache, source_rows)["layers"][0]["k"], state[3]
 
     parts = {
@@ -267,10 +267,10 @@ def profile_beam(model, src, steps_done: int, k: int = 4, repeats: int = 100):
         "decoder step, N * k rows (every layer, logits)": lambda: model.decode_step(tokens, cache)[
             0
         ],
-        "search bookkeeping (top-k, sequences, finished set)": lambda: decoding.beam_step(
+        "search bookkeeping (top-k, sequences, finished set)": lambda: beam_search.beam_step(
             i, logits, search, 0.6
         )[0][3],
-        "  the k best extensions (top-k of top-k)": lambda: decoding.best_extensions(
+        "  the k best extensions (top-k of top-k)": lambda: beam_search.best_extensions(
             logits, alive_logp
         )[0],
         "  for comparison: log-softmax + top-k over k * V": lambda: tf.math.top_k(
@@ -399,11 +399,13 @@ def layout_worker(cfg: dict) -> None:
     if cfg["intra"]:
         tf.config.threading.set_intra_op_parallelism_threads(cfg["intra"])
         tf.config.threading.set_inter_op_parallelism_threads(cfg["inter"])
+    import beam_search
+    import checkpoints
     import data_load
-    import decoding
     import fast_ops
+    import greedy_search
 
-    hp, tok, model, _ = decoding.load_run(cfg["logdir"], {}, who="bench")
+    hp, tok, model, _ = checkpoints.load_run(cfg["logdir"], {}, who="bench")
     src_txt, _ = data_load.read_raw(hp, "test")
     ids = tok.encode_src(src_txt[: cfg["sents"]])
     batches = [tf.constant(b) for _, b in data_load.eval_batches(ids, cfg["batch"], 1 << 30)]
@@ -411,10 +413,10 @@ def layout_worker(cfg: dict) -> None:
 
     def decoder():  # traced on its first call (one trace: the signature has free sizes)
         if cfg["beam"] > 1:
-            beam = decoding.beam_decoder(model, cfg["beam"], 0.6)
+            beam = beam_search.beam_decoder(model, cfg["beam"], 0.6)
             fn = lambda b: beam(b, extra)[0].numpy()[:, 0]  # noqa: E731
         else:
-            greedy = decoding.greedy_decoder(model)
+            greedy = greedy_search.greedy_decoder(model)
             fn = lambda b: greedy(b, extra).numpy()  # noqa: E731
         fn(batches[0])
         return fn
@@ -489,7 +491,7 @@ def print_anchor(
     its outputs are ours (``ours``: beam size -> our outputs, batch order) token for
     token; then, with ``ablate``, each layout with that switch on against off; then our
     best layout against theirs, and each on one batch."""
-    import decoding
+    import metrics
 
     width = max(len(r["name"]) for r in rows) + 2
     head = "decoder (float32 unless named)"
@@ -497,7 +499,7 @@ def print_anchor(
     for r in rows:
         r["speed"] = n / r["seconds"]
         same = sum(a == b for a, b in zip(r["outs"], ours[r["beam"]]))
-        bleu = decoding.scores(texts(r["outs"]), refs)["sacrebleu"]
+        bleu = metrics.scores(texts(r["outs"]), refs)["sacrebleu"]
         print(f"{r['name']:<{width}}{r['speed']:>12.1f}{bleu:>7.2f}{same:>8}")
     for beam, what in [(1, "greedy")] + [(k, f"beam {k}") for k in beams]:
         mine = [r for r in rows if r["beam"] == beam and r["name"].startswith("ours")]
@@ -550,9 +552,12 @@ def parser(preset: str = "demo"):
 def main() -> None:
     import tensorflow as tf
 
+    import beam_search
+    import checkpoints
     import data_load
-    import decoding
     import fast_ops
+    import greedy_search
+    import metrics
 
     hp, opts = cli.parse_args(extra=OPTIONS)
     if opts["worker"]:
@@ -564,7 +569,7 @@ def main() -> None:
             f"bench: --ablate {opts['ablate']}: no such switch; fast_ops.py's switches are "
             f"{', '.join(fast_ops.ENABLED)}"
         )
-    hp, tok, model, path = decoding.load_run(hp.logdir, {}, who="bench")
+    hp, tok, model, path = checkpoints.load_run(hp.logdir, {}, who="bench")
     differ = pinned_mismatch(hp)
     src_txt, refs = data_load.read_raw(hp, "test")
     src_txt, refs = src_txt[: opts["sents"]], refs[: opts["sents"]]
@@ -584,9 +589,9 @@ def main() -> None:
         print(f"one beam-4 step, {src.shape[0]} sentences at position 10 (ms, median of 100):")
         for name, ms in profile_beam(model, src, 10):
             print(f"  {name:<55}{ms:>8.3f}")
-    greedy = decoding.greedy_decoder(model)
+    greedy = greedy_search.greedy_decoder(model)
     t_greedy, g_out = timed(lambda b: greedy(tf.constant(b), extra).numpy(), batches, reps)
-    beam = decoding.beam_decoder(model, 4, 0.6)
+    beam = beam_search.beam_decoder(model, 4, 0.6)
     t_beam, b_out = timed(lambda b: beam(tf.constant(b), extra)[0].numpy()[:, 0], batches, reps)
 
     kh = None
@@ -607,7 +612,7 @@ def main() -> None:
 
     def naive(b):
         limits = (b != 0).sum(axis=1) + naive_extra
-        return decoding.naive_greedy(model, tf.constant(b), b.shape[1] + naive_extra, limits)
+        return greedy_search.naive_greedy(model, tf.constant(b), b.shape[1] + naive_extra, limits)
 
     t_naive, n_out = timed(naive, naive_batches, reps)
     extra_naive = tf.constant(naive_extra, tf.int32)
@@ -624,8 +629,8 @@ def main() -> None:
                 hyps[i] = tok.decode_tgt(out[row])
         return hyps
 
-    bleu_g = decoding.scores(texts(g_out, batches, len(ids)), refs)["sacrebleu"]
-    bleu_b = decoding.scores(texts(b_out, batches, len(ids)), refs)["sacrebleu"]
+    bleu_g = metrics.scores(texts(g_out, batches, len(ids)), refs)["sacrebleu"]
+    bleu_b = metrics.scores(texts(b_out, batches, len(ids)), refs)["sacrebleu"]
     sps_naive, sps_g, sps_b = n_naive / t_naive, len(ids) / t_greedy, len(ids) / t_beam
     print(f"sentences/s: the median of {reps} timed passes each")
     print(f"{'decoder':<28}{'sentences/s':>12}{'sacreBLEU':>11}")
@@ -645,7 +650,7 @@ def main() -> None:
             return seq[: seq.index(3) + 1] if 3 in seq else seq
 
         agree = sum(cut(a) == cut(b) for ga, ka in zip(g_out, kh_out) for a, b in zip(ga, ka))
-        bleu_kh = decoding.scores(texts(kh_out, batches, len(ids)), refs)["sacrebleu"]
+        bleu_kh = metrics.scores(texts(kh_out, batches, len(ids)), refs)["sacrebleu"]
         sps_kh = len(ids) / t_kh
         print(f"{'keras-hub cached greedy':<28}{sps_kh:>12.1f}{bleu_kh:>11.2f}")
         print(

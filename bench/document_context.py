@@ -11,7 +11,7 @@ One process, one trained model with ``memory_sentences`` (M), the run's test spl
 read in document order (prepro's talks), greedy decoding, batches of eval_batch_size
 lanes. Every row is the median of ``--repeats`` timed passes after one untimed pass:
 * reuse: each lane keeps the encoder-layer inputs of its last M sentences and the next
-  sentence attends to them (decoding.Translator; documents cut into pieces so that the
+  sentence attends to them (translator.Translator; documents cut into pieces so that the
   batch stays full, a piece's first window recomputed);
 * recompute: every sentence's context encoded again from its L M sentences before
   (chunk = 1: what training does for each pair), and with a decoder memory
@@ -52,10 +52,12 @@ def main() -> None:
         train_cost(args.logdir, args.steps)
         return
 
+    import checkpoints
     import data_load
-    import decoding
+    import document_decoding
+    import translator
 
-    hp, tok, model, path = decoding.load_run(args.logdir, {}, who="bench")
+    hp, tok, model, path = checkpoints.load_run(args.logdir, {}, who="bench")
     if not model.reads_documents:
         sys.exit(f"{args.logdir} holds a model without document memory: train one first")
     sources, _ = data_load.read_raw(hp, "test")
@@ -68,16 +70,18 @@ def main() -> None:
         f"bench: {path}: position={hp.position}, memory_sentences={hp.memory_sentences}, "
         f"target_memory_sentences={hp.target_memory_sentences}, num_blocks={hp.num_blocks}, "
         f"d_model={hp.d_model}; {n} test sentences in "
-        f"{len(decoding.document_runs(docs))} documents, {tokens} source tokens, "
+        f"{len(document_decoding.document_runs(docs))} documents, {tokens} source tokens, "
         f"eval_batch_size={hp.eval_batch_size}"
     )
     rows = {"reuse": None, "recompute": 1}
-    translators = {name: decoding.Translator(model, tok, hp, chunk) for name, chunk in rows.items()}
+    translators = {
+        name: translator.Translator(model, tok, hp, chunk) for name, chunk in rows.items()
+    }
     for name, chunk in rows.items():  # the same passes without the decoder: the encoder's share
         if model.target_memory_sentences:
             break  # (a decoder memory reads the translations: no encoder-only pass)
-        tr = decoding.Translator(model, tok, hp, chunk)
-        tr.decode_in_context = encoder_only(model)
+        tr = translator.Translator(model, tok, hp, chunk)
+        tr.documents.decode = encoder_only(model)
         translators[f"{name}, encoder only"] = tr
     outputs, seconds = {}, {name: [] for name in translators}
     for name, tr in translators.items():  # one untimed pass each: the traces
@@ -107,17 +111,17 @@ def main() -> None:
 
 
 def encoder_only(model):
-    """A stand-in for decoding.document_decoder that encodes in context and returns the
+    """A stand-in for document_decoding.document_decoder that encodes in context and returns the
     states, with a one-token "translation": the lanes' passes without the decoder."""
     import tensorflow as tf
 
-    import decoding
+    import document_decoding
 
     def encode(src, extra, states, mask, tgt_states, tgt_mask):
-        inputs = decoding.encode_in_window(model, src, states, mask)[1]
+        inputs = document_decoding.encode_in_window(model, src, states, mask)[1]
         return tf.zeros_like(src[:, :1]), inputs, tf.zeros_like(tgt_states[:, :, :1])
 
-    spec = decoding.document_spec(model)
+    spec = document_decoding.document_spec(model)
     return tf.function(encode, input_signature=spec, autograph=False)
 
 

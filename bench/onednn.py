@@ -40,11 +40,11 @@ import numpy as np
 import tensorflow as tf
 import data_load, decoding
 from tensorflow.python.util import _pywrap_util_port
-hp, tok, model, _ = decoding.load_run(sys.argv[1], {}, who="bench")
+hp, tok, model, _ = checkpoints.load_run(sys.argv[1], {}, who="bench")
 src_txt, _ = data_load.read_raw(hp, "test")
 ids = tok.encode_src(src_txt[: int(sys.argv[2])])
 batches = [b for _, b in data_load.eval_batches(ids, 64, 1 << 30)]
-greedy = decoding.greedy_decoder(model)
+greedy = greedy_search.greedy_decoder(model)
 extra = tf.constant(hp.max_len_extra, tf.int32)
 for b in batches:  # the first pass traces each shape
     greedy(tf.constant(b), extra).numpy()

@@ -30,9 +30,9 @@ import json, sys, time
 t0 = time.perf_counter()
 import data_load, decoding, tensorflow as tf
 t1 = time.perf_counter()
-hp, tok, model, _ = decoding.load_run(sys.argv[1], {}, who="bench")
+hp, tok, model, _ = checkpoints.load_run(sys.argv[1], {}, who="bench")
 t2 = time.perf_counter()
-greedy = decoding.greedy_decoder(model)
+greedy = greedy_search.greedy_decoder(model)
 src = tf.constant([tok.encode_src([sys.argv[2]])[0] + [data_load.EOS_ID]], tf.int32)
 extra = tf.constant(hp.max_len_extra, tf.int32)
 greedy.get_concrete_function(src, extra)
@@ -47,12 +47,14 @@ print("RESULT " + json.dumps(parts))
 TRACE = r"""
 import json, sys, time
 import tensorflow as tf
-import decoding
-hp, tok, model, _ = decoding.load_run(sys.argv[1], {}, who="bench")
+import beam_search
+import checkpoints
+import greedy_search
+hp, tok, model, _ = checkpoints.load_run(sys.argv[1], {}, who="bench")
 spec = [tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([], tf.int32)]
 loops = {
-    "greedy": lambda s, e: decoding.greedy_loop(model, s, e),
-    "beam 4": lambda s, e: decoding.beam_loop(model, s, e, 4, 0.6),
+    "greedy": lambda s, e: greedy_search.greedy_loop(model, s, e),
+    "beam 4": lambda s, e: beam_search.beam_loop(model, s, e, 4, 0.6),
 }
 times = {}
 for _ in range(int(sys.argv[2])):

@@ -11,8 +11,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+import beam_search
 import data_load
-import decoding
+import greedy_search
 import hparams
 from model import Transformer
 
@@ -144,13 +145,13 @@ def check_greedy_and_beam(model, src, extra: int = 4, k: int = 3):
     penalty of its length). (Beam search with k = 1 is greedy: test_decoding, on the
     loop that every layer's cache shares.)"""
     src, extra_t = tf.constant(src), tf.constant(extra, tf.int32)
-    greedy = decoding.greedy_decoder(model)(src, extra_t).numpy()
-    naive = decoding.naive_greedy(model, src, greedy.shape[1])
+    greedy = greedy_search.greedy_decoder(model)(src, extra_t).numpy()
+    naive = greedy_search.naive_greedy(model, src, greedy.shape[1])
     eos = data_load.EOS_ID
     for row, ref in zip(greedy, naive):
         n = next((i + 1 for i, t in enumerate(row) if t == eos), len(row))
         np.testing.assert_array_equal(row[:n], ref[:n])
-    ids, scores = (x.numpy() for x in decoding.beam_decoder(model, k)(src, extra_t))
+    ids, scores = (x.numpy() for x in beam_search.beam_decoder(model, k)(src, extra_t))
     check_beam_scores(model, src, ids, scores, (src.numpy() != 0).sum(1) + extra)
 
 

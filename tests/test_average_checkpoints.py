@@ -8,7 +8,6 @@ import tensorflow as tf
 
 import average_checkpoints
 import checkpoints
-import decoding
 import hparams
 from eval import evaluate
 
@@ -22,7 +21,7 @@ def test_average_of_last_checkpoints(run, tmp_path):
     assert len(paths) == 3
     out = average_checkpoints.average(hp.logdir, 2, str(tmp_path / "avg"))
     # by hand: restore each of the two checkpoints into a fresh model, average in numpy
-    _, _, model, _ = decoding.load_run(hp.logdir, {})
+    _, _, model, _ = checkpoints.load_run(hp.logdir, {})
     w_q = model.encoder_layers[0].self_attn.w_q
     values = []
     for p in paths[-2:]:

@@ -14,12 +14,12 @@ import tensorflow as tf
 import budget as budget_module
 import checkpoints
 import data_load
-import decoding
 import devices
 import hparams
 import modules
 import train
 import trainer as trainer_module
+import translator
 from budget import Budget
 from eval import evaluate
 from helpers import tiny
@@ -161,7 +161,7 @@ class Clock:
         for cls, name, seconds in (
             (Trainer, "train_batch", 0.05),
             (Trainer, "dev_loss", 0.1),
-            (decoding.Translator, "translate", 0.5),
+            (translator.Translator, "translate", 0.5),
         ):
             monkeypatch.setattr(cls, name, self.taking(getattr(cls, name), seconds))
 
@@ -347,7 +347,7 @@ def test_average_becomes_the_default_only_where_it_wins(demo_prepro, tmp_path):
         assert record["checkpoint"].startswith("best/ckpt-")
         assert record["dev_bleu"] == pytest.approx(best, abs=1e-4)
     # the default model loads (an average holds the weights alone)
-    path = decoding.load_run(hp.logdir, {})[3]
+    path = checkpoints.load_run(hp.logdir, {})[3]
     assert path == os.path.join(hp.logdir, record["checkpoint"])
     # an average that wins is written, recorded and loaded; the model gets its weights back
     tok = data_load.load_tokenizer(hp)
@@ -362,7 +362,7 @@ def test_average_becomes_the_default_only_where_it_wins(demo_prepro, tmp_path):
     for w, value in zip(trainer.model.weights, own):
         np.testing.assert_array_equal(w.numpy(), value)
     checkpoints.record_default(hp, trainer, averaged)
-    saved, _, model, path = decoding.load_run(hp.logdir, {})
+    saved, _, model, path = checkpoints.load_run(hp.logdir, {})
     assert path == averaged["path"]
     table = next(n for n, _ in tf.train.list_variables(path) if n.startswith("model/tgt_emb"))
     tables = [tf.train.load_checkpoint(p).get_tensor(table) for p in averaged["checkpoints"]]
@@ -381,7 +381,7 @@ def test_runaways_are_outputs_without_end_of_sentence():
         (np.array([[7, 7, 7, 7]]), np.zeros(1)),  # hit its limit
         (np.array([[9, 9, 9, 9], [5, eos, pad, pad]]), np.zeros(2)),  # the best has none
     ]
-    assert decoding.runaways(outs) == [2, 3]
+    assert translator.runaways(outs) == [2, 3]
 
 
 def test_eval_counts_runaway_outputs(quick_run, tmp_path):
@@ -391,9 +391,9 @@ def test_eval_counts_runaway_outputs(quick_run, tmp_path):
     result = evaluate(hp.logdir, {"results_dir": str(tmp_path), "max_len_extra": 3}, "last")
     with open(result["results"] + ".json") as f:
         figures = json.load(f)
-    saved, tok, model, _ = decoding.load_run(hp.logdir, {"max_len_extra": 3}, "last")
+    saved, tok, model, _ = checkpoints.load_run(hp.logdir, {"max_len_extra": 3}, "last")
     sources, _ = data_load.read_raw(saved, "test")
-    outs = decoding.Translator(model, tok, saved).translate_ids(tok.encode_src(sources))
+    outs = translator.Translator(model, tok, saved).translate_ids(tok.encode_src(sources))
     ends = [o is None or data_load.EOS_ID in o[0][0] for o in outs]
     assert figures["runaways"] == ends.count(False) > 0
     assert figures["runaway_lines"] == [i + 1 for i, e in enumerate(ends) if not e]
@@ -449,7 +449,7 @@ def test_the_run_records_its_precision_and_decoding_uses_float32(
     )
     train.train(hp)
     assert hparams.load(os.path.join(hp.logdir, "hparams.json")).precision == "mixed_bfloat16"
-    saved, _, model, _ = decoding.load_run(hp.logdir, {}, "last")
+    saved, _, model, _ = checkpoints.load_run(hp.logdir, {}, "last")
     assert saved.precision == "float32" and model.compute_dtype == "float32"
-    asked, _, model, _ = decoding.load_run(hp.logdir, {"precision": "mixed_bfloat16"}, "last")
+    asked, _, model, _ = checkpoints.load_run(hp.logdir, {"precision": "mixed_bfloat16"}, "last")
     assert asked.precision == "mixed_bfloat16" and model.compute_dtype == "bfloat16"

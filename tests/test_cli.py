@@ -154,7 +154,7 @@ def test_decoding_scripts_list_their_decoding_options(script, capsys):
 
 def test_translate_options_have_their_own_help(capsys):
     text = help_text(translate, capsys=capsys)
-    assert option_line(text, "n_best").startswith("--n_best INT print the N best translations")
+    assert option_line(text, "n_best").startswith("--n_best INT print N translations of each")
     assert option_line(text, "n_best").endswith("(default: 1)")
 
 

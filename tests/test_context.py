@@ -9,15 +9,17 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import checkpoints
 import data_load
-import decoding
 import export
+import greedy_search
 import hparams
 import modules
 import positions
 import recurrence
 import train
 import translate
+import translator
 from eval import contrastive, evaluate, forced_scores
 from helpers import check_beam_scores, rand_ids, relative_model, results_hypotheses, tiny
 from test_budget import lr_at
@@ -227,16 +229,16 @@ def test_documents_decode_in_lanes_as_recomputed(kind, norm):
     model = relative_model(kind, seed=9, norm=norm, memory_sentences=m)
     corpus, src_ids, hp, src, context, limits = three_documents(LAYERS * m)
     encoded = recurrence.encode_in_context(model, src, context, m)
-    pieces = decoding.Translator(model, None, hp, chunk=2)
+    pieces = translator.Translator(model, None, hp, chunk=2)
     greedy = pieces.translate_ids(src_ids, docs=corpus.docs)
-    naive = decoding.naive_greedy(model, src, int(limits.max()), limits, encoded=encoded)
+    naive = greedy_search.naive_greedy(model, src, int(limits.max()), limits, encoded=encoded)
     eos = data_load.EOS_ID
     for i, (out, ref) in enumerate(zip(greedy, naive)):
         row = list(out[0][0])
         n = row.index(eos) + 1 if eos in row else len(row)
         np.testing.assert_array_equal(row[:n], ref[:n], err_msg=f"sentence {i}")
     beam_hp = hparams.apply(hp, {"beam_size": 3})
-    beams = decoding.Translator(model, None, beam_hp).translate_ids(src_ids, docs=corpus.docs)
+    beams = translator.Translator(model, None, beam_hp).translate_ids(src_ids, docs=corpus.docs)
     ids, scores = [b[0] for b in beams], [b[1] for b in beams]
     check_beam_scores(model, src, ids, scores, limits, context)
 
@@ -296,7 +298,7 @@ def test_memory_run_trains_evaluates_and_resumes_exactly(
     last = lr_at(schedule, epoch - 1, used) / half.lr
     np.testing.assert_allclose(last, 1 - np.sqrt((used - 0.8) / 0.2), rtol=1e-5)
     # translate.py: a blank line ends a document and stays; export: one document
-    hp2, tok, model, _ = decoding.load_run(half.logdir, {})
+    hp2, tok, model, _ = checkpoints.load_run(half.logdir, {})
     docs = [
         ["Die Frau liest ein Buch.", "Der Hund schläft im Garten.", "Er ist müde."],
         ["Sie lacht."],

@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import checkpoints
 import ctranslate
 import data_load
-import decoding
 import export
+import greedy_search
 from helpers import tiny_model
 from hparams import UserError
 
@@ -99,7 +100,7 @@ def test_greedy_outputs_are_ours_token_for_token(tmp_path):
     ids = np.zeros((len(src), 9), np.int32)
     for i, s in enumerate(src):
         ids[i, : len(s) + 1] = s + [data_load.EOS_ID]
-    ours = decoding.greedy_loop(model, tf.constant(ids), tf.constant(extra)).numpy()
+    ours = greedy_search.greedy_loop(model, tf.constant(ids), tf.constant(extra)).numpy()
     result = translator.translate_batch(
         ctranslate.source_tokens(tok, src), beam_size=1, max_decoding_length=9 + extra
     )
@@ -145,7 +146,7 @@ def test_export_writes_a_ctranslate2_model_that_translates_as_translate_py(run, 
     export.export_ctranslate2(hp.logdir, out, {}, "", "none")
     assert {"model.bin", "bpe.model", "config.json"} <= set(os.listdir(out))
     sp = spm.SentencePieceProcessor(model_file=os.path.join(out, "bpe.model"))
-    hp, tok, model, _ = decoding.load_run(hp.logdir, {})
+    hp, tok, model, _ = checkpoints.load_run(hp.logdir, {})
     sentences = data_load.read_raw(hp, "test")[0][:16]
     pieces = [sp.encode(s, out_type=str) for s in sentences]
     limit = max(len(p) for p in pieces) + 1 + hp.max_len_extra

@@ -1,5 +1,5 @@
-"""decoding.py: greedy and beam search on hand-built toy models, on random and trained
-tiny Transformers; decoding budgets; the BLEU figures."""
+"""greedy_search.py and beam_search.py: greedy and beam search on hand-built toy models, on
+random and trained tiny Transformers; decoding budgets; the BLEU figures (metrics.py)."""
 
 import math
 
@@ -10,9 +10,11 @@ import sacrebleu
 import tensorflow as tf
 from nltk.translate.bleu_score import corpus_bleu
 
+import beam_search
 import data_load
-import decoding
+import greedy_search
 import hparams
+import metrics
 import modules
 from data_load import EOS_ID, PAD_ID, UNK_ID
 from helpers import rand_ids, tiny_model
@@ -80,13 +82,13 @@ TRAP = {
 
 def run_beam(toy, k, alpha, n=1):
     src = tf.constant([[4, 3]] * n, tf.int32)
-    ids, scores = decoding.beam_loop(toy, src, tf.constant(8), k, alpha)
+    ids, scores = beam_search.beam_loop(toy, src, tf.constant(8), k, alpha)
     return ids.numpy(), scores.numpy()
 
 
 def test_beam_finds_what_greedy_misses():
     toy = BigramToy(TRAP)
-    greedy = decoding.greedy_loop(toy, tf.constant([[4, 3]]), tf.constant(8)).numpy()[0]
+    greedy = greedy_search.greedy_loop(toy, tf.constant([[4, 3]]), tf.constant(8)).numpy()[0]
     assert list(greedy[:3]) == [A, C, EOS]  # 0.55 * 0.35 = 0.19
     ids, scores = run_beam(toy, k=2, alpha=0.0)
     assert list(ids[0, 0, :2]) == [B, EOS]  # 0.45 * 0.95 = 0.43
@@ -96,7 +98,7 @@ def test_beam_finds_what_greedy_misses():
 
 def test_beam_size_one_is_greedy():
     toy = BigramToy(TRAP)
-    greedy = decoding.greedy_loop(toy, tf.constant([[4, 3]]), tf.constant(8)).numpy()[0]
+    greedy = greedy_search.greedy_loop(toy, tf.constant([[4, 3]]), tf.constant(8)).numpy()[0]
     ids, _ = run_beam(toy, k=1, alpha=0.6)
     assert list(ids[0, 0]) == list(greedy)
 
@@ -157,7 +159,7 @@ def test_early_finishers_are_padded_not_extended():
     toy = TwoStarts(
         {BOS: {EOS: 0.9, A: 0.1}, START2: {A: 1.0}, A: {B: 1.0}, B: {C: 1.0}, C: {EOS: 1.0}}
     )
-    out = decoding.greedy_loop(toy, tf.constant([[4, 3], [4, 3]]), tf.constant(8)).numpy()
+    out = greedy_search.greedy_loop(toy, tf.constant([[4, 3], [4, 3]]), tf.constant(8)).numpy()
     assert out.tolist() == [[EOS, PAD, PAD, PAD], [A, B, C, EOS]]
 
 
@@ -209,35 +211,35 @@ def test_decoding_budgets_and_length_penalty():
     capped by max_len and by a learned position table."""
     src = tf.constant([[5, 6, 7, EOS, PAD, PAD], [5, EOS, PAD, PAD, PAD, PAD]])
     sinusoid = tiny_model(11, 11, num_blocks=1)
-    limits, longest = decoding.decode_budgets(sinusoid, src, 3)
+    limits, longest = greedy_search.decode_budgets(sinusoid, src, 3)
     assert limits.numpy().tolist() == [7, 5] and int(longest) == 7
-    limits, longest = decoding.decode_budgets(sinusoid, src, 3, max_len=6)
+    limits, longest = greedy_search.decode_budgets(sinusoid, src, 3, max_len=6)
     assert limits.numpy().tolist() == [6, 5] and int(longest) == 6
-    assert decoding.source_limit(sinusoid) == 1024
+    assert greedy_search.source_limit(sinusoid) == 1024
     learned = tiny_model(11, 11, num_blocks=1, position="learned", max_position=6)
-    assert decoding.decode_budgets(learned, src, 3)[0].numpy().tolist() == [6, 5]
-    assert decoding.source_limit(learned) == 6
-    assert int(decoding.max_decode_len(learned, 2, 3)) == 5
+    assert greedy_search.decode_budgets(learned, src, 3)[0].numpy().tolist() == [6, 5]
+    assert greedy_search.source_limit(learned) == 6
+    assert int(greedy_search.max_decode_len(learned, 2, 3)) == 5
     # GNMT: ((5 + |Y|) / 6) ^ alpha
-    np.testing.assert_allclose(decoding.length_penalty(7, 0.6).numpy(), 2.0**0.6, rtol=1e-6)
-    assert float(decoding.length_penalty(3, 0.0)) == 1.0
+    np.testing.assert_allclose(beam_search.length_penalty(7, 0.6).numpy(), 2.0**0.6, rtol=1e-6)
+    assert float(beam_search.length_penalty(3, 0.0)) == 1.0
 
 
 def test_scores_of_translations():
     refs = ["The dog sleeps in the garden today.", "A cat.", "My brother finds an apple."]
-    figures = decoding.scores(refs, refs)
+    figures = metrics.scores(refs, refs)
     assert figures["sacrebleu"] == pytest.approx(100.0)
     assert figures["chrf"] == pytest.approx(100.0)
     assert figures["legacy_bleu"] == pytest.approx(100.0)
     assert "tok:13a" in figures["sacrebleu_signature"]
     assert "tok:none" in figures["bleu_tokenize_none_signature"]
     hyps = ["The dog sleeps in the house today.", "A dog.", "My sister finds an apple."]
-    worse = decoding.scores(hyps, refs)
+    worse = metrics.scores(hyps, refs)
     for key in ("sacrebleu", "bleu_tokenize_none", "chrf", "legacy_bleu"):
         assert 0.0 < worse[key] < 100.0, key
     # the legacy figure counts only pairs whose both sides have more than 3 words
-    assert decoding.legacy_bleu(["A dog."], ["A cat."]) == 0.0
-    assert decoding.legacy_bleu(refs[:2] + ["x"], refs) == pytest.approx(100.0)
+    assert metrics.legacy_bleu(["A dog."], ["A cat."]) == 0.0
+    assert metrics.legacy_bleu(refs[:2] + ["x"], refs) == pytest.approx(100.0)
 
 
 # ---------------------------------------------------------------------------------------
@@ -263,23 +265,23 @@ def test_legacy_subset_is_the_tf1_test_subset():
     sources = ["a b c", "a b c d", "a", "a & b , c", "a b", "a", "a b c"]
     refs = ["w x y z", "w", "v w x y z", "w", "w", "w", "w x"]
     # fit: 0 (3+1, 4+1), 3 (cleaned: 3+1), 4, 5, 6; not 1 (source 4+1), 2 (target 5+1)
-    assert decoding.legacy_subset(WordsToy(), sources, refs, hp) == ([0, 3, 4, 5], 5)
+    assert metrics.legacy_subset(WordsToy(), sources, refs, hp) == ([0, 3, 4, 5], 5)
     hp3 = hparams.apply(hp, {"batch_size": 3})
-    assert decoding.legacy_subset(WordsToy(), sources, refs, hp3) == ([0, 3, 4], 5)
+    assert metrics.legacy_subset(WordsToy(), sources, refs, hp3) == ([0, 3, 4], 5)
     with pytest.raises(hparams.UserError, match="batch_size 0"):
-        decoding.legacy_subset(WordsToy(), sources, refs, hparams.apply(hp, {"batch_size": 0}))
+        metrics.legacy_subset(WordsToy(), sources, refs, hparams.apply(hp, {"batch_size": 0}))
 
 
 def test_legacy_words_are_the_literal_tokens_before_eos():
     tok = WordsToy()
-    assert decoding.legacy_words(tok, [4, 5, UNK_ID, 6, EOS_ID, 5, PAD_ID]) == [
+    assert metrics.legacy_words(tok, [4, 5, UNK_ID, 6, EOS_ID, 5, PAD_ID]) == [
         "the",
         "dog",
         "<UNK>",
         "sleeps",
     ]
     # a predicted PAD or <S> stays too, and without </S> every token counts
-    assert decoding.legacy_words(tok, [PAD_ID, 2, 4]) == ["<PAD>", "<S>", "the"]
+    assert metrics.legacy_words(tok, [PAD_ID, 2, 4]) == ["<PAD>", "<S>", "the"]
 
 
 def test_legacy_bleu_keeps_unk_in_the_hypotheses():
@@ -293,16 +295,14 @@ def test_legacy_bleu_keeps_unk_in_the_hypotheses():
         [h.split() for h in hyps[:2]],
     )
     assert 50 < expected < 100
-    assert decoding.legacy_bleu(hyps, refs, clean_hyps=False) == pytest.approx(expected)
+    assert metrics.legacy_bleu(hyps, refs, clean_hyps=False) == pytest.approx(expected)
     # cleaning the hypotheses, as the whole-test-set figure does, reads <UNK> as UNK
-    assert decoding.legacy_bleu(hyps, refs) == pytest.approx(expected)
+    assert metrics.legacy_bleu(hyps, refs) == pytest.approx(expected)
     unk_ref = ["The dog sleeps in the UNK"] + refs[1:]
-    assert decoding.legacy_bleu(hyps, unk_ref) == pytest.approx(
+    assert metrics.legacy_bleu(hyps, unk_ref) == pytest.approx(
         100 * corpus_bleu([[r.split()] for r in unk_ref[:2]], [h.split() for h in unk_ref[:2]])
     )
-    assert decoding.legacy_bleu(hyps, unk_ref, clean_hyps=False) < decoding.legacy_bleu(
-        hyps, unk_ref
-    )
+    assert metrics.legacy_bleu(hyps, unk_ref, clean_hyps=False) < metrics.legacy_bleu(hyps, unk_ref)
 
 
 # ---------------------------------------------------------------------------------------
@@ -319,7 +319,7 @@ def test_sentences_that_stop_leave_the_batch_and_the_others_decode_as_alone():
     for row, n in enumerate(lengths):
         src[row, :n] = rand_ids(rng, (n,), 23)
     extra = tf.constant(1, tf.int32)
-    greedy = decoding.greedy_decoder(m)
+    greedy = greedy_search.greedy_decoder(m)
     batch = greedy(tf.constant(src), extra).numpy()
     for row, n in enumerate(lengths):
         alone = greedy(tf.constant(src[row : row + 1, :n]), extra).numpy()[0]
@@ -338,8 +338,8 @@ def test_greedy_decoder_matches_naive(position, max_position):
     # the budget is source length + extra, capped by a learned position table
     L = min(src.shape[1] + extra, max_position)
     limits = np.minimum((src != PAD_ID).sum(axis=1) + extra, max_position)
-    fast = decoding.greedy_decoder(m)(tf.constant(src), tf.constant(extra, tf.int32)).numpy()
-    slow = decoding.naive_greedy(m, src, L, limits)
+    fast = greedy_search.greedy_decoder(m)(tf.constant(src), tf.constant(extra, tf.int32)).numpy()
+    slow = greedy_search.naive_greedy(m, src, L, limits)
     assert slow.shape == (3, L)
     assert 1 <= fast.shape[1] <= L
     np.testing.assert_array_equal(fast, slow[:, : fast.shape[1]])
@@ -393,8 +393,8 @@ def trained():
 @pytest.mark.slow
 def test_cached_greedy_equals_uncached_on_trained_model(trained):
     model, src = trained
-    cached = decoding.greedy_decoder(model)(src, tf.constant(5)).numpy()
-    naive = decoding.naive_greedy(model, src, cached.shape[1])
+    cached = greedy_search.greedy_decoder(model)(src, tf.constant(5)).numpy()
+    naive = greedy_search.naive_greedy(model, src, cached.shape[1])
     assert np.array_equal(cached, naive)
     assert (cached == EOS).any(axis=1).all(), "a trained model ends its sentences"
 
@@ -402,19 +402,19 @@ def test_cached_greedy_equals_uncached_on_trained_model(trained):
 @pytest.mark.slow
 def test_beam_one_equals_greedy_on_trained_model(trained):
     model, src = trained
-    greedy = decoding.greedy_decoder(model)(src, tf.constant(5)).numpy()
-    beam, _ = decoding.beam_decoder(model, 1)(src, tf.constant(5))
+    greedy = greedy_search.greedy_decoder(model)(src, tf.constant(5)).numpy()
+    beam, _ = beam_search.beam_decoder(model, 1)(src, tf.constant(5))
     assert np.array_equal(beam.numpy()[:, 0], greedy)
-    beam4, scores = decoding.beam_decoder(model, 4)(src, tf.constant(5))
+    beam4, scores = beam_search.beam_decoder(model, 4)(src, tf.constant(5))
     assert beam4.shape[1] == 4 and np.all(np.diff(scores.numpy(), axis=1) <= 1e-6)
 
 
 @pytest.mark.slow
 def test_max_len_caps_the_output(trained):
     model, src = trained
-    out = decoding.greedy_decoder(model, max_len=2)(src, tf.constant(50)).numpy()
+    out = greedy_search.greedy_decoder(model, max_len=2)(src, tf.constant(50)).numpy()
     assert out.shape[1] == 2
-    beam, _ = decoding.beam_decoder(model, 2, max_len=3)(src, tf.constant(50))
+    beam, _ = beam_search.beam_decoder(model, 2, max_len=3)(src, tf.constant(50))
     assert beam.shape[2] <= 3
 
 
@@ -427,16 +427,16 @@ def test_bleu_by_source_length_with_bootstrap_intervals():
     hyps = ["the cat sat on a mat", "a dog runs in the park", "it rained today",
             "she reads a book", "we ate bread", "the sun is hot today"]  # fmt: skip
     lengths = [1, 2, 3, 4, 5, 9]
-    got = decoding.bleu_by_length(hyps, refs, lengths, (2, 4), resamples=200, seed=1)
+    got = metrics.bleu_by_length(hyps, refs, lengths, (2, 4), resamples=200, seed=1)
     assert [(b["bucket"], b["sentences"]) for b in got] == [("<=2", 2), ("3-4", 2), (">=5", 2)]
     for b, rows in zip(got, [(0, 1), (2, 3), (4, 5)]):
         pick = [hyps[i] for i in rows], [[refs[i] for i in rows]]
         assert b["sacrebleu"] == pytest.approx(sacrebleu.corpus_bleu(*pick).score, abs=1e-9)
         lo, hi = b["ci95"]
         assert lo <= b["sacrebleu"] <= hi and hi > lo
-    again = decoding.bleu_by_length(hyps, refs, lengths, (2, 4), resamples=200, seed=1)
+    again = metrics.bleu_by_length(hyps, refs, lengths, (2, 4), resamples=200, seed=1)
     assert again == got
-    same = decoding.bleu_by_length(["a b c d"] * 3, ["a b c d"] * 3, [1, 1, 1], (8,), 50)
+    same = metrics.bleu_by_length(["a b c d"] * 3, ["a b c d"] * 3, [1, 1, 1], (8,), 50)
     assert same[0]["ci95"] == pytest.approx([100.0, 100.0]) and same[1] == {
         "bucket": ">=9", "sentences": 0, "sacrebleu": None, "ci95": None}  # fmt: skip
-    assert decoding.length_bucket_names((16, 24)) == ["<=16", "17-24", ">=25"]
+    assert metrics.length_bucket_names((16, 24)) == ["<=16", "17-24", ">=25"]

@@ -197,7 +197,7 @@ EXAMPLES = [
     ("modules", "EncoderLayer"),
     ("modules", "DecoderLayer"),
     ("model", "Transformer"),
-    ("decoding", "Translator"),
+    ("translator", "Translator"),
 ]
 
 

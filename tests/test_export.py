@@ -8,7 +8,7 @@ import sys
 import pytest
 import tensorflow as tf
 
-import decoding
+import checkpoints
 import export
 import prepro
 import train
@@ -38,7 +38,7 @@ def test_translator_module_matches_translate(quick_run):
     process without saving it, translates as translate.py does."""
     pytest.importorskip("tensorflow_text")
     hp, _ = quick_run
-    hp, tok, model, _ = decoding.load_run(hp.logdir, {})
+    hp, tok, model, _ = checkpoints.load_run(hp.logdir, {})
     module = export.build_module(model, tok, hp)
     got = [
         s.decode("utf-8") for s in module.translate(tf.constant(SENTENCES))["translations"].numpy()
@@ -52,7 +52,7 @@ def test_exported_graph_reads_ids_as_the_tokenizer(quick_run):
     to a multiple of 8) read as <UNK>: as Tokenizer.decode_tgt does."""
     pytest.importorskip("tensorflow_text")
     hp, _ = quick_run
-    hp, tok, model, _ = decoding.load_run(hp.logdir, {})
+    hp, tok, model, _ = checkpoints.load_run(hp.logdir, {})
     module = export.build_module(model, tok, hp)
     rows = [[50, 2, 60, 3, 0, 0], [2, 2, 2, 0, 0, 0], [tok.tgt_vocab_size + 3, 70, 1, 90, 3, 0]]
     got = [s.decode("utf-8") for s in module.decode(tf.constant(rows)).numpy()]
@@ -79,7 +79,7 @@ def test_bpe_savedmodel_round_trip_in_fresh_process(run, tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     exported = json.loads(proc.stdout.strip().splitlines()[-1])
-    hp2, tok, model, _ = decoding.load_run(hp.logdir, {})
+    hp2, tok, model, _ = checkpoints.load_run(hp.logdir, {})
     assert exported == translate.translate_lines(model, tok, hp2, SENTENCES)
     assert exported[1] == "" and all(exported[i] for i in (0, 2, 3))
 
@@ -102,6 +102,6 @@ def test_word_vocabulary_savedmodel_matches_translate(run, tmp_path):
     out_dir = export.export(hp.logdir, str(tmp_path / "saved"), {})
     f = tf.saved_model.load(out_dir).signatures["serving_default"]
     got = [s.decode("utf-8") for s in f(sentences=tf.constant(SENTENCES))["translations"].numpy()]
-    hp2, tok, model, _ = decoding.load_run(hp.logdir, {})
+    hp2, tok, model, _ = checkpoints.load_run(hp.logdir, {})
     assert got == translate.translate_lines(model, tok, hp2, SENTENCES)
     assert got[1] == ""

@@ -17,8 +17,8 @@ import tensorflow as tf
 from tensorboard.backend.event_processing import event_accumulator
 
 import average_checkpoints
+import checkpoints
 import data_load
-import decoding
 import devices
 import export
 import hparams
@@ -29,6 +29,7 @@ from eval import evaluate
 from helpers import ROOT, tiny
 from model import Transformer
 from trainer import Health, Trainer
+from translator import Translator
 
 NAN, INF = float("nan"), float("inf")
 
@@ -211,7 +212,7 @@ def test_out_of_memory_names_the_batch_and_the_budget(demo_prepro, tmp_path, mon
     ):
         train.train(hp)
     model = Transformer.from_hparams(hp, 200, 200)
-    translator = decoding.Translator(model, data_load.load_tokenizer(hp), hp)
+    translator = Translator(model, data_load.load_tokenizer(hp), hp)
     translator.decode = exhausted
     with pytest.raises(
         hparams.UserError,
@@ -319,7 +320,7 @@ def test_every_script_names_a_damaged_checkpoint(quick_run, tmp_path, monkeypatc
     assert "ckpt-1, ckpt-2 ->" in capsys.readouterr().out and os.path.exists(averaged + ".index")
     summary = train.train(hp, ckpt=previous)
     assert summary["step"] == 3 and "resumed from " + previous in capsys.readouterr().out
-    assert decoding.load_run(hp.logdir, {}, "last")[3] == os.path.join(hp.logdir, "ckpt-3")
+    assert checkpoints.load_run(hp.logdir, {}, "last")[3] == os.path.join(hp.logdir, "ckpt-3")
 
 
 def test_damaged_only_checkpoint_says_there_is_no_earlier_one(quick_run, tmp_path):
@@ -334,7 +335,7 @@ def test_damaged_only_checkpoint_says_there_is_no_earlier_one(quick_run, tmp_pat
         + re.escape(hp.logdir)
         + " reads back: train again$",
     ):
-        decoding.load_run(hp.logdir, {}, path)
+        checkpoints.load_run(hp.logdir, {}, path)
 
 
 # ---------------------------------------------------------------------------------------
@@ -346,7 +347,7 @@ FULL_DISK = r"""
 import json, os, resource, signal, sys
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 import tensorflow as tf
-import average_checkpoints, decoding, export, files, hparams, prepro, summaries, train
+import average_checkpoints, checkpoints, export, files, hparams, prepro, summaries, train
 import translate
 from eval import evaluate
 
@@ -394,7 +395,7 @@ def stdout():
 
 
 def attention():
-    _, tok, model, _ = decoding.load_run(run("log").logdir, {})
+    _, tok, model, _ = checkpoints.load_run(run("log").logdir, {})
     translate.plot_attention(model, tok, "Die Frau liest ein Buch.", cfg["png"], 10)
 
 
@@ -561,7 +562,7 @@ def test_full_disk_keeps_the_previous_files_and_says_where(full_disk, case):
     kept(before, tmp, *files_kept)
     if case == "checkpoint":
         assert tf.train.latest_checkpoint(log) == f"{log}/ckpt-3"
-        assert decoding.load_run(log, {}, "last")[3] == f"{log}/ckpt-3"
+        assert checkpoints.load_run(log, {}, "last")[3] == f"{log}/ckpt-3"
     if case == "hparams":
         assert hparams.load(f"{log}/hparams.json").max_steps == 5
     if case == "prepro":  # a later run sees that the data set is incomplete

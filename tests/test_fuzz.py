@@ -23,8 +23,8 @@ import tensorflow as tf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import checkpoints
 import data_load
-import decoding
 import export
 import hparams
 import prepro
@@ -32,6 +32,7 @@ import translate
 from eval import evaluate
 from helpers import tiny
 from model import Transformer
+from translator import Translator
 
 
 def fuzz(examples: int):
@@ -340,13 +341,13 @@ def loaded(request, quick_run, word_prepro):
     pytest.importorskip("tensorflow_text")
     if request.param == "bpe":
         # at most 12 output tokens: an untrained model rarely ends a sentence by itself
-        hp, tok, model, _ = decoding.load_run(quick_run[0].logdir, {"max_len": 12})
+        hp, tok, model, _ = checkpoints.load_run(quick_run[0].logdir, {"max_len": 12})
     else:
         hp = hparams.apply(word_prepro, {"max_len": 12, "position": "learned", "max_position": 64})
         tok = data_load.load_tokenizer(hp)
         keras.utils.set_random_seed(1)
         model = Transformer.from_hparams(hp, tok.src_vocab_size, tok.tgt_vocab_size)
-    translator = decoding.Translator(model, tok, hp)  # compiled once for every example
+    translator = Translator(model, tok, hp)  # compiled once for every example
 
     def translate_lines(lines):
         return translate.translate_lines(model, tok, hp, lines, translator=translator)

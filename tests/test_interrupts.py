@@ -19,9 +19,9 @@ import tensorflow as tf
 
 import checkpoints
 import data_load
-import decoding
 import hparams
 import train
+import translator
 from helpers import ROOT, tiny
 from trainer import Trainer
 
@@ -110,13 +110,13 @@ def test_signal_during_dev_evaluation_abandons_it(demo_prepro, tmp_path, monkeyp
         prepro_dir=demo_prepro.prepro_dir,
         num_epochs=1,
     )
-    original = decoding.Translator.translate
+    original = translator.Translator.translate
 
     def translate(self, sentences, docs=None):  # the dev evaluation decodes here
         os.kill(os.getpid(), signal.SIGTERM)
         return original(self, sentences, docs)
 
-    monkeypatch.setattr(decoding.Translator, "translate", translate)
+    monkeypatch.setattr(translator.Translator, "translate", translate)
     summary = train.train(hp)
     assert summary["signal"] == signal.SIGTERM and summary["history"] == []
     assert "the dev evaluation of epoch 1 was abandoned" in summary["stop_reason"]
@@ -151,7 +151,7 @@ def test_second_signal_exits_at_once(demo_prepro, tmp_path, monkeypatch):
         train.train(hp)
     assert exits == [143]
     assert tf.train.latest_checkpoint(hp.logdir) == os.path.join(hp.logdir, "ckpt-2")
-    _, _, _, path = decoding.load_run(hp.logdir, {})
+    _, _, _, path = checkpoints.load_run(hp.logdir, {})
     assert path.endswith("ckpt-2")
 
 
@@ -414,7 +414,7 @@ def test_sigkill_at_random_moments_loses_no_checkpoint(demo_prepro, tmp_path):
         lives.close()
     assert f"max_steps={end} reached; step {end};" in out
     assert latest_step(hp.logdir) == end
-    assert decoding.load_run(hp.logdir, {}, "last")[3].endswith(f"ckpt-{end}")
+    assert checkpoints.load_run(hp.logdir, {}, "last")[3].endswith(f"ckpt-{end}")
     assert resumes + fresh + early == lives.count and fresh <= 2 and lost == 0
     print(
         f"\nkill loop: {kills} SIGKILLs ({early} before the restore, {idle} before a first "

@@ -129,7 +129,10 @@ def test_the_modules_are_found():
     assert SCRIPTS <= PROJECT, f"scripts missing from {ROOT}: {sorted(SCRIPTS - PROJECT)}"
     assert {
         "data_load",
-        "decoding",
+        "greedy_search",
+        "beam_search",
+        "translator",
+        "metrics",
         "devices",
         "fast_ops",
         "files",
@@ -140,7 +143,7 @@ def test_the_modules_are_found():
         "weighted",
     } <= LIBRARIES
     graph = import_graph(TREES)
-    assert {"decoding", "devices", "trainer"} <= graph["train"] and "model" in graph["trainer"]
+    assert {"translator", "devices", "trainer"} <= graph["train"] and "model" in graph["trainer"]
 
 
 # ---------------------------------------------------------------------------------------

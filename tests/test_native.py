@@ -574,7 +574,8 @@ def test_decoders_use_the_kernels_and_decode_the_same(monkeypatch, position, mod
     what TensorFlow's ops decode, token for token with the same scores. (What export.py
     traces keeps TensorFlow's ops: test_export.py loads its SavedModel in a process
     without the library.)"""
-    import decoding
+    import beam_search
+    import greedy_search
     from model import Transformer
 
     library()
@@ -588,7 +589,7 @@ def test_decoders_use_the_kernels_and_decode_the_same(monkeypatch, position, mod
     results = {}
     for on in (True, False):
         monkeypatch.setitem(fast_ops.ENABLED, "native_decode", on)
-        greedy, beam = decoding.greedy_decoder(model), decoding.beam_decoder(model, 3)
+        greedy, beam = greedy_search.greedy_decoder(model), beam_search.beam_decoder(model, 3)
         kinds = graph_ops(greedy, *spec) | graph_ops(beam, *spec)
         assert ("NativeStepAttention" in kinds) == on
         assert ("NativeTopLogSoftmax" in kinds) == on

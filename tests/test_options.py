@@ -34,7 +34,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import decoding
+import checkpoints
 import export
 import hparams
 import prepro
@@ -215,7 +215,7 @@ def test_option_trains_saves_reloads_translates_and_exports(name, tmp_path, corp
 
 def translate_with(logdir: str, overrides: dict, n_best: int = 1, lines=SENTENCES) -> list[str]:
     """translate.py's output lines for ``lines`` from the reloaded run."""
-    hp, tok, model, _ = decoding.load_run(logdir, overrides, who="translate")
+    hp, tok, model, _ = checkpoints.load_run(logdir, overrides, who="translate")
     out = translate.translate_lines(model, tok, hp, lines, n_best=n_best)
     assert len(out) == len(lines) * n_best  # an empty line too
     if not lines[-1]:

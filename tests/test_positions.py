@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import decoding
+import checkpoints
 import export
+import greedy_search
 import hparams
 import modules
 import positions
@@ -350,7 +351,7 @@ def test_mixed_precision_follows_float32(kind):
     got = m((SRC, TGT))
     assert got.dtype == tf.float32
     np.testing.assert_allclose(got.numpy(), want, atol=0.15)
-    out = decoding.greedy_decoder(m)(tf.constant(SRC), tf.constant(3, tf.int32))
+    out = greedy_search.greedy_decoder(m)(tf.constant(SRC), tf.constant(3, tf.int32))
     assert out.shape[0] == 2
 
 
@@ -372,7 +373,7 @@ def test_export_with_relative_positions(demo_prepro, tmp_path):
         out = export.export(hp.logdir, str(tmp_path / f"saved{beam}"), {"beam_size": beam})
         f = tf.saved_model.load(out).signatures["serving_default"]
         got = [s.decode() for s in f(sentences=tf.constant(sentences))["translations"].numpy()]
-        hp2, tok, model, _ = decoding.load_run(hp.logdir, {"beam_size": beam})
+        hp2, tok, model, _ = checkpoints.load_run(hp.logdir, {"beam_size": beam})
         assert got == translate.translate_lines(model, tok, hp2, sentences)
         assert got[1] == "" and got[0]
 

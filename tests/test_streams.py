@@ -9,26 +9,26 @@ import os
 import numpy as np
 import pytest
 
+import checkpoints
 import data_load
-import decoding
 import eval as eval_script
 import hparams
+import translator
 from helpers import run_json_script
 from model import Transformer
+from translator import Translator
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("beam", [1, 3])
 def test_several_streams_translate_as_one(run, beam):
     hp, *_ = run
-    hp, tok, model, _ = decoding.load_run(hp.logdir, {"beam_size": beam, "eval_batch_size": 8})
+    hp, tok, model, _ = checkpoints.load_run(hp.logdir, {"beam_size": beam, "eval_batch_size": 8})
     src, _ = data_load.read_raw(hp, "test")
     ids = tok.encode_src(src[:24])  # 3 batches
     outs = {}
     for streams in (1, 3):
-        translator = decoding.Translator(
-            model, tok, dataclasses.replace(hp, decode_streams=streams)
-        )
+        translator = Translator(model, tok, dataclasses.replace(hp, decode_streams=streams))
         assert translator.streams == streams
         outs[streams] = translator.translate_ids(ids)
     assert len(outs[1]) == 24 and all(o is not None for o in outs[1])
@@ -39,9 +39,9 @@ def test_several_streams_translate_as_one(run, beam):
 
 THREADS = """
 import json, sys
-import decoding, hparams, tensorflow as tf
+import translator, hparams, tensorflow as tf
 hp = hparams.apply(hparams.preset("demo"), json.loads(sys.argv[1]))
-streams = decoding.one_thread_per_stream(hp, json.loads(sys.argv[2]))
+streams = translator.one_thread_per_stream(hp, json.loads(sys.argv[2]))
 print(json.dumps([streams, tf.config.threading.get_intra_op_parallelism_threads(),
                   tf.config.threading.get_inter_op_parallelism_threads()]))
 """
@@ -62,8 +62,8 @@ def test_the_default_is_one_stream_per_core_of_this_process(monkeypatch):
     hp = hparams.preset("demo")
     assert hp.decode_streams == 0
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
-    assert decoding.stream_count(hp) == 3
-    assert decoding.stream_count(dataclasses.replace(hp, decode_streams=5)) == 5
+    assert translator.stream_count(hp) == 3
+    assert translator.stream_count(dataclasses.replace(hp, decode_streams=5)) == 5
     with pytest.raises(hparams.UserError, match="--decode_streams must not be negative"):
         hparams.apply(hp, {"decode_streams": -1})
 
@@ -72,7 +72,7 @@ def test_nothing_to_decode_needs_no_stream():
     sizes = {"d_model": 16, "num_heads": 4, "d_ff": 32, "num_blocks": 1, "decode_streams": 2}
     hp = hparams.apply(hparams.Hparams(), sizes)
     model = Transformer.from_hparams(hp, 24, 24)
-    assert decoding.Translator(model, None, hp).translate_ids([[], []]) == [None, None]
+    assert Translator(model, None, hp).translate_ids([[], []]) == [None, None]
 
 
 def test_eval_counts_its_sources_before_tensorflow_starts(tmp_path):

@@ -6,8 +6,8 @@ import pytest
 import tensorflow as tf
 from tensorboard.backend.event_processing import event_accumulator
 
+import checkpoints
 import data_load
-import decoding
 import plots
 import summaries
 import translate
@@ -18,7 +18,7 @@ def test_attention_figures_are_labelled(quick_run):
     right shapes, rows that are distributions, a causal decoder self-attention; each figure
     has one panel per head with the query tokens down and the key tokens across."""
     hp, _ = quick_run
-    hp, tok, model, _ = decoding.load_run(hp.logdir, {})
+    hp, tok, model, _ = checkpoints.load_run(hp.logdir, {})
     src = "Die Frau liest ein Buch."
     att = plots.attention(model, tok, src, hp.max_len_extra)
     src_ids = tok.encode_src([src])[0] + [data_load.EOS_ID]
@@ -55,7 +55,7 @@ def test_attention_figures_are_labelled(quick_run):
 
 def test_attention_summary_is_an_image_in_the_event_file(quick_run, tmp_path):
     hp, _ = quick_run
-    hp, tok, model, _ = decoding.load_run(hp.logdir, {})
+    hp, tok, model, _ = checkpoints.load_run(hp.logdir, {})
     writer = tf.summary.create_file_writer(str(tmp_path))
     with writer.as_default(step=3):
         att = summaries.attention(model, tok, "Der Hund schläft.", hp.max_len_extra)

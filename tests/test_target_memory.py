@@ -1,6 +1,6 @@
 """The decoder's memory of earlier target sentences (``target_memory_sentences``, as
 Transformer-XL's language model, Dai et al. 2019, 3.2): model.recurrence.target_states,
-document_windows and forward, the cached decoder steps, the lanes of decoding.Translator,
+document_windows and forward, the cached decoder steps, the lanes of translator.Translator,
 and the training batches that carry the earlier targets."""
 
 import numpy as np
@@ -8,9 +8,10 @@ import pytest
 import tensorflow as tf
 
 import data_load
-import decoding
+import greedy_search
 import hparams
 import recurrence
+import translator
 from helpers import check_beam_scores, rand_ids, relative_model
 from test_context import RELATIVE, corpus_of, document, three_documents
 
@@ -173,17 +174,17 @@ def test_documents_decode_with_own_translations_as_recomputed(kind, norm):
         )
         return tf.constant(data_load.context_batch(own, idx, target_depth, target=True))
 
-    greedy = decoding.Translator(model, None, hp).translate_ids(src_ids, docs=corpus.docs)
+    greedy = translator.Translator(model, None, hp).translate_ids(src_ids, docs=corpus.docs)
     best = [list(g[0][0]) for g in greedy]
     windows = recurrence.document_windows(model, context, own_targets(best))
     encoded = model.encode(src, context=recurrence.context_of(windows[0]))
     dec_context = recurrence.context_of(windows[1])
-    naive = decoding.naive_greedy(model, src, int(limits.max()), limits, encoded, dec_context)
+    naive = greedy_search.naive_greedy(model, src, int(limits.max()), limits, encoded, dec_context)
     for i, (row, ref) in enumerate(zip(best, naive)):
         n = row.index(eos) + 1 if eos in row else len(row)
         np.testing.assert_array_equal(row[:n], ref[:n], err_msg=f"sentence {i}")
     beam_hp = hparams.apply(hp, {"beam_size": 3})
-    beams = decoding.Translator(model, None, beam_hp).translate_ids(src_ids, docs=corpus.docs)
+    beams = translator.Translator(model, None, beam_hp).translate_ids(src_ids, docs=corpus.docs)
     ids, scores = [b[0] for b in beams], [b[1] for b in beams]
     tgt_context = own_targets([list(b[0]) for b in ids])
     check_beam_scores(model, src, ids, scores, limits, context, tgt_context)
@@ -206,7 +207,7 @@ def test_recomputing_every_context_translates_as_reusing_the_states():
             hparams.Hparams(), {"eval_batch_size": 2, "max_len_extra": 4, "beam_size": beam}
         )
         reuse, again = (
-            decoding.Translator(model, None, hp, chunk).translate_ids(src_ids, docs=corpus.docs)
+            translator.Translator(model, None, hp, chunk).translate_ids(src_ids, docs=corpus.docs)
             for chunk in (None, 1)
         )
         assert reuse[2] is None and again[2] is None

@@ -15,10 +15,11 @@ import pytest
 import tensorflow as tf
 from tensorboard.backend.event_processing import event_accumulator
 
+import checkpoints
 import data_load
-import decoding
 import devices
 import hparams
+import metrics
 import mirrored_cases
 import modules
 import prepro
@@ -393,7 +394,7 @@ def test_legacy_protocol_scores_the_tf1_subset_the_tf1_way(tmp_path, demo_prepro
     assert hp.legacy_protocol and hp.key_mask_defect and hp.vocab_type == "word"
     prepro.preprocess(hp)
     train.train(hp)
-    _, tok, model, _ = decoding.load_run(hp.logdir, {})
+    _, tok, model, _ = checkpoints.load_run(hp.logdir, {})
     bias = np.zeros(tok.tgt_vocab_size, np.float32)
     bias[data_load.UNK_ID], bias[data_load.EOS_ID] = 50.0, -50.0
     model.output_layer.bias.assign(bias)
@@ -423,7 +424,7 @@ def test_legacy_protocol_scores_the_tf1_subset_the_tf1_way(tmp_path, demo_prepro
     assert refs[1] == "The woman  the man" and refs[5] == "The man reads a book"
     assert {got for _, _, got in fields} == {" ".join(["<UNK>"] * 6)}  # maxlen2 tokens
     hyps = [got for _, _, got in fields]
-    assert summary["legacy_bleu"] == decoding.legacy_bleu(hyps, refs, clean_hyps=False)
+    assert summary["legacy_bleu"] == metrics.legacy_bleu(hyps, refs, clean_hyps=False)
     assert summary["sentences"] == 6
     # the ordinary protocol on the same model: every pair, budgets of source length + 1
     whole = evaluate(hp.logdir, {"legacy_protocol": False}, ckpt, **files)

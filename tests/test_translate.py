@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-import decoding
+import checkpoints
 import hparams
 import translate
 from helpers import ROOT
@@ -14,7 +14,7 @@ from helpers import ROOT
 def test_translate_lines_empty_and_overlong(quick_run, capsys):
     """Empty lines stay empty; an overlong line is truncated with a warning, no crash."""
     hp, _ = quick_run
-    hp, tok, model, _ = decoding.load_run(hp.logdir, {})
+    hp, tok, model, _ = checkpoints.load_run(hp.logdir, {})
     long_line = " ".join(["Der Hund schläft."] * 400)
     lines = ["Die Frau liest ein Buch.", "", long_line, ""]
     out = translate.translate_lines(model, tok, hp, lines)
@@ -32,7 +32,7 @@ def test_plot_attention(quick_run, tmp_path):
     """The attention plot of one sentence is a PNG; the translation it returns is the
     greedy one of translate_lines."""
     hp, _ = quick_run
-    hp, tok, model, _ = decoding.load_run(hp.logdir, {})
+    hp, tok, model, _ = checkpoints.load_run(hp.logdir, {})
     png = tmp_path / "attn.png"
     sentence = "Die Frau liest ein Buch."
     text = translate.plot_attention(model, tok, sentence, str(png), hp.max_len_extra)
@@ -56,7 +56,7 @@ def test_translate_cli_stdin(run):
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = proc.stdout.split("\n")
     assert len(lines) == 4 and lines[1] == "" and lines[3] == ""
-    hp2, tok, model, _ = decoding.load_run(hp.logdir, {})
+    hp2, tok, model, _ = checkpoints.load_run(hp.logdir, {})
     expected = translate.translate_lines(
         model, tok, hp2, ["Die Frau liest ein Buch.", "", "Der Hund schläft."]
     )

@@ -12,8 +12,8 @@ import pytest
 import tensorflow as tf
 from tensorboard.backend.event_processing import event_accumulator
 
+import checkpoints
 import data_load
-import decoding
 import devices
 import export
 import hparams
@@ -292,7 +292,7 @@ def test_universal_trains_logs_ponder_and_evaluates(demo_prepro, tmp_path, monke
     assert "attention/ponder" in tags  # the ponder time per token of a dev sentence
     result = evaluate(hp.logdir, {"results_dir": hp.results_dir})
     assert os.path.exists(result["results"])
-    hp1, tok, model, _ = decoding.load_run(hp.logdir, {})
+    hp1, tok, model, _ = checkpoints.load_run(hp.logdir, {})
     att = plots.attention(model, tok, "Die Frau liest ein Buch.", hp.max_len_extra)
     assert att.ponder["source"].shape == (len(att.source),)
     assert att.ponder["translation"].shape == (len(att.translation),)
@@ -304,7 +304,7 @@ def test_universal_trains_logs_ponder_and_evaluates(demo_prepro, tmp_path, monke
     # the exported graph (greedy and beam) translates as translate.py does
     sentences = ["Die Frau liest ein Buch.", "", "Der Hund schläft."]
     for beam in (1, 2):
-        hp2, tok, model, _ = decoding.load_run(hp.logdir, {"beam_size": beam})
+        hp2, tok, model, _ = checkpoints.load_run(hp.logdir, {"beam_size": beam})
         module = export.build_module(model, tok, hp2)
         got = module.translate(tf.constant(sentences))["translations"].numpy()
         expected = translate.translate_lines(model, tok, hp2, sentences)

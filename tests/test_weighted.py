@@ -8,9 +8,10 @@ import pytest
 import tensorflow as tf
 from tensorboard.backend.event_processing import event_accumulator
 
+import beam_search
 import data_load
-import decoding
 import devices
+import greedy_search
 import hparams
 import modules
 import prepro
@@ -193,20 +194,20 @@ def test_incremental_decoding_matches_full(norm):
     T2 = 6
     tgt = np.concatenate([np.full((3, 1), BOS_ID, np.int32), rand_ids(rng, (3, T2 - 1), V)], axis=1)
     check_cached_equals_full(m, src, tgt)
-    fast = decoding.greedy_decoder(m)(tf.constant(src), tf.constant(4, tf.int32)).numpy()
+    fast = greedy_search.greedy_decoder(m)(tf.constant(src), tf.constant(4, tf.int32)).numpy()
     L = src.shape[1] + 4
     limits = (src != PAD_ID).sum(axis=1) + 4
-    slow = decoding.naive_greedy(m, src, L, limits)
+    slow = greedy_search.naive_greedy(m, src, L, limits)
     np.testing.assert_array_equal(fast, slow[:, : fast.shape[1]])
     # beam search runs on the same cache: k = 1 is greedy, k = 3 ranks its hypotheses
-    beam, _ = decoding.beam_decoder(m, 1)(tf.constant(src), tf.constant(4, tf.int32))
+    beam, _ = beam_search.beam_decoder(m, 1)(tf.constant(src), tf.constant(4, tf.int32))
     b = beam.numpy()[:, 0]
     width = max(b.shape[1], fast.shape[1])
     np.testing.assert_array_equal(
         np.pad(b, ((0, 0), (0, width - b.shape[1]))),
         np.pad(fast, ((0, 0), (0, width - fast.shape[1]))),
     )
-    beam3, scores = decoding.beam_decoder(m, 3)(tf.constant(src), tf.constant(4, tf.int32))
+    beam3, scores = beam_search.beam_decoder(m, 3)(tf.constant(src), tf.constant(4, tf.int32))
     assert beam3.shape[:2] == (3, 3)
     # best first: finished hypotheses (with </S>) by score, then unfinished ones by score
     ended = (beam3.numpy() == EOS_ID).any(axis=-1)

@@ -1,0 +1,302 @@
+"""Beam search (Vaswani et al. 2017, 6.1; the length penalty of Wu et al. 2016, 7) in one
+compiled loop, over the same model step as greedy_search.py's greedy loop."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import tensorflow as tf
+
+import data_load
+import fast_ops
+from greedy_search import Prefix, decode_budgets, decoder_signature, init_cache
+
+
+def length_penalty(length, alpha: float):
+    """((5 + |Y|) / 6) ^ alpha of Wu et al. 2016 (GNMT), |Y| counting </S>."""
+    return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
+
+
+NEG = -1e9  # the log-probability of an empty beam slot
+
+
+class BeamState(NamedTuple):
+    """The search state of :func:`beam_loop` over the R sentences still searching, each
+    with k hypotheses."""
+
+    sentence: tf.Tensor  # (R,) int32: each one's row in src
+    limits: tf.Tensor  # (R,) int32: its budget (steps)
+    tokens: tf.Tensor  # (R * k,) int32: each alive hypothesis's last token (R at step 0)
+    alive_seq: tf.Tensor  # (R, k, L) int32: the alive hypotheses
+    alive_logp: tf.Tensor  # (R, k) float32: their log-probabilities (NEG: an empty slot)
+    fin_seq: tf.Tensor  # (R, k, L) int32: the finished hypotheses (ended by </S>)
+    fin_score: tf.Tensor  # (R, k) float32: their scores, length-penalized (NEG: none)
+
+    @staticmethod
+    def shapes(k: int) -> BeamState:
+        """The loop's shape invariants: the sentences leave, the buffers keep L."""
+        free, seqs, scores = [tf.TensorShape(s) for s in ([None], [None, k, None], [None, k])]
+        return BeamState(free, free, free, seqs, scores, seqs, scores)
+
+
+def beam_loop(
+    model,
+    src,
+    extra,
+    beam_size: int,
+    alpha: float = 0.6,
+    max_len: int = 0,
+    encoded=None,
+    context=None,
+    prefix: Prefix | None = None,
+):
+    """Batched beam search (Vaswani et al. 7: k = 4, alpha = 0.6) in one tf.while_loop.
+
+    src (N, T1) -> (ids (N, k, L) best first, PAD after </S>; scores (N, k)), where a
+    score is the sum of token log-probabilities divided by the length penalty.
+    At each step every alive hypothesis is extended by every token and the k best
+    extensions are kept; those ending in </S> move to a separate finished set (scored
+    with the length penalty at their own length), so a shorter finished hypothesis is
+    never pushed out by longer, worse alive ones, and their slot stays empty. A
+    sentence's search stops when no alive hypothesis can beat its k-th finished one,
+    when none is alive, or after ``its source length + extra`` steps; its k best are
+    then written out and its rows leave the batch, so that later steps compute (and
+    reorder the caches of) the sentences still searching only, as in
+    :func:`greedy_loop`. The first step, where a sentence's k hypotheses are all <S>,
+    runs once per sentence, as do the encoder-side keys/values of the cache; both are
+    then repeated for the k hypotheses. With k = 1 this is exactly greedy decoding.
+    ``model`` needs
+    encode / init_cache / decode_step / reorder_cache / select_rows; ``encoded`` and
+    ``context`` as in :func:`greedy_loop` (a document's context enters the encoder once
+    per sentence, and the beams share its output; the keys/values of the decoder's
+    memory are computed once per sentence and never reordered). ``prefix``: a
+    :class:`greedy_search.Prefix` each sentence's search is forced through first (one
+    hypothesis, scored with the prefix tokens' log-probabilities), then searches freely.
+    """
+    k = beam_size
+    memory, mask = model.encode(src) if encoded is None else encoded
+    n = tf.shape(src)[0]
+    limits, longest = decode_budgets(model, src, extra, max_len, prefix)
+    cache = init_cache(model, memory, mask, context)  # N rows until the first step's end
+    search = first_search(n, k, limits, longest)
+    done = (tf.zeros((n, k, longest), tf.int32), tf.fill((n, k), NEG))  # the results
+
+    def cond(i, search, done, cache):
+        return tf.logical_and(i < longest, tf.size(search.sentence) > 0)
+
+    def body(i, search, done, cache):
+        logits, cache = model.decode_step(search.tokens, cache)
+        logits, cache = tf.cond(
+            tf.equal(i, 0),
+            lambda: hypotheses_of_first(model, logits, cache, k),
+            lambda: (logits, cache),
+        )
+        forced = None if prefix is None else prefix.forced(i, tf.repeat(search.sentence, k))
+        search, source_rows = beam_step(i, logits, search, alpha, forced)
+        still = searching(i + 1, search, alpha)  # (R,)
+        all_still = tf.reduce_all(still)
+        done = tf.cond(
+            all_still,
+            lambda: done,
+            lambda: write_finished(i + 1, search, still, done, alpha),
+        )
+        cache = model.reorder_cache(cache, source_rows)
+        search, cache = tf.cond(
+            all_still,
+            lambda: (search, cache),
+            lambda: drop_sentences(model, search, cache, still, k),
+        )
+        return i + 1, search, done, cache
+
+    shapes = (
+        tf.TensorShape([]),
+        BeamState.shapes(k),
+        (done[0].shape, done[1].shape),
+        model.cache_shapes(cache),  # the batch shrinks, the self-attention keys grow
+    )
+    loop_vars = (tf.constant(0), search, done, cache)
+    i, _, (seqs, scores), _ = tf.while_loop(cond, body, loop_vars, shape_invariants=shapes)
+    return seqs[:, :, :i], scores
+
+
+def first_search(n, k: int, limits, longest):
+    """The :class:`BeamState` before the first step, for n sentences with budgets limits
+    (n,) and buffers of ``longest`` tokens: one <S> per sentence (until the first step's
+    end), its k hypotheses <S> (log-probability 0) and k - 1 empty slots, none finished."""
+    return BeamState(
+        tf.range(n),
+        limits,
+        tf.fill((n,), data_load.BOS_ID),
+        tf.zeros((n, k, longest), tf.int32),
+        tf.tile(tf.concat([[0.0], tf.fill([k - 1], NEG)], 0)[None], (n, 1)),
+        tf.zeros((n, k, longest), tf.int32),
+        tf.fill((n, k), NEG),
+    )
+
+
+def hypotheses_of_first(model, logits, cache, k: int):
+    """The first step's logits (N, V) and cache, of one row per sentence, as its k
+    hypotheses' (N * k rows, each sentence's k together)."""
+    rows = tf.repeat(tf.range(tf.shape(logits)[0]), k)
+    return tf.gather(logits, rows), model.select_rows(cache, rows)
+
+
+def beam_step(i, logits, search: BeamState, alpha: float, forced=None):
+    """One step of :func:`beam_loop` for R sentences still searching: the logits (R * k,
+    V) of their alive hypotheses extend them (``forced``: see :func:`best_extensions`);
+    returns the new :class:`BeamState` and, for each new alive hypothesis, the row of the
+    hypothesis it extends (R * k,), which its cache must follow."""
+    alive_logp, fin_seq, fin_score = search.alive_logp, search.fin_seq, search.fin_score
+    r, k = tf.shape(alive_logp)[0], alive_logp.shape[1]
+    top_logp, beam, tok = best_extensions(logits, alive_logp, forced)
+    seq = tf.gather(search.alive_seq, beam, batch_dims=1)
+    # position i of each (N, k, L) row becomes its token (a select, not keras'
+    # slice_update: an XLA op that TensorFlow compiles and runs apart at every step)
+    seq = tf.where(tf.equal(tf.range(tf.shape(seq)[2]), i), tok[:, :, None], seq)
+    ended = tf.logical_or(tf.equal(tok, data_load.EOS_ID), top_logp <= NEG / 2)
+    fin_seq, fin_score = merge_finished(fin_seq, fin_score, seq, tok, top_logp, i, alpha)
+    # alive set: the extensions that did not end; ended slots become empty
+    alive_logp = tf.where(ended, NEG, top_logp)
+    order = tf.argsort(alive_logp, axis=1, direction="DESCENDING", stable=True)
+    alive_logp = tf.gather(alive_logp, order, batch_dims=1)
+    alive_seq = tf.gather(seq, order, batch_dims=1)
+    tokens = tf.reshape(tf.gather(tok, order, batch_dims=1), (-1,))
+    source_beam = tf.gather(beam, order, batch_dims=1)
+    source_rows = tf.reshape(source_beam + (tf.range(r) * k)[:, None], (-1,))
+    # (every sentence here is within its budget: one leaves the search at its limit)
+    state = search._replace(
+        tokens=tokens, alive_seq=alive_seq, alive_logp=alive_logp, fin_seq=fin_seq
+    )
+    return state._replace(fin_score=fin_score), source_rows
+
+
+def best_extensions(logits, alive_logp, forced=None):
+    """The k best extensions of each sentence's k alive hypotheses (log-probabilities
+    alive_logp (R, k)) by one token, from the logits (R * k, V): (their log-probabilities,
+    the hypothesis each extends, the token), each (R, k), best first. A hypothesis's own
+    k best tokens hold every one of those, so the top-k runs over k * k candidates, the
+    log-softmax over those alone: (z - max z) - log sum exp(z - max z), the arithmetic of
+    tf.nn.log_softmax (one C++ kernel where fast_ops.decode_kernels() gives it).
+    ``forced``: (inside (R * k,) bool, token (R * k,) int32) of a target prefix: a
+    hypothesis inside its prefix has one extension, by the prefix's token, at its
+    log-probability (:class:`greedy_search.Prefix`)."""
+    r, k = tf.shape(alive_logp)[0], alive_logp.shape[1]
+    lib = fast_ops.decode_kernels()
+    if lib is not None and logits.dtype == tf.float32:
+        row_logp, row_tok = lib.native_top_log_softmax(logits, k=k)  # (R * k, k)
+    else:
+        z_max = tf.reduce_max(logits, axis=-1, keepdims=True)
+        log_sum = tf.math.log(tf.reduce_sum(tf.exp(logits - z_max), axis=-1, keepdims=True))
+        row_z, row_tok = tf.math.top_k(logits, k=k)
+        row_logp = (row_z - z_max) - log_sum
+    if forced is not None:
+        row_logp, row_tok = forced_extensions(logits, row_logp, row_tok, *forced)
+    cand = tf.reshape(alive_logp[:, :, None] + tf.reshape(row_logp, (r, k, k)), (r, k * k))
+    top_logp, top_idx = tf.math.top_k(cand, k=k)
+    tok = tf.gather(tf.reshape(row_tok, (r, k * k)), top_idx, batch_dims=1)
+    return top_logp, top_idx // k, tok
+
+
+def forced_extensions(logits, row_logp, row_tok, inside, token):
+    """(row_logp, row_tok) (R * k, k) of :func:`best_extensions` where the rows
+    ``inside`` their prefix have one extension, by ``token`` (R * k,), at its
+    log-probability under ``logits`` (R * k, V), and k - 1 empty ones (NEG)."""
+    z = tf.cast(logits, tf.float32)
+    picked = tf.gather(z, token[:, None], batch_dims=1) - tf.reduce_logsumexp(z, -1, True)
+    empty = tf.fill(tf.shape(row_logp) - [0, 1], NEG)
+    one_logp = tf.concat([picked, empty], axis=1)
+    one_tok = tf.concat([token[:, None], tf.zeros_like(row_tok[:, 1:])], axis=1)
+    return (
+        tf.where(inside[:, None], one_logp, row_logp),
+        tf.where(inside[:, None], one_tok, row_tok),
+    )
+
+
+def searching(i, search: BeamState, alpha: float):
+    """(R,) bool: which sentences search on at step i: one with an alive hypothesis that
+    can still beat its k-th finished one (even at its longest, where the length penalty
+    divides the least), within its budget."""
+    limits, alive_logp, fin_score = search.limits, search.alive_logp, search.fin_score
+    best_possible = alive_logp[:, 0] / length_penalty(limits, alpha)
+    open_ = tf.logical_and(alive_logp[:, 0] > NEG / 2, best_possible > fin_score[:, -1])
+    return tf.logical_and(open_, i < limits)
+
+
+def write_finished(i, search: BeamState, still, done: tuple, alpha: float) -> tuple:
+    """``done`` (the results, (N, k, L) and (N, k)) with the k best of each sentence that
+    stops searching after i steps (``still`` false) written into its row."""
+    stop = tf.cast(tf.where(tf.logical_not(still))[:, 0], tf.int32)
+    fields = ("limits", "alive_seq", "alive_logp", "fin_seq", "fin_score")
+    picked = [tf.gather(getattr(search, f), stop) for f in fields]
+    k = search.alive_logp.shape[1]
+    seqs, scores = final_beams(i, picked[0], alpha, k, *picked[1:])
+    rows = tf.gather(search.sentence, stop)[:, None]
+    seqs = tf.pad(seqs, [[0, 0], [0, 0], [0, tf.shape(done[0])[2] - tf.shape(seqs)[2]]])
+    return (
+        tf.tensor_scatter_nd_update(done[0], rows, seqs),
+        tf.tensor_scatter_nd_update(done[1], rows, scores),
+    )
+
+
+def drop_sentences(model, search: BeamState, cache, still, k: int):
+    """The search state and the cache of the sentences that search on (``still``) only."""
+    keep = tf.cast(tf.where(still)[:, 0], tf.int32)
+    rows = tf.reshape(keep[:, None] * k + tf.range(k)[None, :], (-1,))
+    kept = BeamState(*(tf.gather(t, keep) for t in search))
+    return kept._replace(tokens=tf.gather(search.tokens, rows)), model.select_rows(cache, rows)
+
+
+def merge_finished(fin_seq, fin_score, seq, tok, top_logp, i, alpha: float):
+    """The finished set of a beam step: the k best of the finished hypotheses (N, k, L)
+    with scores (N, k) and the step's extensions seq (N, k, L) that end in </S> (tok
+    (N, k), log-probabilities top_logp (N, k)), scored with the length penalty at their
+    length i + 1. Returns (fin_seq, fin_score)."""
+    k = fin_score.shape[1]
+    new_score = tf.where(
+        tf.logical_and(tf.equal(tok, data_load.EOS_ID), top_logp > NEG / 2),
+        top_logp / length_penalty(i + 1, alpha),
+        NEG,
+    )
+    all_score = tf.concat([fin_score, new_score], axis=1)
+    all_seq = tf.concat([fin_seq, seq], axis=1)
+    fin_score, keep = tf.math.top_k(all_score, k=k)
+    return tf.gather(all_seq, keep, batch_dims=1), fin_score
+
+
+def final_beams(i, limits, alpha: float, k: int, alive_seq, alive_logp, fin_seq, fin_score):
+    """The k best of a beam search that ran i steps (:func:`beam_loop`): (ids (N, k, i),
+    PAD after </S>; scores (N, k)). Sentences with fewer than k finished hypotheses are
+    completed from the alive (unfinished) ones, which always rank after every finished
+    hypothesis, each scored at its length (at most its sentence's limit)."""
+    alive_len = tf.minimum(i, limits)[:, None]
+    alive_score = tf.where(alive_logp > NEG / 2, alive_logp / length_penalty(alive_len, alpha), NEG)
+    all_score = tf.concat([fin_score, alive_score], axis=1)
+    rank = tf.concat(
+        [fin_score, tf.where(alive_score > NEG / 2, alive_score + NEG / 4, NEG)], axis=1
+    )
+    all_seq = tf.concat([fin_seq, alive_seq], axis=1)
+    _, keep = tf.math.top_k(rank, k=k)
+    scores = tf.gather(all_score, keep, batch_dims=1)
+    seqs = tf.gather(all_seq, keep, batch_dims=1)[:, :, :i]
+    # PAD everything after the first </S>
+    after = (
+        tf.cumsum(tf.cast(tf.equal(seqs, data_load.EOS_ID), tf.int32), axis=-1, exclusive=True) > 0
+    )
+    return tf.where(after, data_load.PAD_ID, seqs), scores
+
+
+def beam_decoder(model, beam_size: int, alpha: float = 0.6, max_len: int = 0, prefix: bool = False):
+    """A compiled ``fn(src (N, T1) int32, extra int32[, prefix tokens (N, P) int32, prefix
+    lengths (N,) int32]) -> (ids (N, k, L), scores (N, k))`` (:func:`beam_loop`).
+
+    A tf.function graph; unlike the greedy loop it is not XLA-compiled: with its
+    data-dependent buffer sizes, XLA on CPU (TF 2.21) crashed on it. Traced without
+    autograph, as the greedy loop.
+    """
+
+    def decode(src, extra, *forced):
+        forced = Prefix(*forced) if prefix else None
+        return beam_loop(model, src, extra, beam_size, alpha, max_len, prefix=forced)
+
+    spec = decoder_signature(prefix=prefix)
+    return fast_ops.decoding_function(decode, input_signature=spec)
