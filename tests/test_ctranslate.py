@@ -13,8 +13,10 @@ import ctranslate
 import data_load
 import export
 import greedy_search
+import hparams
 from helpers import tiny_model
 from hparams import UserError
+from translator import Translator
 
 ctranslate2 = pytest.importorskip("ctranslate2")  # the [dev] extra installs it
 
@@ -198,3 +200,69 @@ def test_export_py_takes_format_and_quantization_and_refuses_a_wrong_one(
         monkeypatch.setattr("sys.argv", argv + extra)
         with pytest.raises(UserError, match=words):
             export.main()
+
+
+def eos_prone(seed: int):
+    """A tiny pre-norm model with its own output layer whose </S> bias makes most
+    outputs end before their budget (a random model's rarely do)."""
+    model = tiny_model(VOCAB, VOCAB, seed=seed, norm="pre", tie_softmax=False)
+    bias = model.output_layer.bias
+    bias.assign(bias.numpy() + 3.0 * (np.arange(VOCAB) == data_load.EOS_ID))
+    return model
+
+
+def test_prefixed_greedy_and_beam_outputs_are_ctranslate2s_target_prefix_outputs(tmp_path):
+    """Forced through a prefix, then searching freely: our greedy best outputs are
+    CTranslate2's with ``target_prefix``, token for token, for every sentence that ends
+    within its budget on both sides. Our beam's (k 3, no length penalty on either side)
+    are too, or score higher under the model than CTranslate2's (its beam keeps other
+    hypotheses after a prefix: 2 of the 8 sentences here)."""
+    model = eos_prone(seed=6)
+    ct2, tok = converted(tmp_path, model)
+    rng = np.random.default_rng(4)
+    src = [list(rng.integers(4, VOCAB, size=n)) for n in (4, 8, 2, 6, 5, 7, 3, 9)]
+    prefixes = [[5], [6, 7], [], [8, 9, 10], [11], [12, 4], [13], [14, 15]]
+    extra, same = 6, {1: 0, 3: 0}
+    for k in (1, 3):
+        hp = hparams.apply(
+            hparams.Hparams(),
+            {"beam_size": k, "length_penalty": 0.0, "max_len_extra": extra, "decode_streams": 1},
+        )
+        ours = Translator(model, None, hp).translate_ids(src, prefixes=prefixes)
+        result = ct2.translate_batch(
+            ctranslate.source_tokens(tok, src),
+            target_prefix=[tok.tgt_tokens(p) if p else None for p in prefixes],
+            beam_size=k,
+            length_penalty=0,
+            max_decoding_length=max(map(len, src)) + 1 + extra,
+            min_decoding_length=0,  # (CTranslate2's default 1 never ends at once; ours may)
+        )
+        for s, p, mine, r in zip(src, prefixes, ours, result):
+            best = [int(t) for t in mine[0][0] if t != data_load.PAD_ID]
+            theirs = ctranslate.target_ids(tok, r.hypotheses[0])
+            assert best[: len(p)] == p and theirs[: len(p)] == p
+            if data_load.EOS_ID not in best or len(theirs) + 1 >= len(s) + 1 + extra:
+                continue  # cut at a budget, which the two count differently
+            if best == theirs + [data_load.EOS_ID]:
+                same[k] += 1
+                continue
+            assert k > 1, (s, p, best, theirs)
+            score = Translator(model, None, hp).score_ids([s, s], [best[:-1], theirs])
+            assert score[0].sum() > score[1].sum(), (s, p, best, theirs)
+    assert same[1] >= 6 and same[3] >= 4, same
+
+
+def test_scores_of_given_translations_are_ctranslate2s_score_batch(tmp_path):
+    model = tiny_model(VOCAB, VOCAB, seed=7)
+    ct2, tok = converted(tmp_path, model)
+    rng = np.random.default_rng(8)
+    src = [list(rng.integers(4, VOCAB, size=n)) for n in (5, 9, 2, 6)]
+    tgt = [list(rng.integers(4, VOCAB, size=n)) for n in (7, 3, 6, 1)]
+    hp = hparams.apply(hparams.Hparams(), {"eval_batch_size": 3, "decode_streams": 2})
+    ours = Translator(model, None, hp).score_ids(src, tgt)
+    words = list(tok.src_vocab)
+    theirs = ct2.score_batch(
+        [[words[i] for i in s] for s in src], [[words[i] for i in t] for t in tgt]
+    )
+    for mine, result in zip(ours, theirs):
+        np.testing.assert_allclose(mine, result.log_probs, atol=1e-4)
