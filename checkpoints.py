@@ -209,7 +209,8 @@ class LogdirLock:
     """One training run per logdir: the chief holds an exclusive ``fcntl.flock`` on
     ``<logdir>/train.lock`` for the whole run (other workers of a multi-worker run take
     none). The kernel releases it when its owner ends, however it ends; the file names
-    the owner (pid, host, start time, command) for the message a second run gets."""
+    the owner (pid, host, start time, command) for the message a second run gets. A
+    logdir that cannot be written is one UserError line here, before any training."""
 
     def __init__(self, logdir: str, active: bool = True):
         self.path, self.active, self.file = os.path.join(logdir, "train.lock"), active, None
@@ -217,8 +218,9 @@ class LogdirLock:
     def __enter__(self):
         if not self.active:
             return self
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        self.file = open(self.path, "a+", encoding="utf-8")
+        with files.reporting(self.path, "nothing was written"):  # a read-only logdir
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            self.file = open(self.path, "a+", encoding="utf-8")
         try:
             fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

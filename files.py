@@ -3,8 +3,9 @@
 The one helper is :func:`atomic_path`; :func:`atomic_write` is its common case. A run
 killed halfway leaves the previous version (or nothing) under the final name, never a
 truncated file. A write that the storage refuses (a full disk, a file-size limit, a quota,
-a read-only file system) becomes one :class:`errors.UserError` line naming the file
-(:func:`reporting`), also for the files TensorFlow writes (checkpoints, SavedModels,
+a read-only file system) or that this user may not make (a folder without write
+permission) becomes one :class:`errors.UserError` line naming the file, the cause and what
+to do (:func:`reporting`), also for the files TensorFlow writes (checkpoints, SavedModels,
 TensorBoard events), and for stdout (:func:`print_text`).
 """
 
@@ -20,32 +21,45 @@ from errors import UserError
 
 # errno values meaning that the storage refused the bytes
 STORAGE_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS)
+# errno values meaning that this user may not write there (EPERM: an immutable file)
+PERMISSION_ERRNOS = (errno.EACCES, errno.EPERM)
+REFUSED_ERRNOS = STORAGE_ERRNOS + PERMISSION_ERRNOS
 
 
-def storage_refusal(error: BaseException) -> str | None:
-    """The C library's text ('No space left on device', 'File too large', ...) if
-    ``error`` says the storage refused a write: an OSError with one of
-    :data:`STORAGE_ERRNOS`, or an error (TensorFlow's) whose message carries that text."""
-    if isinstance(error, OSError) and error.errno in STORAGE_ERRNOS:
-        return os.strerror(error.errno)
+def refused_errno(error: BaseException) -> int | None:
+    """The errno of a write that ``error`` says was refused (:data:`REFUSED_ERRNOS`): an
+    OSError's own, or the one whose C library text ('No space left on device',
+    'Permission denied', ...) an error of TensorFlow's carries; else None."""
+    if isinstance(error, OSError) and error.errno in REFUSED_ERRNOS:
+        return error.errno
     text = str(error)
-    return next((os.strerror(n) for n in STORAGE_ERRNOS if os.strerror(n) in text), None)
+    return next((n for n in REFUSED_ERRNOS if os.strerror(n) in text), None)
+
+
+def remedy(number: int) -> str:
+    """What the user does about a write refused with errno ``number``."""
+    if number in PERMISSION_ERRNOS:
+        return "give this user write permission there, or choose another folder"
+    if number == errno.EROFS:
+        return "choose a folder on a writable file system"
+    return "free some disk space and run again"
 
 
 @contextlib.contextmanager
 def reporting(path: str, kept: str = "its previous version is kept"):
-    """Turn a write to ``path`` that the storage refuses into one UserError line saying
-    what failed, where, what was kept (``kept``) and what to do; other errors pass."""
+    """Turn a write to ``path`` that the storage refuses, or that this user may not
+    make, into one UserError line saying what failed, where, why, what was kept or lost
+    (``kept``) and what to do; other errors pass."""
     try:
         yield
     except UserError:
         raise
     except Exception as e:
-        reason = storage_refusal(e)
-        if reason is None:
+        number = refused_errno(e)
+        if number is None:
             raise
         raise UserError(
-            f"could not write {path} ({reason}); {kept}: free some disk space and run again"
+            f"could not write {path} ({os.strerror(number)}); {kept}: {remedy(number)}"
         ) from None
 
 
@@ -72,7 +86,7 @@ def is_own(name: str, tmp_base: str) -> bool:
 
 
 @contextlib.contextmanager
-def atomic_path(path: str):
+def atomic_path(path: str, kept: str = "its previous version is kept"):
     """Yield a temporary name beside ``path``; on success rename it to ``path``.
 
     What the caller writes under the temporary name - a file, a folder (a SavedModel),
@@ -81,18 +95,20 @@ def atomic_path(path: str):
     the temporary one. The temporary name is in the same folder, so each rename is
     atomic; an existing folder under the final name is replaced. On an error, or an
     interrupt, everything under the temporary name is removed and ``path`` is untouched;
-    a write the storage refuses is a UserError (:func:`reporting`).
+    a write refused (by the storage, or for want of permission, its folder's creation
+    included) is a UserError saying ``kept`` (:func:`reporting`).
     """
     tmp = temporary_name(path)
     folder, tmp_base = os.path.split(tmp)
     base = os.path.basename(os.path.normpath(path))
-    os.makedirs(folder, exist_ok=True)
 
     def written() -> list[str]:
-        return [name for name in os.listdir(folder) if is_own(name, tmp_base)]
+        names = os.listdir(folder) if os.path.isdir(folder) else []
+        return [name for name in names if is_own(name, tmp_base)]
 
     try:
-        with reporting(path):
+        with reporting(path, kept):
+            os.makedirs(folder, exist_ok=True)
             yield tmp
             for name in written():
                 final = os.path.join(folder, base + name[len(tmp_base) :])
@@ -104,9 +120,10 @@ def atomic_path(path: str):
             _remove(os.path.join(folder, name))
 
 
-def atomic_write(path: str, data: str | bytes) -> None:
-    """Write ``data`` (str as UTF-8) to ``path`` through :func:`atomic_path`."""
-    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+def atomic_write(path: str, data: str | bytes, kept: str = "its previous version is kept") -> None:
+    """Write ``data`` (str as UTF-8) to ``path`` through :func:`atomic_path` (``kept``:
+    what its error line says was kept)."""
+    with atomic_path(path, kept) as tmp, open(tmp, "wb") as f:
         f.write(data.encode("utf-8") if isinstance(data, str) else data)
 
 

@@ -120,7 +120,9 @@ def train(hp: hparams.Hparams, ckpt: str = "") -> dict:
             files.atomic_write(
                 os.path.join(hp.logdir, "specs"), "\n".join(trainer.model.specs_lines()) + "\n"
             )
-            writer = tf.summary.create_file_writer(os.path.join(hp.logdir, "train"))
+            events = os.path.join(hp.logdir, "train")
+            with files.reporting(events, "nothing is lost"):  # no step trained yet
+                writer = tf.summary.create_file_writer(events)
         else:
             writer = tf.summary.create_noop_writer()
         print(

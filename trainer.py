@@ -435,18 +435,21 @@ class Trainer:
         return self.step, int(self.epoch), int(self.batch_in_epoch)
 
     def save(self, best: bool = False) -> str:
-        """Checkpoint at the current step (into logdir/best too when ``best``); returns the
-        chief's path. Non-chief workers save to their temporary folder and delete it.
-        A full disk is one UserError line; the previous checkpoints stay intact."""
+        """Checkpoint at the current step (into logdir/best too when ``best``, first, so
+        that a run stopped between the two resumes from a checkpoint that agrees with
+        best/); returns the chief's path. Non-chief workers save to their temporary
+        folder and delete it. A full disk is one UserError line naming the checkpoint; the
+        previous checkpoints stay intact."""
         self.seconds.assign(self.seconds_used())
         self.clock = time.time()
-        target = os.path.join(self.manager.directory, f"ckpt-{self.step}")
-        kept = f"the previous checkpoint {self.latest_checkpoint} is intact"
+        last = self.latest_checkpoint
+        lost = f"the previous checkpoint {last} is intact" if last else "nothing is lost"
+        managers = ([self.best] if best else []) + [self.manager]
         try:
-            with files.reporting(target, kept if self.latest_checkpoint else "nothing is lost"):
-                path = self.manager.save(checkpoint_number=self.step)
-                if best:
-                    self.best.save(checkpoint_number=self.step)
+            for manager in managers:
+                target = os.path.join(manager.directory, f"ckpt-{self.step}")
+                with files.reporting(target, lost):
+                    path = manager.save(checkpoint_number=self.step)
         except UserError:
             checkpoints.remove_partial_checkpoints(self.manager.directory)
             raise

@@ -1,6 +1,6 @@
 """Faults: NaN/Inf updates skipped in every precision, out-of-memory batches, damaged
-checkpoints and a full disk (injected in a child process) each give one clear line and
-lose no file."""
+checkpoints, a full disk and a logdir that cannot be written (injected in a child
+process) each give one clear line and lose no file."""
 
 import dataclasses
 import glob
@@ -28,6 +28,7 @@ import translate
 from eval import evaluate
 from helpers import ROOT, tiny
 from model import Transformer
+from test_files import read_only_mount, unprivileged
 from trainer import Health, Trainer
 from translator import Translator
 
@@ -343,6 +344,20 @@ def test_damaged_only_checkpoint_says_there_is_no_earlier_one(quick_run, tmp_pat
 # ignored, so that writes fail with EFBIG - also those of TensorFlow's C++ writers), or
 # /dev/full (ENOSPC) under the temporary name of a file that Python writes
 # ---------------------------------------------------------------------------------------
+OUTCOME = r"""
+import hparams
+
+
+def outcome(fn):
+    try:
+        fn()
+        return "no error"
+    except hparams.UserError as e:
+        return "UserError: " + str(e)
+    except BaseException as e:
+        return f"{type(e).__name__}: {e}"
+"""  # put before a child process's script: how fn() ends, as one line
+
 FULL_DISK = r"""
 import json, os, resource, signal, sys
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
@@ -361,12 +376,7 @@ def attempt(name, fault, fn):
     elif fault:  # the file goes to /dev/full
         os.symlink("/dev/full", files.temporary_name(fault))
     try:
-        fn()
-        result = "no error"
-    except hparams.UserError as e:
-        result = "UserError: " + str(e)
-    except BaseException as e:
-        result = f"{type(e).__name__}: {e}"
+        result = outcome(fn)
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
     print(json.dumps([name, result]), flush=True)
@@ -455,7 +465,7 @@ def full_disk(quick_run, demo_prepro, tmp_path_factory):
             f.write(text)
     before = snapshot(str(tmp))
     proc = subprocess.run(
-        [sys.executable, "-c", FULL_DISK, json.dumps(cfg)],
+        [sys.executable, "-c", OUTCOME + FULL_DISK, json.dumps(cfg)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -569,3 +579,147 @@ def test_full_disk_keeps_the_previous_files_and_says_where(full_disk, case):
         with pytest.raises(hparams.UserError, match="incomplete"):
             saved = hparams.load(os.path.join(prepro1, "hparams.json"))
             data_load.load_tokenizer(hparams.apply(saved, {"prepro_dir": prepro1}))
+
+
+# ---------------------------------------------------------------------------------------
+# A logdir this user cannot write (EACCES: a child process that file modes bind, for
+# root too) or on a read-only file system (EROFS): one line naming the file, exit status 2
+# ---------------------------------------------------------------------------------------
+READ_ONLY = r"""
+import contextlib, io, json, os, sys
+import files, train
+
+cfg = json.loads(sys.argv[1])
+
+
+def attempt(name, fn):
+    print(json.dumps([name, outcome(fn)]), flush=True)
+
+
+def run(name, **kw):
+    return hparams.apply(hparams.Hparams(), {**cfg["hp"], "logdir": cfg[name], **kw})
+
+
+def script():  # train.py's main: its exit status and its stderr
+    sys.argv = ["train.py", *cfg["argv"]]
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        try:
+            hparams.run_main(train.main)
+        except SystemExit as e:
+            return e.code, err.getvalue()
+    return 0, err.getvalue()
+
+
+print(json.dumps(["script", script()]), flush=True)
+attempt("logdir in it", lambda: train.train(run("logdir in it")))
+attempt("hparams", lambda: train.train(run("hparams")))
+once = {"max_steps": 1, "ckpt_every_steps": 0}  # no checkpoint before the best one
+attempt("best checkpoint", lambda: train.train(run("best checkpoint", **once)))
+attempt("summaries", lambda: train.train(run("summaries")))
+# best.json's temporary name in this process: a file this user may not write
+tmp = files.temporary_name(os.path.join(cfg["best.json"], "best.json"))
+with open(tmp, "w") as f:
+    f.write("not ours")
+os.chmod(tmp, 0o444)
+attempt("best.json", lambda: train.train(run("best.json", max_steps=4)))
+"""
+
+
+def train_argv(hp):
+    """train.py's command line for the run ``hp``: every hyperparameter, by name."""
+    return [x for k, v in dataclasses.asdict(hp).items() for x in (f"--{k}", str(v))]
+
+
+def error_lines(stderr):
+    assert "Traceback" not in stderr, stderr[-3000:]
+    return [line for line in stderr.splitlines() if "error" in line.lower()]
+
+
+@pytest.mark.slow
+def test_a_logdir_this_user_cannot_write_is_one_line(quick_run, tmp_path):
+    """train.py into a read-only logdir: one line naming train.lock, exit status 2. And
+    each later write of a training run, refused: the logdir's creation, hparams.json
+    (in a read-only logdir whose lock file is writable), the best checkpoint, the
+    TensorBoard events, best.json: one line naming the file, the previous files kept."""
+    hp, _ = quick_run
+    folders = {
+        name: str(tmp_path / name.replace(" ", "_"))
+        for name in ("read-only", "hparams", "best checkpoint", "summaries", "best.json")
+    }
+    folders["logdir in it"] = os.path.join(folders["read-only"], "log")
+    for name in ("read-only", "hparams", "best checkpoint", "summaries"):
+        os.makedirs(folders[name])
+    shutil.copytree(hp.logdir, folders["best.json"])
+    open(os.path.join(folders["hparams"], "train.lock"), "w").close()
+    os.chmod(os.path.join(folders["hparams"], "train.lock"), 0o666)
+    read_only = [
+        folders["read-only"],
+        folders["hparams"],
+        os.path.join(folders["best checkpoint"], "best"),
+        os.path.join(folders["summaries"], "train"),
+    ]
+    for folder in read_only:
+        os.makedirs(folder, exist_ok=True)
+        os.chmod(folder, 0o555)
+    before = snapshot(str(tmp_path))
+    cfg = dict(
+        folders,
+        hp=dataclasses.asdict(hp),
+        argv=train_argv(hparams.apply(hp, {"logdir": folders["read-only"]})),
+    )
+    try:
+        proc = subprocess.run(
+            unprivileged() + [sys.executable, "-c", OUTCOME + READ_ONLY, json.dumps(cfg)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    finally:
+        for folder in read_only:
+            os.chmod(folder, 0o755)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = dict(json.loads(line) for line in proc.stdout.splitlines() if line.startswith("["))
+    do = "give this user write permission there, or choose another folder"
+    status, stderr = results.pop("script")
+    train_lock = os.path.join(folders["read-only"], "train.lock")
+    assert status == 2 and error_lines(stderr) == [
+        f"error: could not write {train_lock} (Permission denied); nothing was written: {do}"
+    ]
+    logdir_in_it = os.path.join(folders["logdir in it"], "train.lock")
+    expected = {
+        "logdir in it": f"{logdir_in_it} (Permission denied); nothing was written",
+        "hparams": f"{folders['hparams']}/hparams.json (Permission denied); its previous "
+        f"version is kept",
+        "best checkpoint": f"{folders['best checkpoint']}/best/ckpt-1 (Permission denied); "
+        f"nothing is lost",
+        "summaries": f"{folders['summaries']}/train (Permission denied); nothing is lost",
+        "best.json": f"{folders['best.json']}/best.json (Permission denied); its previous "
+        f"version is kept",
+    }
+    assert results == {
+        name: f"UserError: could not write {x}: {do}" for name, x in expected.items()
+    }
+    kept(before, str(tmp_path), folders["best.json"] + "/best.json")
+    assert not os.listdir(folders["read-only"]) and not os.listdir(read_only[2])
+
+
+@pytest.mark.slow
+def test_a_logdir_on_a_read_only_file_system_is_one_line(quick_run, tmp_path):
+    """train.py into a logdir on a read-only file system: one line, exit status 2."""
+    hp, _ = quick_run
+    logdir = str(tmp_path / "log")
+    os.makedirs(logdir)
+    argv = train_argv(hparams.apply(hp, {"logdir": logdir}))
+    proc = subprocess.run(
+        read_only_mount(logdir) + [sys.executable, "train.py", *argv],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2 and error_lines(proc.stderr) == [
+        f"error: could not write {logdir}/train.lock (Read-only file system); nothing was "
+        f"written: choose a folder on a writable file system"
+    ]

@@ -1,15 +1,22 @@
 """files.py: atomic_path and atomic_write leave the old version or the new one, never a
-part of one, and no temporary files."""
+part of one, and no temporary files; a write refused by the storage or for want of
+permission is one line. :func:`unprivileged` and :func:`read_only_mount` (child processes
+that cannot write through file modes, or that see a read-only file system) serve
+test_faults.py too."""
 
 import errno
+import json
 import os
+import shutil
 import stat
+import subprocess
 import sys
 
 import pytest
 
 import files
 import hparams
+from helpers import ROOT
 
 
 def test_atomic_write_replaces_and_leaves_no_temp(tmp_path):
@@ -165,11 +172,14 @@ def test_a_refused_write_is_one_line_naming_the_file(tmp_path):
     assert path.read_text() == "old" and os.listdir(tmp_path) == ["results.txt"]
 
 
-def test_storage_refusal_reads_oserrors_and_tensorflow_messages():
-    assert files.storage_refusal(OSError(errno.EFBIG, "x")) == "File too large"
-    assert files.storage_refusal(OSError(errno.ENOENT, "x")) is None
+def test_refused_errno_reads_oserrors_and_tensorflow_messages():
+    assert files.refused_errno(OSError(errno.EFBIG, "x")) == errno.EFBIG
+    assert files.refused_errno(PermissionError(errno.EACCES, "x")) == errno.EACCES
+    assert files.refused_errno(OSError(errno.ENOENT, "x")) is None
     tf_message = "log/ckpt-1_temp/part-00000-of-00001.data; No space left on device [Op:SaveV2]"
-    assert files.storage_refusal(RuntimeError(tf_message)) == "No space left on device"
+    assert files.refused_errno(RuntimeError(tf_message)) == errno.ENOSPC
+    tf_message = "log/ckpt-5_temp; Permission denied [Op:SaveV2]"
+    assert files.refused_errno(RuntimeError(tf_message)) == errno.EACCES
     with pytest.raises(KeyError):  # other errors pass through
         with files.reporting("x"):
             raise KeyError("x")
@@ -185,3 +195,91 @@ def test_print_text_to_a_full_stdout(monkeypatch):
     out.write("x" * 10000)
     out.flush()  # goes to /dev/null now
     out.close()
+
+
+def unprivileged() -> list[str]:
+    """The command prefix of a child process that file modes bind: none for a user other
+    than root; for root (as in CI), setpriv without the capabilities that write through
+    them (CAP_DAC_OVERRIDE, CAP_FOWNER). Skips the test where root has no setpriv."""
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("root without setpriv (util-linux) writes through any file mode")
+    caps = "-dac_override,-fowner"
+    return [setpriv, f"--inh-caps={caps}", f"--bounding-set={caps}"]
+
+
+def read_only_mount(folder: str) -> list[str]:
+    """The command prefix of a child process that sees an empty read-only file system
+    (tmpfs) mounted on ``folder``, in a mount namespace of its own (unshare). Skips the
+    test where this machine cannot make one (no unshare, or namespaces not allowed)."""
+    script = 'mount -t tmpfs -o ro tmpfs "$1" && shift && exec "$@"'
+    prefix = ["unshare", "--map-root-user", "--mount", "sh", "-c", script, "sh", folder]
+    if shutil.which("unshare") is None:
+        pytest.skip("no unshare (util-linux) to mount a read-only file system")
+    probe = subprocess.run(prefix + ["true"], capture_output=True, text=True)
+    if probe.returncode:
+        pytest.skip(f"cannot mount a read-only file system here: {probe.stderr.strip()}")
+    return prefix
+
+
+REFUSED = """
+import json, sys
+import files
+from errors import UserError
+
+results = {}
+for path in sys.argv[1:]:
+    try:
+        files.atomic_write(path, "new")
+        results[path] = "written"
+    except UserError as e:
+        results[path] = str(e)
+print(json.dumps(results))
+"""
+
+
+def refused_writes(prefix: list[str], *paths: str) -> dict:
+    """{path: the UserError line of atomic_write(path) in a child process run under
+    ``prefix``, or 'written'}."""
+    proc = subprocess.run(
+        prefix + [sys.executable, "-c", REFUSED, *paths],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
+def test_a_folder_this_user_cannot_write_is_one_line(tmp_path):
+    """A file in a folder without write permission, and a folder in it: one line each,
+    naming the file, the cause and what to do; the old version stays, nothing is left."""
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    (folder / "out.txt").write_text("old")
+    paths = [str(folder / "out.txt"), str(folder / "new" / "out.txt")]
+    folder.chmod(0o555)
+    try:
+        results = refused_writes(unprivileged(), *paths)
+    finally:
+        folder.chmod(0o755)
+    for path in paths:
+        assert results[path] == (
+            f"could not write {path} (Permission denied); its previous version is kept: "
+            f"give this user write permission there, or choose another folder"
+        )
+    assert (folder / "out.txt").read_text() == "old" and os.listdir(folder) == ["out.txt"]
+
+
+def test_a_read_only_file_system_is_one_line(tmp_path):
+    folder = tmp_path / "mounted"
+    folder.mkdir()
+    path = str(folder / "out.txt")
+    results = refused_writes(read_only_mount(str(folder)), path)
+    assert results[path] == (
+        f"could not write {path} (Read-only file system); its previous version is kept: "
+        f"choose a folder on a writable file system"
+    )
