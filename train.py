@@ -393,7 +393,7 @@ def evaluate(
     if bleu and trainer.chief:
         name = f"E{epoch:02d}S{step}L{dev_loss:.2f}"
         text = "\n".join(hyps) + f"\nBLEU = {scores['sacrebleu']:.2f}\n"
-        files.atomic_write(os.path.join(hp.evaldir, name), text)
+        files.atomic_write(os.path.join(hp.evaldir, name), text, trainer.unsaved())
     with summaries.summaries_at(writer, step, hp):
         summaries.dev_figures(dev_loss, dev_nll, scores)
         if bleu:

@@ -438,12 +438,11 @@ class Trainer:
         """Checkpoint at the current step (into logdir/best too when ``best``, first, so
         that a run stopped between the two resumes from a checkpoint that agrees with
         best/); returns the chief's path. Non-chief workers save to their temporary
-        folder and delete it. A full disk is one UserError line naming the checkpoint; the
-        previous checkpoints stay intact."""
+        folder and delete it. A full disk is one UserError line naming the checkpoint and
+        the steps lost (:meth:`unsaved`); the previous checkpoints stay intact."""
         self.seconds.assign(self.seconds_used())
         self.clock = time.time()
-        last = self.latest_checkpoint
-        lost = f"the previous checkpoint {last} is intact" if last else "nothing is lost"
+        lost = self.unsaved()
         managers = ([self.best] if best else []) + [self.manager]
         try:
             for manager in managers:
@@ -458,6 +457,23 @@ class Trainer:
             path = os.path.join(self.hp.logdir, os.path.basename(path))
         self.last_saved = path
         return path
+
+    def unsaved(self) -> str:
+        """What a run that stops now loses: the steps since logdir's newest checkpoint,
+        from which the same command resumes (said in a failed write's line)."""
+        last = self.latest_checkpoint
+        saved = int(last.rsplit("-", 1)[1]) if last else 0  # <logdir>/ckpt-<step>
+        n = self.step - saved
+        if n <= 0:
+            if last:
+                return f"nothing trained is lost: checkpoint {last} (step {saved}) is intact"
+            return "nothing is lost (no step was trained yet)"
+        steps, are = f"the {n} step{'s' * (n > 1)}", "are" if n > 1 else "is"
+        if not last:
+            return f"{steps} trained so far {are} lost (no checkpoint yet)"
+        return (
+            f"{steps} since checkpoint {last} (step {saved}) {are} lost (a rerun resumes from it)"
+        )
 
     def seconds_used(self) -> float:
         """Wall time of the run so far, over all its resumes (checkpointed)."""

@@ -411,7 +411,9 @@ def attention():
 
 log = run("log").logdir
 limit = 64 * 1024  # above hparams.json, specs and the text files; below a checkpoint
-attempt("checkpoint", limit, lambda: train.train(hparams.apply(run("log"), {"max_steps": 5})))
+# two steps after ckpt-3, then the dev evaluation and the checkpoint at the budget's end
+ckpt_5 = {"max_steps": 5, "ckpt_every_steps": 0}
+attempt("checkpoint", limit, lambda: train.train(hparams.apply(run("log"), ckpt_5)))
 attempt("tensorboard", 256, tensorboard)
 attempt("average", limit, lambda: average_checkpoints.average(log, 2, cfg["average"]))
 attempt("export", limit, lambda: export.export(log, cfg["export"], {}))
@@ -442,7 +444,8 @@ def full_disk(quick_run, demo_prepro, tmp_path_factory):
         "npz": str(tmp / "p2" / "prepro" / "train.npz"),
     }
     shutil.copytree(hp.logdir, paths["log"])
-    cfg = dict(paths, log=dataclasses.asdict(hparams.apply(hp, {"logdir": paths["log"]})))
+    own = {"logdir": paths["log"], "evaldir": str(tmp / "eval")}
+    cfg = dict(paths, log=dataclasses.asdict(hparams.apply(hp, own)))
     for name in ("p1", "p2"):
         for sub in ("data", "prepro"):
             shutil.copytree(getattr(demo_prepro, f"{sub}_dir"), str(tmp / name / sub))
@@ -526,9 +529,9 @@ def test_full_disk_keeps_the_previous_files_and_says_where(full_disk, case):
     again = ": free some disk space and run again"
     expected, files_kept = {
         "checkpoint": (
-            f"could not write {log}/ckpt-4 ({LIMIT}); the previous checkpoint {log}/ckpt-3 is "
-            f"intact{again}",
-            [f"{log}/ckpt-3.index", f"{log}/ckpt-3{DATA}", f"{log}/checkpoint"],
+            f"could not write {log}/ckpt-5 ({LIMIT}); the 2 steps since checkpoint "
+            f"{log}/ckpt-3 (step 3) are lost (a rerun resumes from it){again}",
+            [f"{log}/ckpt-3.index", f"{log}/ckpt-3{DATA}", f"{log}/checkpoint", f"{log}/best"],
         ),
         "tensorboard": (
             f"could not write {paths['events']}/train ({LIMIT}); the checkpoints are kept{again}",
@@ -617,6 +620,8 @@ attempt("hparams", lambda: train.train(run("hparams")))
 once = {"max_steps": 1, "ckpt_every_steps": 0}  # no checkpoint before the best one
 attempt("best checkpoint", lambda: train.train(run("best checkpoint", **once)))
 attempt("summaries", lambda: train.train(run("summaries")))
+translations = {"max_steps": 3, "ckpt_every_steps": 2, "evaldir": cfg["read-only eval"]}
+attempt("dev translations", lambda: train.train(run("dev translations", **translations)))
 # best.json's temporary name in this process: a file this user may not write
 tmp = files.temporary_name(os.path.join(cfg["best.json"], "best.json"))
 with open(tmp, "w") as f:
@@ -641,14 +646,23 @@ def test_a_logdir_this_user_cannot_write_is_one_line(quick_run, tmp_path):
     """train.py into a read-only logdir: one line naming train.lock, exit status 2. And
     each later write of a training run, refused: the logdir's creation, hparams.json
     (in a read-only logdir whose lock file is writable), the best checkpoint, the
-    TensorBoard events, best.json: one line naming the file, the previous files kept."""
+    TensorBoard events, the dev translations, best.json: one line naming the file and
+    what is lost (the steps since the last checkpoint), the previous files kept."""
     hp, _ = quick_run
     folders = {
         name: str(tmp_path / name.replace(" ", "_"))
-        for name in ("read-only", "hparams", "best checkpoint", "summaries", "best.json")
+        for name in (
+            "read-only",
+            "hparams",
+            "best checkpoint",
+            "summaries",
+            "best.json",
+            "dev translations",
+            "read-only eval",
+        )
     }
     folders["logdir in it"] = os.path.join(folders["read-only"], "log")
-    for name in ("read-only", "hparams", "best checkpoint", "summaries"):
+    for name in ("read-only", "hparams", "best checkpoint", "summaries", "read-only eval"):
         os.makedirs(folders[name])
     shutil.copytree(hp.logdir, folders["best.json"])
     open(os.path.join(folders["hparams"], "train.lock"), "w").close()
@@ -658,6 +672,7 @@ def test_a_logdir_this_user_cannot_write_is_one_line(quick_run, tmp_path):
         folders["hparams"],
         os.path.join(folders["best checkpoint"], "best"),
         os.path.join(folders["summaries"], "train"),
+        folders["read-only eval"],
     ]
     for folder in read_only:
         os.makedirs(folder, exist_ok=True)
@@ -665,7 +680,7 @@ def test_a_logdir_this_user_cannot_write_is_one_line(quick_run, tmp_path):
     before = snapshot(str(tmp_path))
     cfg = dict(
         folders,
-        hp=dataclasses.asdict(hp),
+        hp=dataclasses.asdict(hparams.apply(hp, {"evaldir": str(tmp_path / "eval")})),
         argv=train_argv(hparams.apply(hp, {"logdir": folders["read-only"]})),
     )
     try:
@@ -687,13 +702,19 @@ def test_a_logdir_this_user_cannot_write_is_one_line(quick_run, tmp_path):
     assert status == 2 and error_lines(stderr) == [
         f"error: could not write {train_lock} (Permission denied); nothing was written: {do}"
     ]
+    translations = results.pop("dev translations")  # E01S3L<dev loss>
+    name = f"UserError: could not write {folders['read-only eval']}/E01S3L"
+    assert translations.startswith(name) and translations.endswith(
+        f" (Permission denied); the 1 step since checkpoint {folders['dev translations']}/"
+        f"ckpt-2 (step 2) is lost (a rerun resumes from it): {do}"
+    )
     logdir_in_it = os.path.join(folders["logdir in it"], "train.lock")
     expected = {
         "logdir in it": f"{logdir_in_it} (Permission denied); nothing was written",
         "hparams": f"{folders['hparams']}/hparams.json (Permission denied); its previous "
         f"version is kept",
         "best checkpoint": f"{folders['best checkpoint']}/best/ckpt-1 (Permission denied); "
-        f"nothing is lost",
+        f"the 1 step trained so far is lost (no checkpoint yet)",
         "summaries": f"{folders['summaries']}/train (Permission denied); nothing is lost",
         "best.json": f"{folders['best.json']}/best.json (Permission denied); its previous "
         f"version is kept",
