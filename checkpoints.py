@@ -326,6 +326,8 @@ def load_run(logdir: str, overrides: dict, ckpt: str = "", who: str = "eval"):
     """Hparams, tokenizer and restored model of a training run.
 
     ``overrides`` may change decoding settings; changing the model's shape is an error.
+    A damaged default model (``ckpt`` "") gives way to the newest checkpoint that reads
+    back (:func:`instead_of_damaged`), which the model's stderr line says.
     """
     saved = hparams.load(os.path.join(logdir, "hparams.json"))
     wanted = hparams.apply(saved, overrides)
@@ -353,6 +355,32 @@ def load_run(logdir: str, overrides: dict, ckpt: str = "", who: str = "eval"):
     devices.setup_devices(hp, who)
     model = Transformer.from_hparams(hp, tok.src_vocab_size, tok.tgt_vocab_size)
     path, why = choose_checkpoint(logdir, ckpt)
-    restore_checkpoint(tf.train.Checkpoint(model=model), path, "was it trained with other hparams?")
+    checkpoint, hint = tf.train.Checkpoint(model=model), "was it trained with other hparams?"
+    try:
+        restore_checkpoint(checkpoint, path, hint)
+    except UserError:
+        fallback = None if ckpt else instead_of_damaged(logdir, path)
+        if fallback is None:
+            raise
+        restore_checkpoint(checkpoint, fallback[0], hint)
+        path, why = fallback
     print(f"{who}: model {path} ({why})", file=sys.stderr)
     return hp, tok, model, path
+
+
+def instead_of_damaged(logdir: str, default: str) -> tuple[str, str] | None:
+    """(checkpoint prefix, why) of the newest checkpoint in ``logdir`` that reads back,
+    to load in place of the run's default model ``default`` (a best checkpoint or an
+    average) where that is damaged; None where it is not damaged, is itself the newest
+    checkpoint (its error names the previous one) or no checkpoint reads back."""
+    last = tf.train.latest_checkpoint(logdir)
+    damage = checkpoint_damage(default)
+    if not last or damage is None or os.path.abspath(default) == os.path.abspath(last):
+        return None
+    newest = last if checkpoint_damage(last) is None else previous_checkpoint(last)
+    if newest is None:
+        return None
+    return newest, (
+        f"the newest checkpoint that reads back, in place of the default model {default}, "
+        f"which is damaged: {damage}"
+    )

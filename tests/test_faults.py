@@ -339,6 +339,41 @@ def test_damaged_only_checkpoint_says_there_is_no_earlier_one(quick_run, tmp_pat
         checkpoints.load_run(hp.logdir, {}, path)
 
 
+@pytest.mark.parametrize("case", ["best.json", "best/", "newest damaged too"])
+def test_a_damaged_default_model_gives_way_to_the_newest_checkpoint_that_reads(
+    quick_run, tmp_path, capsys, case
+):
+    """The run's default model, best/ckpt-3 (named by best.json, or found in best/ without
+    it), is damaged while the run's newest checkpoint reads back: the default choice
+    loads that one (ckpt-2 where ckpt-3 is damaged too) and its one stderr line says
+    why; --ckpt best still names the damaged file."""
+    hp, _ = quick_run
+    logdir = str(tmp_path / "log")
+    shutil.copytree(hp.logdir, logdir)
+    if case == "best/":
+        os.remove(os.path.join(logdir, "best.json"))
+    best = os.path.join(logdir, "best", "ckpt-3")
+    damaged = [best] + ([os.path.join(logdir, "ckpt-3")] if case == "newest damaged too" else [])
+    for path in damaged:
+        with open(path + DATA, "r+b") as f:
+            f.truncate(100)
+    capsys.readouterr()
+    newest = os.path.join(logdir, "ckpt-2" if case == "newest damaged too" else "ckpt-3")
+    assert checkpoints.load_run(logdir, {}, "", "translate")[3] == newest
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("translate: model")]
+    assert len(lines) == 1 and re.fullmatch(
+        re.escape(
+            f"translate: model {newest} (the newest checkpoint that reads back, in place of the "
+            f"default model {best}, which is damaged: {best}{DATA} is damaged ("
+        )
+        + r"[^\n]*\)\)",
+        lines[0],
+    )
+    with pytest.raises(hparams.UserError, match=re.escape(f"checkpoint {best} is damaged: ")):
+        checkpoints.load_run(logdir, {}, "best")
+
+
 # ---------------------------------------------------------------------------------------
 # A full disk, injected in a child process: a file-size limit (RLIMIT_FSIZE, with SIGXFSZ
 # ignored, so that writes fail with EFBIG - also those of TensorFlow's C++ writers), or
