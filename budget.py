@@ -1,5 +1,5 @@
 """What bounds a training run (``num_epochs``, ``max_steps``, ``max_minutes``) and the
-fraction of it used, which the wsd and linear schedules read (modules.TransformerSchedule;
+fraction of it used, which the wsd and linear schedules read (optimization.TransformerSchedule;
 docs/training.md)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import time
 from typing import TYPE_CHECKING
 
 import hparams
-import modules
+import optimization
 
 if TYPE_CHECKING:  # for the annotations only
     from trainer import Dev, Trainer
@@ -34,7 +34,7 @@ class Budget:
         self.steps = min(steps, hp.max_steps) if hp.max_steps else steps
         self.seconds = 60.0 * hp.max_minutes
         self.reserve = 0.0
-        self.follow = hp.lr_schedule in modules.BUDGET_SCHEDULES
+        self.follow = hp.lr_schedule in optimization.BUDGET_SCHEDULES
         # wsd with --average N: N - 1 checkpoints inside the cooldown, at the fractions
         # 1 - cooldown * k / N (k = N - 1, ..., 1), and the run's end saves the last one
         n = hp.average if hp.lr_schedule == "wsd" else 0

@@ -92,7 +92,7 @@ def dense(x, w, transpose_b: bool = False):
 def cross_entropy_terms(logits, labels, epsilon: float = 0.1):
     """(label-smoothed loss, plain cross-entropy, correct), each (M,) float32, for logits
     (M, V) and labels (M,); correct is 1.0 where the label's logit is the largest (ties
-    count as correct) and has no gradient. See modules.cross_entropy_terms for the
+    count as correct) and has no gradient. See optimization.cross_entropy_terms for the
     formula; this is the switchable implementation."""
     logits, labels, epsilon = cast(logits, tf.float32), tf.cast(labels, tf.int32), float(epsilon)
     if ENABLED["xent_grad"]:

@@ -3,7 +3,7 @@
 ``Transformer.call((src, tgt_in))`` gives logits for teacher forcing; ``encode`` and
 ``decode_step`` with a plain-dict cache give incremental decoding (the loops that use
 them are in greedy_search.py and beam_search.py). ``model_type`` picks a
-:class:`modules.Variant` from :data:`VARIANTS`, which builds the layers.
+:class:`variants.Variant` from :data:`VARIANTS`, which builds the layers.
 """
 
 from __future__ import annotations
@@ -13,16 +13,19 @@ import dataclasses
 import keras
 import tensorflow as tf
 
+import attention
+import embeddings
 import hparams
 import modules
 import positions
 import recurrence
 import universal
+import variants
 import weighted
 
-# model_type -> its hook (modules.Variant); a new variant adds an entry here and its name to
+# model_type -> its hook (variants.Variant); a new variant adds an entry here and its name to
 # hparams.CHOICES['model_type']
-VARIANTS = {v.name: v for v in (modules.Variant(), weighted.Variant(), universal.Variant())}
+VARIANTS = {v.name: v for v in (variants.Variant(), weighted.Variant(), universal.Variant())}
 # the keyword arguments of Transformer that are model settings
 CONFIG_FIELDS = frozenset(f.name for f in dataclasses.fields(hparams.ModelConfig))
 
@@ -88,23 +91,23 @@ def model_config(src_vocab_size, tgt_vocab_size, config, kwargs: dict) -> hparam
 
 
 def token_embeddings(c: hparams.ModelConfig) -> tuple:
-    """(target, source) modules.TokenEmbedding (3.4): one object twice with
+    """(target, source) embeddings.TokenEmbedding (3.4): one object twice with
     ``share_embeddings`` (a joint vocabulary)."""
     emb = dict(d_model=c.d_model, init=c.embedding_init)
-    tgt = modules.TokenEmbedding(c.tgt_vocab_size, **emb, name="tgt_embedding")
+    tgt = embeddings.TokenEmbedding(c.tgt_vocab_size, **emb, name="tgt_embedding")
     if c.share_embeddings:
         return tgt, tgt
-    return tgt, modules.TokenEmbedding(c.src_vocab_size, **emb, name="src_embedding")
+    return tgt, embeddings.TokenEmbedding(c.src_vocab_size, **emb, name="src_embedding")
 
 
 def absolute_positions(c: hparams.ModelConfig, family) -> tuple:
-    """(source, target) modules.PositionalEncoding of the absolute encoding the family
+    """(source, target) embeddings.PositionalEncoding of the absolute encoding the family
     adds (3.5: the sinusoid, or a learned table); a sinusoid that is not added where the
     family is relative alone."""
     kind = family.embedding_of(c) or "sinusoid"
     pos = dict(kind=kind, max_position=c.max_position, init=c.embedding_init)
     return tuple(
-        modules.PositionalEncoding(c.d_model, **pos, name=f"{side}_position")
+        embeddings.PositionalEncoding(c.d_model, **pos, name=f"{side}_position")
         for side in ("src", "tgt")
     )
 
@@ -181,7 +184,7 @@ class Transformer(keras.Model):
     the attention projections (``qkv_activation``, ``qkv_bias``, ``output_projection``),
     the padding masks (``query_masking``: PAD queries get zero attention weights;
     ``key_mask_defect``: no padding mask at all, as the TF1 code whose masks never
-    fired), ``tie_softmax`` (False: :class:`modules.OutputProjection`),
+    fired), ``tie_softmax`` (False: :class:`embeddings.OutputProjection`),
     ``layer_norm_epsilon`` and ``embedding_init`` (token embeddings and learned position
     tables).
 
@@ -275,7 +278,9 @@ class Transformer(keras.Model):
             self.encoder_norm = modules.layer_norm("encoder_norm", c.layer_norm_epsilon)
             self.decoder_norm = modules.layer_norm("decoder_norm", c.layer_norm_epsilon)
         if not c.tie_softmax:
-            self.output_layer = modules.OutputProjection(c.tgt_vocab_size, c.d_model, name="output")
+            self.output_layer = embeddings.OutputProjection(
+                c.tgt_vocab_size, c.d_model, name="output"
+            )
 
     @property
     def encoder_layers(self) -> list:
@@ -332,9 +337,9 @@ class Transformer(keras.Model):
         None. With ``key_mask_defect`` neither masks anything (all True, None), as in the
         TF1 code, which read them off the embeddings after the positions were added."""
         if self.key_mask_defect:
-            return tf.ones_like(modules.padding_mask(ids)), None
-        queries = modules.query_padding_mask(ids) if self.query_masking else None
-        return modules.padding_mask(ids), queries
+            return tf.ones_like(attention.padding_mask(ids)), None
+        queries = attention.query_padding_mask(ids) if self.query_masking else None
+        return attention.padding_mask(ids), queries
 
     def encode(
         self,
@@ -405,7 +410,7 @@ class Transformer(keras.Model):
         (states, mask) of earlier target sentences (:meth:`target_states`, through
         :meth:`context_of`), which that layer's self-attention attends to as well."""
         x = self.embed(tgt_in, self.tgt_embedding, self.tgt_position, self.tgt_dropout, training)
-        self_mask = modules.causal_mask(tf.shape(tgt_in)[1])
+        self_mask = attention.causal_mask(tf.shape(tgt_in)[1])
         query_mask = self.masks(tgt_in)[1]
         weights = []
         for i, layer in enumerate(self.decoder_layers):

@@ -3,7 +3,7 @@
 The model, attention, decoding and the Universal Transformer ask a family (an
 :class:`Encoding`, found by its hparam value with :func:`get`) what it needs:
 * what it adds to the embeddings (:attr:`Encoding.embedding`: sinusoid (3.5) or a
-  learned table, added at the bottom of each stack by :class:`modules.PositionalEncoding`,
+  learned table, added at the bottom of each stack by :class:`embeddings.PositionalEncoding`,
   or by each Universal Transformer step), or nothing for a relative family unless
   ``position_add_absolute`` (then the sinusoid);
 * in self-attention (relative families): weights shared by a stack's layers
@@ -217,7 +217,7 @@ class Encoding:
             return "sinusoid" if config.position_add_absolute else None
         return cls.embedding
 
-    # -- the embedding (absolute families), for a modules.PositionalEncoding layer ------
+    # -- the embedding (absolute families), for a embeddings.PositionalEncoding layer ------
     def build_table(self, layer) -> None:
         """Create the layer's weights (a learned table)."""
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+import attention
 import hparams
-import modules
 
 # the layers' keyword arguments for the earlier sentences: the encoder's and the decoder's
 ENCODER_MEMORY = ("memory", "memory_mask")
@@ -64,7 +64,7 @@ def target_states(model, tgt_in, encoded, context=None, layers: int | None = Non
     check_memory(model)
     layers = model.num_blocks if layers is None else layers
     x = model.embed(tgt_in, model.tgt_embedding, model.tgt_position, model.tgt_dropout, False)
-    causal, query_mask = modules.causal_mask(tf.shape(tgt_in)[1]), model.masks(tgt_in)[1]
+    causal, query_mask = attention.causal_mask(tf.shape(tgt_in)[1]), model.masks(tgt_in)[1]
     states = [tf.stop_gradient(x)]
     for i, layer in enumerate(model.decoder_layers[: layers - 1]):
         x = layer(
@@ -76,7 +76,7 @@ def target_states(model, tgt_in, encoded, context=None, layers: int | None = Non
             **layer_context(context, i, DECODER_MEMORY),
         )
         states.append(tf.stop_gradient(x))
-    return states, modules.padding_mask(tgt_in)
+    return states, attention.padding_mask(tgt_in)
 
 
 def context_of(window):

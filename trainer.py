@@ -25,7 +25,7 @@ import devices
 import fast_ops
 import files
 import hparams
-import modules
+import optimization
 import summaries
 from devices import LossScale
 from hparams import UserError
@@ -76,7 +76,7 @@ class Trainer:
         alpha) with that group's schedule."""
         hp, model = self.hp, self.model
         adam = dict(beta_1=hp.adam_beta1, beta_2=hp.adam_beta2, epsilon=hp.adam_epsilon)
-        self.schedule = modules.TransformerSchedule(
+        self.schedule = optimization.TransformerSchedule(
             hp.lr_schedule, hp.d_model, hp.warmup_steps, hp.lr, hp.cooldown
         )
         self.optimizer = self.adam = fast_ops.Adam(self.schedule, **adam)
@@ -273,7 +273,9 @@ class Trainer:
             hidden, labels = tf.boolean_mask(hidden, real), tf.boolean_mask(labels, real)
             weight = tf.ones_like(labels, tf.float32)
         eps = self.hp.label_smoothing
-        losses, nll, correct = modules.cross_entropy_terms(self.model.logits(hidden), labels, eps)
+        losses, nll, correct = optimization.cross_entropy_terms(
+            self.model.logits(hidden), labels, eps
+        )
         return StepStats(*[tf.reduce_sum(x * weight) for x in (losses, nll, weight, correct)])
 
     def apply_gradients(self, grads, loss):

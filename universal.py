@@ -30,10 +30,12 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+import fast_ops
 import modules
 import positions
+import variants
 
-cast = modules.cast
+cast = fast_ops.cast
 
 
 def act_step(p, halting, remainders, n_updates, last: bool, threshold: float):
@@ -306,7 +308,7 @@ class UniversalDecoder(_Recurrent):
         return out, dict(cache, k=keys, v=values, ponder=ponder)
 
 
-class Variant(modules.Variant):
+class Variant(variants.Variant):
     """``model_type=universal``: one recurrent encoder and one recurrent decoder stack
     (``num_blocks`` is not used; ``ut_max_steps`` is the depth), positions added at every
     step by the stacks, and the ACT ponder cost in the loss."""

@@ -13,9 +13,14 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+import attention
+import embeddings
+import fast_ops
 import modules
+import optimization
+import variants
 
-cast = modules.cast
+cast = fast_ops.cast
 
 
 # ---------------------------------------------------------------------------------------
@@ -56,7 +61,7 @@ def random_simplex(shape, dtype=None):
 
 
 @keras.saving.register_keras_serializable(package="transformer")
-class BranchedAttention(modules.MultiHeadAttention):
+class BranchedAttention(attention.MultiHeadAttention):
     """Weighted multi-branch attention with the feed-forward folded in (Weighted
     Transformer, Ahmed et al. 2017, eq. 3-5), for M = num_heads branches::
 
@@ -103,7 +108,7 @@ class BranchedAttention(modules.MultiHeadAttention):
         super().build(query_shape, memory_shape)
         m, d, f = self.num_heads, self.d_model, self.d_branch
         # one initializer each: a seeded initializer repeats its values on every call
-        w1_init, w2_init = modules.xavier_uniform(d, f), modules.xavier_uniform(f, d)
+        w1_init, w2_init = embeddings.xavier_uniform(d, f), embeddings.xavier_uniform(f, d)
         self.ffn_w1 = self.add_weight(name="ffn_w1", shape=(m, d, f), initializer=w1_init)
         self.ffn_b1 = self.add_weight(name="ffn_b1", shape=(m, f), initializer="zeros")
         self.ffn_w2 = self.add_weight(name="ffn_w2", shape=(m, f, d), initializer=w2_init)
@@ -186,7 +191,7 @@ class WeightedDecoderLayer(_WeightedBlock, modules.DecoderLayer):
 # ---------------------------------------------------------------------------------------
 # The hook: layers, kappa/alpha optimizer, summaries, specs
 # ---------------------------------------------------------------------------------------
-class Variant(modules.Variant):
+class Variant(variants.Variant):
     """``model_type=weighted``: weighted layers; kappa and alpha trained by their own Adam
     with the main schedule's kind but ``branch_warmup_steps`` (sec. 4: 400 steps), and a
     rate equal to the main one once both warmups are over (as the paper's Noam form
@@ -223,7 +228,7 @@ class Variant(modules.Variant):
         lr = hp.lr
         if hp.lr_schedule == "kyubyong":  # lr warmup^0.5 step^-0.5 past the warmup
             lr *= (hp.warmup_steps / hp.branch_warmup_steps) ** 0.5
-        schedule = modules.TransformerSchedule(
+        schedule = optimization.TransformerSchedule(
             hp.lr_schedule, hp.d_model, hp.branch_warmup_steps, lr, hp.cooldown
         )
         return {self.GROUP: (variables, schedule)}

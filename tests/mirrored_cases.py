@@ -14,7 +14,7 @@ import tensorflow as tf
 
 import data_load
 import hparams
-import modules
+import variants
 from trainer import Trainer
 
 CASES = ("plain", "extra", "universal", "clip", "accum", "weighted_overflow")
@@ -41,14 +41,14 @@ def compare(strategy, hp, variant):
     poison = tf.Variable(0.0)
     if variant == "extra":  # an extra loss term that depends on the weights
 
-        class L2(modules.Variant):
+        class L2(variants.Variant):
             def extra_loss(self, model, extras):
                 return 0.5 * tf.reduce_sum(tf.square(model.tgt_embedding.embeddings))
 
         single.model.variant = mirrored.model.variant = L2()
     elif variant == "plain":  # once poison is set, a NaN in the gradients of replica 1 alone
 
-        class NaNInReplica1(modules.Variant):
+        class NaNInReplica1(variants.Variant):
             def extra_loss(self, model, extras):
                 ctx = tf.distribute.get_replica_context()
                 one = tf.logical_and(tf.equal(ctx.replica_id_in_sync_group, 1), poison > 0)

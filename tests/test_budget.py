@@ -16,7 +16,7 @@ import checkpoints
 import data_load
 import devices
 import hparams
-import modules
+import optimization
 import train
 import trainer as trainer_module
 import translator
@@ -38,7 +38,7 @@ def lr_at(schedule, step: int, used: float) -> float:
 
 def test_wsd_schedule_warms_up_holds_and_decays_to_zero():
     peak, w = 2e-3, 10
-    wsd = modules.TransformerSchedule("wsd", warmup_steps=w, lr=peak, cooldown=0.25)
+    wsd = optimization.TransformerSchedule("wsd", warmup_steps=w, lr=peak, cooldown=0.25)
     np.testing.assert_allclose(lr_at(wsd, 0, 0.0), peak / w, rtol=1e-6)  # step 1 of 10
     np.testing.assert_allclose(lr_at(wsd, 4, 0.0), peak * 5 / w, rtol=1e-6)
     for used in (0.0, 0.3, 0.75):  # stable until the cooldown starts
@@ -55,14 +55,14 @@ def test_wsd_schedule_warms_up_holds_and_decays_to_zero():
 
 def test_linear_schedule_falls_from_the_peak_to_zero():
     peak = 1e-3
-    linear = modules.TransformerSchedule("linear", warmup_steps=4, lr=peak)
+    linear = optimization.TransformerSchedule("linear", warmup_steps=4, lr=peak)
     np.testing.assert_allclose(lr_at(linear, 1, 0.0), peak / 2, rtol=1e-6)
     for used in (0.0, 0.25, 0.5, 0.96):
         np.testing.assert_allclose(lr_at(linear, 100, used), peak * (1 - used), rtol=1e-5)
     assert lr_at(linear, 100, 1.0) == 0.0
     cfg = linear.get_config()
     assert cfg["kind"] == "linear" and cfg["cooldown"] == 0.2
-    again = modules.TransformerSchedule.from_config(cfg)
+    again = optimization.TransformerSchedule.from_config(cfg)
     np.testing.assert_allclose(lr_at(again, 100, 0.5), peak / 2, rtol=1e-6)
 
 
@@ -199,7 +199,7 @@ def test_time_budget_is_the_total_over_resumes(demo_prepro, tmp_path, monkeypatc
     assert 6.0 - 0.5 <= total <= 6.0 + 0.05  # the clock went on from the first start
     used = ckpt_tensor(second["checkpoint"], "budget_used")
     assert used >= 0.98  # lr <= 5% of the peak: 1 - sqrt((0.98 - 0.8) / 0.2) = 0.051
-    schedule = modules.TransformerSchedule("wsd", warmup_steps=5, lr=hp.lr)
+    schedule = optimization.TransformerSchedule("wsd", warmup_steps=5, lr=hp.lr)
     assert lr_at(schedule, second["step"] - 1, used) <= 0.052 * hp.lr
     # dev BLEU was skipped where it would have passed 30% of the time; never the last
     history = first["history"] + second["history"]

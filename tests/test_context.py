@@ -14,7 +14,7 @@ import data_load
 import export
 import greedy_search
 import hparams
-import modules
+import optimization
 import positions
 import recurrence
 import train
@@ -294,7 +294,7 @@ def test_memory_run_trains_evaluates_and_resumes_exactly(
     used = ckpt_tensor(resumed["checkpoint"], "budget_used")
     np.testing.assert_allclose(used, (epoch - 1) / epoch, rtol=1e-6)
     assert ckpt_tensor(straight["checkpoint"], "budget_used") == used
-    schedule = modules.TransformerSchedule("wsd", warmup_steps=5, lr=half.lr)
+    schedule = optimization.TransformerSchedule("wsd", warmup_steps=5, lr=half.lr)
     last = lr_at(schedule, epoch - 1, used) / half.lr
     np.testing.assert_allclose(last, 1 - np.sqrt((used - 0.8) / 0.2), rtol=1e-5)
     # translate.py: a blank line ends a document and stays; export: one document

@@ -10,12 +10,13 @@ import sacrebleu
 import tensorflow as tf
 from nltk.translate.bleu_score import corpus_bleu
 
+import attention
 import beam_search
 import data_load
 import greedy_search
 import hparams
 import metrics
-import modules
+import optimization
 from data_load import EOS_ID, PAD_ID, UNK_ID
 from helpers import rand_ids, tiny_model
 from model import Transformer
@@ -42,7 +43,7 @@ class BigramToy:
         self.logp = tf.constant(np.log(probs / probs.sum(1, keepdims=True)), tf.float32)
 
     def encode(self, src):
-        return tf.cast(src[..., None], tf.float32), modules.padding_mask(src)
+        return tf.cast(src[..., None], tf.float32), attention.padding_mask(src)
 
     def init_cache(self, memory, mask):
         n = tf.shape(memory)[0]
@@ -376,7 +377,7 @@ def trained():
             logits = model((src, dec), training=True)
             real = tf.not_equal(lab, 0)
             loss = tf.reduce_mean(
-                modules.smoothed_cross_entropy(
+                optimization.smoothed_cross_entropy(
                     tf.boolean_mask(logits, real), tf.boolean_mask(lab, real), 0.0
                 )
             )

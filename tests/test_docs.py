@@ -193,7 +193,7 @@ def test_no_code_comment_cites_a_commit_hash():
 
 
 EXAMPLES = [
-    ("modules", "MultiHeadAttention"),
+    ("attention", "MultiHeadAttention"),
     ("modules", "EncoderLayer"),
     ("modules", "DecoderLayer"),
     ("model", "Transformer"),

@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import attention
+import embeddings
 import fast_ops
-import modules
+import optimization
 import positions
 
 
@@ -175,7 +177,7 @@ def test_xent_grad_equals_autodiff_of_the_standard_formula(monkeypatch, case, ep
 
 
 def test_modules_cross_entropy_follows_the_switch(monkeypatch):
-    """modules.cross_entropy_terms goes through the switchable implementation: the
+    """optimization.cross_entropy_terms goes through the switchable implementation: the
     written-out gradient where xent_grad is on, the standard ops where it is off, with the
     same values."""
     calls = []
@@ -191,7 +193,7 @@ def test_modules_cross_entropy_follows_the_switch(monkeypatch):
 
     def run():
         runs.append(len(calls))
-        return xent_values_and_grads(logits, labels, 0.1, terms=modules.cross_entropy_terms)
+        return xent_values_and_grads(logits, labels, 0.1, terms=optimization.cross_entropy_terms)
 
     fast, standard = both_ways(monkeypatch, "xent_grad", run)
     assert runs == [0, 1] and len(calls) == 1  # on: once; off: not at all
@@ -269,7 +271,7 @@ def test_attention_scores_are_float32_under_bfloat16(monkeypatch):
     q, k = bf16([[[[1.0, 1.0]]]]), bf16([[[[256.0, 0.5], [256.0, 0.0]]]])
     v = bf16([[[[1.0, 0.0], [0.0, 1.0]]]])
     exact, rounded = both_ways(
-        monkeypatch, "f32_scores", lambda: modules.scaled_dot_product_attention(q, k, v)[1]
+        monkeypatch, "f32_scores", lambda: attention.scaled_dot_product_attention(q, k, v)[1]
     )
     p = 1.0 / (1.0 + np.exp(-0.5 / np.sqrt(2.0)))
     np.testing.assert_allclose(exact.numpy()[0, 0, 0], [p, 1.0 - p], rtol=1e-4)
@@ -280,11 +282,11 @@ def test_attention_scores_are_float32_under_bfloat16(monkeypatch):
 def test_output_logits_are_float32_under_bfloat16(monkeypatch, layer):
     """The pre-softmax projection (3.4) of a mixed_bfloat16 model: logits 256.5 and 256."""
     if layer == "tied":
-        out = modules.TokenEmbedding(8, 2, dtype="mixed_bfloat16")
+        out = embeddings.TokenEmbedding(8, 2, dtype="mixed_bfloat16")
         out.build()
         out.embeddings.assign(np.array([[256.0, 0.5], [256.0, 0.0]] + [[0.0, 0.0]] * 6))
     else:
-        out = modules.OutputProjection(8, 2, dtype="mixed_bfloat16")
+        out = embeddings.OutputProjection(8, 2, dtype="mixed_bfloat16")
         out.build()
         out.kernel.assign(np.array([[256.0, 256.0] + [0.0] * 6, [0.5, 0.0] + [0.0] * 6]))
     x = bf16([[1.0, 1.0]])

@@ -22,9 +22,9 @@ import data_load
 import devices
 import export
 import hparams
-import modules
 import train
 import translate
+import variants
 from eval import evaluate
 from helpers import ROOT, tiny
 from model import Transformer
@@ -172,7 +172,7 @@ def test_max_bad_steps_stops_and_keeps_the_last_good_checkpoint(demo_prepro, tmp
         weight = tf.where(calls > 4, NAN, 0.0)
         return weight * tf.reduce_sum(model.tgt_embedding.embeddings)
 
-    monkeypatch.setattr(modules.Variant, "extra_loss", extra_loss)
+    monkeypatch.setattr(variants.Variant, "extra_loss", extra_loss)
     good = os.path.join(hp.logdir, "ckpt-4")
     expected = (
         "3 updates in a row after step 4 had a NaN or Inf loss or gradient and were skipped "

@@ -14,9 +14,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import attention
 import greedy_search
 import hparams
 import modules
+import optimization
+import variants
 import weighted
 from data_load import BOS_ID, EOS_ID, PAD_ID
 from helpers import ROOT, analytic_count, check_cached_equals_full, rand_ids, tiny_model
@@ -389,7 +392,7 @@ def test_training_learns_toy_mapping():
         logits = model((src_t, tin_t), training=training)
         keep = tf.not_equal(tout_t, PAD_ID)
         return tf.reduce_mean(
-            modules.smoothed_cross_entropy(
+            optimization.smoothed_cross_entropy(
                 tf.boolean_mask(logits, keep), tf.boolean_mask(tout_t, keep), 0.0
             )
         )
@@ -423,7 +426,7 @@ def test_training_learns_toy_mapping():
 # ---------------------------------------------------------------------------------------
 def test_variants_registry():
     assert set(VARIANTS) >= {"transformer", "weighted"}
-    assert type(VARIANTS["transformer"]) is modules.Variant
+    assert type(VARIANTS["transformer"]) is variants.Variant
     assert isinstance(VARIANTS["weighted"], weighted.Variant)
     for name, variant in VARIANTS.items():
         assert variant.name == name
@@ -604,7 +607,7 @@ def test_legacy_preset_builds_the_tf1_model():
 
 def test_without_output_projection_the_heads_go_straight_out():
     """output_projection=False: MultiHead(Q, K, V) = Concat(head_1..head_h), no W^O."""
-    layer = modules.MultiHeadAttention(8, 2, output_projection=False)
+    layer = attention.MultiHeadAttention(8, 2, output_projection=False)
     layer.build((None, None, 8), (None, None, 8))
     assert [v.path.rsplit("/", 1)[-1] for v in layer.weights] == ["w_q", "w_k", "w_v"]
     x = np.random.default_rng(2).normal(size=(1, 3, 8)).astype(np.float32)
@@ -743,7 +746,7 @@ def test_self_attention_starts_spread_over_the_tokens():
     itself is near the uniform 1/T (W^Q = W^K made it q_i . q_i, a squared norm: ~0.85 at
     d_model 256, 8 heads, 20 tokens)."""
     keras.utils.set_random_seed(0)
-    attn = modules.MultiHeadAttention(256, 8)
+    attn = attention.MultiHeadAttention(256, 8)
     attn.build((None, None, 256), (None, None, 256))
     x = tf.random.stateless_normal((4, 20, 256), seed=(1, 2))
     _, weights = attn(x, x, return_attention=True)

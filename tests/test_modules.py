@@ -14,8 +14,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import attention
+import embeddings
 import modules
+import optimization
 import positions
+import variants
 
 
 # ---------------------------------------------------------------------------------------
@@ -23,7 +27,7 @@ import positions
 # ---------------------------------------------------------------------------------------
 def test_padding_mask_shape_and_values():
     ids = tf.constant([[5, 7, 0, 0], [4, 0, 6, 0]], tf.int32)
-    mask = modules.padding_mask(ids)
+    mask = attention.padding_mask(ids)
     assert mask.shape == (2, 1, 1, 4)
     assert mask.dtype == tf.bool
     np.testing.assert_array_equal(
@@ -32,13 +36,13 @@ def test_padding_mask_shape_and_values():
 
 
 def test_causal_mask_shape_and_values():
-    mask = modules.causal_mask(4)
+    mask = attention.causal_mask(4)
     assert mask.shape == (1, 1, 4, 4)
     assert mask.dtype == tf.bool
     np.testing.assert_array_equal(mask.numpy()[0, 0], np.tril(np.ones((4, 4), bool)))
     # also with a dynamic (tensor) length, as used by Transformer.decode
     np.testing.assert_array_equal(
-        modules.causal_mask(tf.constant(3)).numpy()[0, 0], np.tril(np.ones((3, 3), bool))
+        attention.causal_mask(tf.constant(3)).numpy()[0, 0], np.tril(np.ones((3, 3), bool))
     )
 
 
@@ -60,7 +64,7 @@ def _pad_col(w):
 
 
 def test_worked_self_attention_example():
-    layer = modules.MultiHeadAttention(d_model=4, num_heads=1, scale=False)
+    layer = attention.MultiHeadAttention(d_model=4, num_heads=1, scale=False)
     layer.build((None, None, 4), (None, None, 4))
     layer.w_q.assign(_pad_col(WQ_EX))
     layer.w_k.assign(_pad_col(WK_EX))
@@ -86,8 +90,8 @@ def test_attention_scale_divides_by_sqrt_dk():
     """scale=True (the paper) equals the unscaled attention of q / sqrt(d_k)."""
     rng = np.random.default_rng(1)
     q, k, v = (tf.constant(rng.normal(size=(2, 3, 5, 8)).astype(np.float32)) for _ in range(3))
-    out_s, w_s = modules.scaled_dot_product_attention(q, k, v, scale=True)
-    out_u, w_u = modules.scaled_dot_product_attention(q / math.sqrt(8.0), k, v, scale=False)
+    out_s, w_s = attention.scaled_dot_product_attention(q, k, v, scale=True)
+    out_u, w_u = attention.scaled_dot_product_attention(q / math.sqrt(8.0), k, v, scale=False)
     np.testing.assert_allclose(w_s.numpy(), w_u.numpy(), atol=1e-6)
     np.testing.assert_allclose(out_s.numpy(), out_u.numpy(), atol=1e-5)
     # and a direct numpy reference
@@ -125,7 +129,7 @@ def test_sinusoid_encoding_formula(d_model):
 
 
 def test_token_embedding_scaling_pad_and_tied_logits():
-    emb = modules.TokenEmbedding(6, 4)
+    emb = embeddings.TokenEmbedding(6, 4)
     emb.build()
     assert emb.embeddings.shape == (8, 4)  # rows rounded up to a multiple of 8
     table = np.arange(32, dtype=np.float32).reshape(8, 4) / 10.0
@@ -140,21 +144,21 @@ def test_token_embedding_scaling_pad_and_tied_logits():
     assert logits.dtype == tf.float32 and logits.shape == (1, 6)  # the 6 real ids only
     np.testing.assert_allclose(logits.numpy(), h @ table[:6].T, atol=1e-5)
     # a vocabulary that is a multiple of 8 gets no extra rows
-    emb16 = modules.TokenEmbedding(16, 4)
+    emb16 = embeddings.TokenEmbedding(16, 4)
     emb16.build()
     assert emb16.embeddings.shape == (16, 4)
 
 
 def test_positional_encoding_layer_offset():
     """PositionalEncoding adds rows starting at ``offset`` (used by decode_step)."""
-    layer = modules.PositionalEncoding(16, "sinusoid")
+    layer = embeddings.PositionalEncoding(16, "sinusoid")
     x = tf.zeros((2, 3, 16))
     out = layer(x, offset=1998).numpy()
     ref = positions.sinusoid_encoding(tf.range(1998, 2001), 16).numpy()
     np.testing.assert_allclose(out[0], ref, atol=1e-6)
     np.testing.assert_allclose(out[1], ref, atol=1e-6)
     # learned table: positions past the table reuse its last row
-    learned = modules.PositionalEncoding(4, "learned", max_position=5)
+    learned = embeddings.PositionalEncoding(4, "learned", max_position=5)
     learned.build((None, None, 4))
     table = np.arange(20, dtype=np.float32).reshape(5, 4)
     learned.table.assign(table)
@@ -167,7 +171,7 @@ def test_positional_encoding_layer_offset():
 # ---------------------------------------------------------------------------------------
 def test_smooth_labels_kyubyong_example():
     onehot = tf.constant([[0, 0, 1], [0, 1, 0], [1, 0, 0]], tf.float32)
-    out = modules.smooth_labels(onehot, 0.1).numpy()
+    out = optimization.smooth_labels(onehot, 0.1).numpy()
     np.testing.assert_allclose(
         out,
         [[0.0333, 0.0333, 0.9333], [0.0333, 0.9333, 0.0333], [0.9333, 0.0333, 0.0333]],
@@ -183,19 +187,20 @@ def test_smoothed_cross_entropy_matches_direct():
     labels = tf.constant(rng.integers(0, V, size=n).astype(np.int32))
     for eps in (0.1, 0.3):
         direct = -tf.reduce_sum(
-            modules.smooth_labels(tf.one_hot(labels, V), eps) * tf.nn.log_softmax(logits), axis=-1
+            optimization.smooth_labels(tf.one_hot(labels, V), eps) * tf.nn.log_softmax(logits),
+            axis=-1,
         )
-        got = modules.smoothed_cross_entropy(logits, labels, eps)
+        got = optimization.smoothed_cross_entropy(logits, labels, eps)
         assert got.shape == (n,)
         np.testing.assert_allclose(got.numpy(), direct.numpy(), atol=1e-5)
     sparse = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
     np.testing.assert_allclose(
-        modules.smoothed_cross_entropy(logits, labels, 0.0).numpy(), sparse.numpy(), atol=1e-5
+        optimization.smoothed_cross_entropy(logits, labels, 0.0).numpy(), sparse.numpy(), atol=1e-5
     )
-    loss, nll = modules.smoothed_cross_entropy(logits, labels, 0.1, with_nll=True)
+    loss, nll = optimization.smoothed_cross_entropy(logits, labels, 0.1, with_nll=True)
     np.testing.assert_allclose(nll.numpy(), sparse.numpy(), atol=1e-5)
     np.testing.assert_allclose(
-        loss.numpy(), modules.smoothed_cross_entropy(logits, labels, 0.1).numpy(), atol=1e-6
+        loss.numpy(), optimization.smoothed_cross_entropy(logits, labels, 0.1).numpy(), atol=1e-6
     )
     assert np.all(np.abs(loss.numpy() - nll.numpy()) > 1e-4)  # smoothing does something
 
@@ -205,7 +210,7 @@ def test_smoothed_cross_entropy_extreme_logits():
     probability underflows to 0 in float32, and for huge logits."""
     logits = tf.constant([[0.0, 300.0, -50.0], [1e4, 1e4 - 150.0, 1e4 - 1.0]], tf.float32)
     labels = tf.constant([2, 1], tf.int32)
-    loss, nll = modules.smoothed_cross_entropy(logits, labels, 0.1, with_nll=True)
+    loss, nll = optimization.smoothed_cross_entropy(logits, labels, 0.1, with_nll=True)
     np.testing.assert_allclose(nll.numpy(), [350.0, 150.0 + np.log1p(np.exp(-1.0))], rtol=1e-5)
     lse = np.array([300.0, 1e4 + np.log1p(np.exp(-1.0))])
     mean = logits.numpy().astype(np.float64).mean(-1)
@@ -217,9 +222,9 @@ def test_cross_entropy_terms_correct():
     the first two are smoothed_cross_entropy's."""
     logits = tf.constant([[1.0, 3.0, 2.0], [2.0, 2.0, 0.0], [5.0, 1.0, 4.9], [0.0, 0.0, 0.1]])
     labels = tf.constant([1, 0, 2, 1])
-    loss, nll, correct = modules.cross_entropy_terms(logits, labels, 0.1)
+    loss, nll, correct = optimization.cross_entropy_terms(logits, labels, 0.1)
     np.testing.assert_array_equal(correct.numpy(), [1.0, 1.0, 0.0, 0.0])
-    ref_loss, ref_nll = modules.smoothed_cross_entropy(logits, labels, 0.1, with_nll=True)
+    ref_loss, ref_nll = optimization.smoothed_cross_entropy(logits, labels, 0.1, with_nll=True)
     np.testing.assert_allclose(loss.numpy(), ref_loss.numpy(), rtol=1e-6)
     np.testing.assert_allclose(nll.numpy(), ref_nll.numpy(), rtol=1e-6)
 
@@ -236,12 +241,12 @@ def test_smoothed_cross_entropy_gradient(eps):
     b = tf.constant(rng.uniform(0.0, 1.0, size=n).astype(np.float32))
     with tf.GradientTape(persistent=True) as tape:
         tape.watch(logits)
-        loss, nll = modules.smoothed_cross_entropy(logits, labels, eps, with_nll=True)
+        loss, nll = optimization.smoothed_cross_entropy(logits, labels, eps, with_nll=True)
         ours = tf.reduce_sum(a * loss + b * nll)
         logp = tf.nn.log_softmax(logits)
         onehot = tf.one_hot(labels, V)
         direct = tf.reduce_sum(
-            -a * tf.reduce_sum(modules.smooth_labels(onehot, eps) * logp, -1)
+            -a * tf.reduce_sum(optimization.smooth_labels(onehot, eps) * logp, -1)
             - b * tf.reduce_sum(onehot * logp, -1)
         )
     g_ours, g_direct = tape.gradient(ours, logits), tape.gradient(direct, logits)
@@ -259,7 +264,7 @@ def test_smoothed_cross_entropy_gradient(eps):
 # ---------------------------------------------------------------------------------------
 def test_noam_schedule():
     d, w = 512, 4000
-    sched = modules.TransformerSchedule("noam", d_model=d, warmup_steps=w)
+    sched = optimization.TransformerSchedule("noam", d_model=d, warmup_steps=w)
     steps = np.arange(1, 20001)
     lr = sched(tf.constant(steps - 1)).numpy()  # iterations count from 0
     assert int(steps[np.argmax(lr)]) == w
@@ -277,21 +282,21 @@ def test_noam_schedule():
 
 def test_kyubyong_and_constant_schedules():
     w, peak = 400, 5e-4
-    ky = modules.TransformerSchedule("kyubyong", d_model=128, warmup_steps=w, lr=peak)
+    ky = optimization.TransformerSchedule("kyubyong", d_model=128, warmup_steps=w, lr=peak)
     lr = ky(tf.range(0, 5000)).numpy()
     assert int(np.argmax(lr)) + 1 == w
     np.testing.assert_allclose(lr.max(), peak, rtol=1e-5)
     np.testing.assert_allclose(lr[w - 1], peak, rtol=1e-5)
     np.testing.assert_allclose(lr[99], peak * w**0.5 * 100 * w**-1.5, rtol=1e-5)
     np.testing.assert_allclose(lr[3999], peak * w**0.5 * 4000**-0.5, rtol=1e-5)
-    const = modules.TransformerSchedule("constant", lr=3e-4)
+    const = optimization.TransformerSchedule("constant", lr=3e-4)
     c = const(tf.range(0, 1000)).numpy()
     np.testing.assert_allclose(c, 3e-4, rtol=1e-6)
 
 
 def test_schedule_config_round_trip():
     for kind in ("noam", "kyubyong", "constant"):
-        s = modules.TransformerSchedule(kind, d_model=256, warmup_steps=123, lr=7e-4)
+        s = optimization.TransformerSchedule(kind, d_model=256, warmup_steps=123, lr=7e-4)
         cfg = s.get_config()
         assert cfg == {
             "kind": kind,
@@ -300,11 +305,11 @@ def test_schedule_config_round_trip():
             "lr": 7e-4,
             "cooldown": 0.2,
         }
-        s2 = modules.TransformerSchedule.from_config(cfg)
+        s2 = optimization.TransformerSchedule.from_config(cfg)
         steps = tf.constant([0, 50, 122, 500])
         np.testing.assert_array_equal(s(steps).numpy(), s2(steps).numpy())
         s3 = keras.optimizers.schedules.deserialize(keras.optimizers.schedules.serialize(s))
-        assert isinstance(s3, modules.TransformerSchedule)
+        assert isinstance(s3, optimization.TransformerSchedule)
         np.testing.assert_array_equal(s(steps).numpy(), s3(steps).numpy())
 
 
@@ -312,11 +317,11 @@ def test_schedule_config_round_trip():
 # 10. mask value under reduced precision
 # ---------------------------------------------------------------------------------------
 def test_mask_value_finite_in_half_precision():
-    assert np.isfinite(np.float16(modules.MASK_VALUE))
-    bf16 = tf.cast(tf.constant(modules.MASK_VALUE), tf.bfloat16)
+    assert np.isfinite(np.float16(attention.MASK_VALUE))
+    bf16 = tf.cast(tf.constant(attention.MASK_VALUE), tf.bfloat16)
     assert np.isfinite(bf16.numpy().astype(np.float32))
-    assert np.isfinite(tf.cast(tf.constant(modules.MASK_VALUE), tf.float16).numpy())
-    assert math.exp(modules.MASK_VALUE) == 0.0 or math.exp(modules.MASK_VALUE) < 1e-300
+    assert np.isfinite(tf.cast(tf.constant(attention.MASK_VALUE), tf.float16).numpy())
+    assert math.exp(attention.MASK_VALUE) == 0.0 or math.exp(attention.MASK_VALUE) < 1e-300
 
 
 def test_attention_mask_in_bfloat16():
@@ -326,7 +331,7 @@ def test_attention_mask_in_bfloat16():
     mask = tf.constant(np.arange(4) == visible)[None, None, None, :]  # (1, 1, 1, T_k)
     # make one masked key very attractive: masking must still win
     k = tf.tensor_scatter_nd_update(k, [[0, 0, 0]], tf.fill((1, 8), tf.constant(30.0, tf.bfloat16)))
-    out, weights = modules.scaled_dot_product_attention(q, k, v, mask=mask)
+    out, weights = attention.scaled_dot_product_attention(q, k, v, mask=mask)
     assert weights.dtype == tf.float32 and out.dtype == tf.bfloat16
     w = weights.numpy()
     assert np.all(np.isfinite(w))
@@ -338,11 +343,11 @@ def test_attention_mask_in_bfloat16():
 
 def test_mixed_bfloat16_layer_padding():
     """A MultiHeadAttention under the mixed_bfloat16 policy ignores PAD keys."""
-    layer = modules.MultiHeadAttention(16, 2, dtype="mixed_bfloat16")
+    layer = attention.MultiHeadAttention(16, 2, dtype="mixed_bfloat16")
     rng = np.random.default_rng(18)
     x = tf.constant(rng.normal(size=(1, 5, 16)).astype(np.float32))
     ids = tf.constant([[5, 6, 0, 0, 0]])
-    out, w = layer(x, x, modules.padding_mask(ids), return_attention=True)
+    out, w = layer(x, x, attention.padding_mask(ids), return_attention=True)
     assert out.dtype == tf.bfloat16
     np.testing.assert_allclose(w.numpy()[..., 2:], 0.0, atol=1e-6)
     np.testing.assert_allclose(w.numpy().sum(-1), 1.0, atol=1e-5)
@@ -354,21 +359,21 @@ def test_attention_bias_is_added_to_the_logits():
     rng = np.random.default_rng(21)
     q, k, v = (tf.constant(rng.normal(size=(1, 2, 3, 4)).astype(np.float32)) for _ in range(3))
     bias = rng.normal(size=(1, 2, 3, 3)).astype(np.float32)
-    plain, w_plain = modules.scaled_dot_product_attention(q, k, v)
-    zero, w_zero = modules.scaled_dot_product_attention(q, k, v, bias=tf.zeros((1, 1, 3, 3)))
+    plain, w_plain = attention.scaled_dot_product_attention(q, k, v)
+    zero, w_zero = attention.scaled_dot_product_attention(q, k, v, bias=tf.zeros((1, 1, 3, 3)))
     np.testing.assert_array_equal(zero.numpy(), plain.numpy())
     np.testing.assert_array_equal(w_zero.numpy(), w_plain.numpy())
-    out, w = modules.scaled_dot_product_attention(q, k, v, bias=tf.constant(bias))
+    out, w = attention.scaled_dot_product_attention(q, k, v, bias=tf.constant(bias))
     s = np.einsum("nhqd,nhkd->nhqk", q.numpy(), k.numpy()) / 2.0 + bias
     p = np.exp(s - s.max(-1, keepdims=True))
     p /= p.sum(-1, keepdims=True)
     np.testing.assert_allclose(w.numpy(), p, atol=1e-6)
     np.testing.assert_allclose(out.numpy(), p @ v.numpy(), atol=1e-5)
     hide = np.zeros((1, 1, 1, 3), np.float32)
-    hide[..., 1] = modules.MASK_VALUE
+    hide[..., 1] = attention.MASK_VALUE
     mask = tf.constant([True, False, True])[None, None, None, :]
-    masked, _ = modules.scaled_dot_product_attention(q, k, v, mask=mask)
-    biased, _ = modules.scaled_dot_product_attention(q, k, v, bias=tf.constant(hide))
+    masked, _ = attention.scaled_dot_product_attention(q, k, v, mask=mask)
+    biased, _ = attention.scaled_dot_product_attention(q, k, v, bias=tf.constant(hide))
     np.testing.assert_allclose(biased.numpy(), masked.numpy(), atol=1e-6)
 
 
@@ -395,14 +400,14 @@ def test_decoder_layer_reorder_cache():
 def test_variant_defaults_are_the_papers_transformer():
     """The base hook builds the paper's layers and adds nothing: no extra loss, no
     optimizer groups, no summaries, no specs lines."""
-    variant = modules.Variant()
+    variant = variants.Variant()
     assert variant.name == "transformer"
     args = dict(d_model=16, num_heads=2, d_ff=32, dropout_rate=0.1)
     encoder = variant.encoder_layer(**args, name="encoder_0")
     decoder = variant.decoder_layer(**args, name="decoder_0")
     assert type(encoder) is modules.EncoderLayer and type(decoder) is modules.DecoderLayer
     assert isinstance(encoder.ffn, modules.FeedForward)
-    assert isinstance(decoder.cross_attn, modules.MultiHeadAttention)
+    assert isinstance(decoder.cross_attn, attention.MultiHeadAttention)
     extra = variant.extra_loss(None, {})
     assert extra.dtype == tf.float32 and float(extra) == 0.0
     assert variant.optimizer_groups(None, None) == {}

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import attention
 import fast_ops
 import modules
 import native
@@ -491,7 +492,7 @@ def attention_reference(q, k, v, mask, div):
     q (N, h, 1, d), k, v (N, h, T, d), mask (M, T) or None -> (N, h, 1, d)."""
     scores = np.einsum("nhqd,nhtd->nhqt", q.astype(np.float64), k) / div
     if mask is not None:
-        scores = np.where(mask[:, None, None, :], scores, modules.MASK_VALUE)
+        scores = np.where(mask[:, None, None, :], scores, attention.MASK_VALUE)
     w = np.exp(scores - scores.max(-1, keepdims=True))
     return np.einsum("nhqt,nhtd->nhqd", w / w.sum(-1, keepdims=True), v)
 
@@ -520,7 +521,7 @@ def test_step_attention_kernel_matches_float64(masking, t_k):
         mask[:, 0] = True
     for div in (np.sqrt(d), 1.0):
         flat = np.zeros((0,), bool) if mask is None else mask
-        out = lib.native_step_attention(q, k, v, flat, div=div, masked_value=modules.MASK_VALUE)
+        out = lib.native_step_attention(q, k, v, flat, div=div, masked_value=attention.MASK_VALUE)
         assert out.shape == (n, h, 1, d)
         np.testing.assert_allclose(out, attention_reference(q, k, v, mask, div), atol=1e-5)
     if masking == "one_row_all_masked":

@@ -18,10 +18,10 @@ import checkpoints
 import export
 import greedy_search
 import hparams
-import modules
 import positions
 import train
 import translate
+from attention import MultiHeadAttention
 from helpers import (
     ROOT,
     SMALL,
@@ -46,7 +46,7 @@ def attention(kind, causal=False, seed=0):
     keras.utils.set_random_seed(seed)
     stack = positions.StackPosition(kind, D, H, causal, **SMALL)
     stack.build()
-    mha = modules.MultiHeadAttention(D, H, position=stack)
+    mha = MultiHeadAttention(D, H, position=stack)
     mha.build((None, None, D), (None, None, D))
     rng = np.random.default_rng(seed)
     for w in stack.weights:

@@ -21,9 +21,9 @@ import devices
 import hparams
 import metrics
 import mirrored_cases
-import modules
 import prepro
 import train
+import variants
 from eval import evaluate
 from helpers import ROOT, results_hypotheses, tiny
 from model import Transformer
@@ -234,7 +234,7 @@ def test_mixed_precision_training_loss_falls(demo_prepro):
         assert abs(last[precision] - last["float32"]) < 0.1, (precision, last)
 
 
-class L2Variant(modules.Variant):
+class L2Variant(variants.Variant):
     """A variant whose extra loss depends on the weights: 0.5 * |E|^2 of the embedding."""
 
     def extra_loss(self, model, extras):

@@ -13,7 +13,7 @@ import data_load
 import devices
 import greedy_search
 import hparams
-import modules
+import optimization
 import prepro
 import train
 import weighted
@@ -279,7 +279,7 @@ def test_optimizer_groups_hold_every_kappa_and_alpha():
     assert len(variables) == 8
     assert [id(v) for v in variables] == [id(v) for v in expected]
     assert {v.path.rsplit("/", 1)[-1] for v in variables} == {"kappa", "alpha"}
-    assert isinstance(schedule, modules.TransformerSchedule)
+    assert isinstance(schedule, optimization.TransformerSchedule)
     assert schedule.get_config() == {
         "kind": "kyubyong",
         "d_model": 32,
@@ -298,7 +298,7 @@ def test_branch_rate_equals_the_main_rate_past_both_warmups(kind):
     values = dict(lr_schedule=kind, lr=3e-4, warmup_steps=4000, branch_warmup_steps=400)
     hp = hparams.apply(hparams.Hparams(), dict(values, model_type="weighted", d_model=32))
     _, branch = weighted.Variant().optimizer_groups(m, hp)["branch"]
-    main = modules.TransformerSchedule(kind, 32, 4000, 3e-4)
+    main = optimization.TransformerSchedule(kind, 32, 4000, 3e-4)
     for step in (4000, 10000, 50000):  # schedules take the optimizer's iterations (step - 1)
         assert float(branch(step - 1)) == pytest.approx(float(main(step - 1)), rel=1e-6)
     if kind != "constant":  # and the branch warmup is the shorter one
@@ -378,7 +378,7 @@ def test_variant_summaries_write_every_branch_weight(tmp_path):
     """The hook's TensorBoard summaries: one scalar per branch weight, a histogram per
     layer and weight kind, and the branch optimizer's lr."""
     m = weighted_model(17, n=1)
-    schedule = modules.TransformerSchedule("noam", 32, 400)
+    schedule = optimization.TransformerSchedule("noam", 32, 400)
     writer = tf.summary.create_file_writer(str(tmp_path))
     with writer.as_default(step=5):
         m.variant.summaries(m, 5, {"branch": schedule})
