@@ -208,6 +208,7 @@ def evaluate(
         settings["search"] = "sampling"
         for key in ("sampling_topk", "sampling_topp", "sampling_temperature", "seed"):
             settings[key] = getattr(hp, key)
+    files.check_writable(hp.results_dir, "nothing was decoded yet")  # before decoding
     t0 = time.time()
     if hp.legacy_protocol:
         sources, refs, hyps, runaway, figures = legacy_protocol(
@@ -344,6 +345,7 @@ def contrastive(logdir: str, overrides: dict, path: str, ckpt: str = "") -> dict
     ``<results_dir>/<run>_<checkpoint>_contrastive.json``."""
     hp, tok, model, ckpt_path = checkpoints.load_run(logdir, overrides, ckpt)
     items = read_contrastive(path)
+    files.check_writable(hp.results_dir, "nothing was scored yet")
     sentences, docs = [], []
     for k, it in enumerate(items):  # each item a document: its context, then its source
         sentences += list(it["context"]) + [it["source"]]

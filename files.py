@@ -63,6 +63,18 @@ def reporting(path: str, kept: str = "its previous version is kept"):
         ) from None
 
 
+def check_writable(folder: str, kept: str) -> None:
+    """Create ``folder`` and write and remove a probe file in it: a folder this user may
+    not write, or on a full or read-only file system, is one UserError line (naming
+    ``kept``, what is not lost) before the work whose output would go there."""
+    with reporting(folder, kept):
+        os.makedirs(folder, exist_ok=True)
+        probe = os.path.join(folder, f".write-probe-{os.getpid()}")
+        with open(probe, "wb") as f:
+            f.write(b"\n")
+        os.remove(probe)
+
+
 def _remove(path: str) -> None:
     if os.path.isdir(path) and not os.path.islink(path):
         shutil.rmtree(path, ignore_errors=True)

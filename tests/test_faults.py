@@ -779,3 +779,26 @@ def test_a_logdir_on_a_read_only_file_system_is_one_line(quick_run, tmp_path):
         f"error: could not write {logdir}/train.lock (Read-only file system); nothing was "
         f"written: choose a folder on a writable file system"
     ]
+
+
+@pytest.mark.slow
+def test_a_results_folder_this_user_cannot_write_is_one_line_before_decoding(quick_run, tmp_path):
+    """eval.py with a results folder it may not write: one line naming it, exit status 2,
+    before any sentence is decoded (not a traceback after the whole test set)."""
+    hp, _ = quick_run
+    results = tmp_path / "results"
+    results.mkdir()
+    os.chmod(results, 0o555)
+    proc = subprocess.run(
+        unprivileged()
+        + [sys.executable, "eval.py", "--logdir", hp.logdir, "--results_dir", str(results)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2 and error_lines(proc.stderr) == [
+        f"error: could not write {results} (Permission denied); nothing was decoded yet: "
+        "give this user write permission there, or choose another folder"
+    ]
+    assert "sentences in" not in proc.stdout and not os.listdir(results)
