@@ -19,8 +19,9 @@ and detokenization. Load it in any process with
 ``tf.saved_model.load(DIR)``; the project's code is not needed.
 
 A graph cannot raise the project's error, so every input string gets a translation, the
-one translate.py gives that line (tests/test_fuzz.py checks it on hostile input):
-an empty or whitespace-only string gives ''; a string longer than the model takes is cut
+one translate.py gives that line (tests/test_fuzz.py checks it on hostile input), and an
+empty batch gets an empty batch, in every signature: an empty or whitespace-only string
+gives ''; a string longer than the model takes is cut
 to its first tokens; control characters, NUL, CR, a byte-order mark, any script, emoji
 and combining characters go through the tokenizer's normalization (BPE) or the legacy
 cleaning (word vocabulary); XML is text like any other; and bytes that are not UTF-8,
@@ -152,9 +153,12 @@ def build_module(model, tok, hp: hparams.Hparams):
 
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
         def translate(self, sentences):
-            src, empty = self.sources(sentences)
+            # the search loops need a row: an empty batch decodes one empty sentence,
+            # whose translation is dropped, and gives an empty batch
+            n = tf.size(sentences)
+            src, empty = self.sources(tf.concat([sentences, [""]], 0)[: tf.maximum(n, 1)])
             text = self.decode(self.best(src))
-            return {"translations": tf.where(empty, tf.constant(""), text)}
+            return {"translations": tf.where(empty, tf.constant(""), text)[:n]}
 
         if model.reads_documents:  # a document signature for a model with memory
 

@@ -10,10 +10,12 @@ import tensorflow as tf
 
 import checkpoints
 import export
+import hparams
 import prepro
 import train
 import translate
 from helpers import tiny
+from model import Transformer
 
 LOADER = r"""
 import json, sys
@@ -22,7 +24,8 @@ import tensorflow_text  # registers the SentencepieceTokenizer ops
 assert not any(m in sys.modules for m in ("hparams", "model", "modules", "export"))
 f = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]
 out = f(sentences=tf.constant(json.loads(sys.argv[2])))["translations"].numpy()
-print(json.dumps([s.decode("utf-8") for s in out]))
+none = f(sentences=tf.constant([], tf.string))["translations"]  # an empty batch
+print(json.dumps([[s.decode("utf-8") for s in out], none.shape.as_list()]))
 """
 
 SENTENCES = [
@@ -61,6 +64,30 @@ def test_exported_graph_reads_ids_as_the_tokenizer(quick_run):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_an_empty_batch_gives_an_empty_batch_in_every_signature(quick_run, beam_size):
+    """[] to serving_default (greedy and beam search) and to a document model's
+    serving_default and translate_document gives []; a batch after it still translates
+    as translate.py does."""
+    pytest.importorskip("tensorflow_text")
+    hp, tok, model, _ = checkpoints.load_run(quick_run[0].logdir, {"beam_size": beam_size})
+    memory = {"position": "xl", "memory_sentences": 1, "target_memory_sentences": 1}
+    hp_docs = hparams.apply(hp, memory)
+    documents = Transformer.from_hparams(hp_docs, tok.src_vocab_size, tok.tgt_vocab_size)
+    documents.build_all()
+    module, docs_module = (
+        export.build_module(m, tok, h) for m, h in ((model, hp), (documents, hp_docs))
+    )
+    for signature in (module.translate, docs_module.translate, docs_module.translate_document):
+        out = signature(tf.constant([], tf.string))["translations"]
+        assert out.dtype == tf.string and out.shape == (0,)
+    got = [
+        s.decode("utf-8") for s in module.translate(tf.constant(SENTENCES))["translations"].numpy()
+    ]
+    assert got == translate.translate_lines(model, tok, hp, SENTENCES)
+
+
+@pytest.mark.slow
 def test_bpe_savedmodel_round_trip_in_fresh_process(run, tmp_path):
     pytest.importorskip("tensorflow_text")
     hp, _, _ = run
@@ -78,7 +105,8 @@ def test_bpe_savedmodel_round_trip_in_fresh_process(run, tmp_path):
         check=False,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    exported = json.loads(proc.stdout.strip().splitlines()[-1])
+    exported, empty_batch = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert empty_batch == [0]
     hp2, tok, model, _ = checkpoints.load_run(hp.logdir, {})
     assert exported == translate.translate_lines(model, tok, hp2, SENTENCES)
     assert exported[1] == "" and all(exported[i] for i in (0, 2, 3))
