@@ -1,7 +1,8 @@
-"""The docs stay true: every command of README.md, CONTRIBUTING.md and docs/*.md names a
-script that exists and options its parser accepts, every repository path it names
-exists, every relative link resolves, no page or code comment cites a commit hash, and the
-Examples of the public layers' docstrings run."""
+"""The docs stay true: every command of README.md, CONTRIBUTING.md and docs/*.md (in a
+fenced bash block, or inline code in a table or prose) names a script that exists and
+options its parser accepts, every repository path it names exists, every relative link
+resolves, no page or code comment cites a commit hash, and the Examples of the public
+layers' docstrings run."""
 
 from __future__ import annotations
 
@@ -32,6 +33,11 @@ TRACKED = ("figures/", "bench/", "demo/", "docs/", "tests/")
 # a commit hash: 7 to 12 hexadecimal characters with both a letter and a digit
 HASH = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,12}\b")
 LINK = re.compile(r"\]\(([^)\s]+)\)")
+# a fenced block of any language, and an inline code span (within a paragraph)
+FENCE = re.compile(r"^[ \t]*```.*?^[ \t]*```[ \t]*$", re.M | re.S)
+SPAN = re.compile(r"(?<!`)(`+)(?!`)((?:(?!\n[ \t]*\n).)+?)(?<!`)\1(?!`)", re.S)
+# a script named by a placeholder (`python SCRIPT.py`), not by its name
+PLACEHOLDER = re.compile(r"[A-Z_]+\.py")
 
 
 def bash_blocks(text: str) -> list[str]:
@@ -51,16 +57,23 @@ def bash_blocks(text: str) -> list[str]:
     return lines
 
 
+def inline_code(text: str) -> list[str]:
+    """The inline code spans of a Markdown text outside its fenced blocks, in tables and
+    prose (a span broken over lines joined with a space)."""
+    return [" ".join(m.group(2).split()) for m in SPAN.finditer(FENCE.sub("", text))]
+
+
 def commands(line: str) -> list[list[str]]:
     """Each ``python SCRIPT.py args...`` of a shell line, as [SCRIPT.py, args...]; the
-    rest of the line (pipes, ``&&``, ``time (...)``, comments) is passed over."""
+    rest of the line (pipes, ``&&``, ``time (...)``, comments) is passed over, and the
+    brackets of an optional argument (``[--beam_size 4]``) are dropped."""
     try:
         words = shlex.split(line, comments=True)
     except ValueError:  # an unbalanced quote spread over lines of a for loop
         words = line.split("#")[0].split()
     out, current = [], None
     for word in words:
-        word = word.strip("()")
+        word = word.strip("()[]")
         if word in ("&&", "||", "|", ";", "") or word.endswith(";"):
             current = None
             continue
@@ -69,7 +82,7 @@ def commands(line: str) -> list[list[str]]:
         elif word in ("python", "python3"):
             current = []
             out.append(current)
-    return [c for c in out if c and c[0].endswith(".py")]
+    return [c for c in out if c and c[0].endswith(".py") and not PLACEHOLDER.fullmatch(c[0])]
 
 
 def known_options(script: str) -> set[str] | None:
@@ -108,7 +121,7 @@ def check_command(argv: list[str], where: str) -> list[str]:
 
 def page_problems(page: str, text: str) -> list[str]:
     problems = []
-    for line in bash_blocks(text):
+    for line in bash_blocks(text) + inline_code(text):
         for argv in commands(line):
             problems += check_command(argv, page)
     for target in LINK.findall(text):
@@ -144,6 +157,29 @@ def test_a_misspelt_flag_a_missing_script_or_path_and_a_dead_link_are_caught():
         "README.md: plot_logs.py names figures/none.png, which does not exist",
         "README.md: the link docs/nowhere.md resolves to nothing",
         "README.md: commit hash 1a2b3c4d",
+    ]
+
+
+def test_a_misspelt_flag_in_inline_code_of_a_table_or_of_prose_is_caught():
+    """The README's results table names its commands in inline code: a misspelt flag
+    there (an optional one in brackets too) fails as one in a bash block does, and so
+    does one in a command that prose breaks over two lines; a placeholder script
+    (`python SCRIPT.py`) and the commands of fenced blocks of other languages are not
+    read."""
+    text = read("README.md")
+    row = "`python train.py --preset multi30k --max_minutes 30`, then `python eval.py --preset"
+    row += " multi30k [--beam_size 4]`"
+    assert row in text
+    planted = row.replace("--max_minutes", "--max_minutez").replace("--beam_size", "--beam_sise")
+    text = text.replace(row, planted)
+    text += (
+        "\nA SavedModel (`python export.py --logdir\nlog/demo --export_dri out`), or\n"
+        "`python SCRIPT.py`.\n\n```\npython train.py --not_read 1\n```\n"
+    )
+    assert page_problems("README.md", text) == [
+        "README.md: train.py has no option --max_minutez",
+        "README.md: eval.py has no option --beam_sise",
+        "README.md: export.py has no option --export_dri",
     ]
 
 
