@@ -113,6 +113,11 @@ class Translator:
             )
         self.documents = None
         if model.reads_documents:
+            if self.sampling:
+                raise UserError(
+                    "sampling is not for a model with document memory (memory_sentences, "
+                    "target_memory_sentences): drop --sampling_topk"
+                )
             self.documents = DocumentTranslation(model, hp, self.k, self.multiple, chunk)
         self.decode = self._decoder(prefix=False)
         self._compiled: dict = {}  # the prefixed decoder, the scorer, the aligner
@@ -277,6 +282,11 @@ class Translator:
         """Per pair the cross-attention (T2, T1) of :func:`scoring.aligner` for the target
         tokens (T2 = its tokens, </S> left out) over the source tokens (T1, </S> left
         out); an ensemble aligns with its first model."""
+        if self.documents is not None:
+            raise UserError(
+                "alignments are not for a model with document memory (its attention reads "
+                "each sentence's context): drop --alignments"
+            )
         model = getattr(self.model, "models", [self.model])[0]
         align = self._once("aligner", lambda: scoring.aligner(model))
         out: list = [None] * len(src_ids)

@@ -204,3 +204,14 @@ def test_sampling_settings_are_checked_before_decoding():
             hparams.apply(hparams.Hparams(), values)
     hp = hparams.apply(hparams.Hparams(), {"sampling_topk": 0, "sampling_topp": 0.9})
     assert dataclasses.asdict(hp)["sampling_topp"] == 0.9
+
+
+def test_sampling_and_alignments_refuse_a_model_with_document_memory():
+    model = tiny_model(V, V, seed=1, memory_sentences=1, position="xl")
+    with pytest.raises(hparams.UserError, match="^sampling is not for a model with document"):
+        Translator(model, None, settings(sampling_topk=0))
+    t = Translator(model, None, settings())
+    with pytest.raises(hparams.UserError, match="^alignments are not for a model with doc"):
+        t.align_ids([[5, 6]], [[7]])
+    with pytest.raises(hparams.UserError, match="^a target prefix is not for a model with"):
+        t.translate_ids([[5, 6]], prefixes=[[7]])
