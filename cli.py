@@ -35,6 +35,7 @@ import time
 import tokenize
 from typing import Any
 
+import files
 import hparams
 from hparams import UserError
 
@@ -135,6 +136,8 @@ class Script:
     fields: tuple[str, ...] = ()
     options: dict[str, tuple[Any, str]] = dataclasses.field(default_factory=dict)
     note: str = ""
+    # the options that name a text file the script reads: checked before TensorFlow loads
+    text_inputs: tuple[str, ...] = ()
 
 
 class _Parser(argparse.ArgumentParser):
@@ -444,11 +447,15 @@ def _end_filter(real: int, pid: int) -> None:
 
 
 def start(script: Script, argv: list[str] | None = None) -> None:
-    """What a script does before it imports TensorFlow: answer ``--help`` and option errors
-    (one line, exit status 2), then unless ``--verbose`` hide TensorFlow's INFO logs and,
-    on a machine without an NVIDIA device, its CPU-only start-up lines."""
+    """What a script does before it imports TensorFlow: answer ``--help``, option errors and
+    faults of the text files it will read (``script.text_inputs``: missing, a folder, not
+    UTF-8), each one line with exit status 2; then, unless ``--verbose``, hide TensorFlow's
+    INFO logs and, on a machine without an NVIDIA device, its CPU-only start-up lines."""
     try:
         _, opts = parse_args(argv, script=script)
+        for key in script.text_inputs:
+            if opts.get(key):
+                files.check_text(opts[key])
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

@@ -34,8 +34,7 @@ _LEGACY_CLEAN = regex.compile(r"[^\s\p{Latin}']")
 # ---------------------------------------------------------------------------------------
 def read_text(path: str) -> str:
     """The whole file as text (gunzipped if it ends in .gz, see :func:`decode_text`)."""
-    if not os.path.exists(path):
-        raise UserError(f"{path} not found")
+    files.require_file(path)
     opener = gzip.open if path.endswith(".gz") else open
     try:
         with opener(path, "rb") as f:
@@ -51,11 +50,7 @@ def decode_text(data: bytes, name: str) -> str:
     try:
         return data.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as e:
-        line = data[: e.start].count(b"\n") + 1
-        raise UserError(
-            f"{name}:{line}: not valid UTF-8 (byte 0x{data[e.start]:02x}); "
-            f"convert it, e.g. iconv -f latin1 -t utf-8"
-        ) from None
+        raise files.not_utf8(name, data[: e.start].count(b"\n") + 1, data[e.start]) from None
 
 
 def split_lines(text: str) -> list[str]:

@@ -56,6 +56,7 @@ SCRIPT = cli.Script(
         "ensemble": ("", "LOGDIR,LOGDIR,...: decode with these runs as one (instead of --logdir)"),
     },
     note=cli.DECODING_NOTE,
+    text_inputs=("test_src", "test_ref"),
 )
 if __name__ == "__main__":
     cli.start(SCRIPT)  # --help and option errors answer before TensorFlow loads

@@ -6,13 +6,16 @@ truncated file. A write that the storage refuses (a full disk, a file-size limit
 a read-only file system) or that this user may not make (a folder without write
 permission) becomes one :class:`errors.UserError` line naming the file, the cause and what
 to do (:func:`reporting`), also for the files TensorFlow writes (checkpoints, SavedModels,
-TensorBoard events), and for stdout (:func:`print_text`).
+TensorBoard events), and for stdout (:func:`print_text`). And the input side's first
+checks, which need no TensorFlow: :func:`require_file`, :func:`check_text`.
 """
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import errno
+import gzip
 import os
 import shutil
 import sys
@@ -163,3 +166,43 @@ def print_text(text: str) -> None:
             f"could not write to stdout ({e.strerror or e}); the output is incomplete: "
             f"write it to a disk with free space"
         ) from None
+
+
+def require_file(path: str) -> None:
+    """``path`` is a file: else one UserError line (not found, or a folder)."""
+    if not os.path.exists(path):
+        raise UserError(f"{path} not found")
+    if os.path.isdir(path):
+        raise UserError(f"{path} is a folder, not a file: name a text file")
+
+
+def not_utf8(name: str, line: int, byte: int) -> UserError:
+    """The one line for bytes that are not UTF-8 at ``line`` of ``name``."""
+    return UserError(
+        f"{name}:{line}: not valid UTF-8 (byte 0x{byte:02x}); convert it, e.g. "
+        "iconv -f latin1 -t utf-8"
+    )
+
+
+def check_text(path: str) -> None:
+    """A text file a script will read (gunzipped if it ends in .gz): it exists, is a
+    file, reads, and is UTF-8, read in pieces; each fault one UserError line naming the
+    file (and the line), which a script reports before TensorFlow loads (cli.start)."""
+    require_file(path)
+    decoder, line = codecs.getincrementaldecoder("utf-8")(), 1
+    opener = gzip.open if path.endswith(".gz") else open
+    try:
+        with opener(path, "rb") as f:
+            for piece in iter(lambda: f.read(1 << 20), b""):
+                try:
+                    decoder.decode(piece)
+                except UnicodeDecodeError as e:
+                    start = max(0, e.start - len(e.object) + len(piece))
+                    bad = e.object[e.start]
+                    raise not_utf8(path, line + piece[:start].count(b"\n"), bad) from None
+                line += piece.count(b"\n")
+            decoder.decode(b"", final=True)
+    except UnicodeDecodeError as e:
+        raise not_utf8(path, line, e.object[e.start]) from None
+    except (OSError, EOFError) as e:
+        raise UserError(f"{path} could not be read ({e}); is it a complete .gz file?") from None

@@ -55,6 +55,7 @@ SCRIPT = cli.Script(
         "attention": ("", "PNG path: the cross-attention of one sentence, one panel per head"),
     },
     note=cli.DECODING_NOTE,
+    text_inputs=("input", "prefix", "score"),
 )
 if __name__ == "__main__":
     cli.start(SCRIPT)  # --help and option errors answer before TensorFlow loads

@@ -192,3 +192,30 @@ def test_prefix_and_score_files_need_a_line_per_input_line(quick_run, tmp_path, 
             hparams.UserError, match=f"^{option} .* has 1 lines but the input has 2"
         ):
             translate.main()
+
+
+@pytest.mark.slow
+def test_bad_input_files_are_one_line_before_tensorflow_loads(tmp_path):
+    """--input missing, a folder, or not UTF-8 (also --prefix, --score, and eval.py's
+    --test_src): one line, exit status 2, and TensorFlow never imported (-X importtime
+    lists every module a process imports)."""
+    latin1 = tmp_path / "latin1.de"
+    latin1.write_bytes("Ein Hund.\nDer Bär schläft.\n".encode("latin-1"))
+    missing = tmp_path / "missing.de"
+    for script, option, path, words in (
+        ("translate.py", "--input", missing, f"{missing} not found"),
+        ("translate.py", "--input", tmp_path, f"{tmp_path} is a folder, not a file"),
+        ("translate.py", "--input", latin1, f"{latin1}:2: not valid UTF-8 (byte 0xe4)"),
+        ("translate.py", "--score", latin1, f"{latin1}:2: not valid UTF-8"),
+        ("eval.py", "--test_src", tmp_path, f"{tmp_path} is a folder"),
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-X", "importtime", script, "--logdir", "nowhere", option, path],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+        assert proc.returncode == 2 and len(errors) == 1 and words in errors[0], proc.stderr
+        assert "tensorflow" not in proc.stderr.replace(errors[0], "")
