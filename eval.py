@@ -163,6 +163,28 @@ def legacy_protocol(hp, tok, model, sources, refs, settings: dict):
     return sources, refs, hyps, runaway, figures
 
 
+def decoding_record(hp, logdirs: list[str], paths: list[str]) -> tuple[str, dict]:
+    """The results' name (each run's folder and checkpoint, then the search) and the
+    decoding settings the results file records."""
+    name = "+".join(
+        f"{os.path.basename(os.path.normpath(d))}_{os.path.basename(p)}"
+        for d, p in zip(logdirs, paths)
+    )
+    settings = {
+        "search": "greedy" if hp.beam_size <= 1 else "beam",
+        "beam_size": hp.beam_size,
+        "max_len_extra": hp.max_len_extra,
+        "max_len": hp.max_len,
+        "checkpoint": paths[0] if len(paths) == 1 else paths,
+    }
+    if hp.sampling_topk != 1:
+        name += f"_sample{hp.sampling_topk}_p{hp.sampling_topp:g}_t{hp.sampling_temperature:g}"
+        settings["search"] = "sampling"
+        for key in ("sampling_topk", "sampling_topp", "sampling_temperature", "seed"):
+            settings[key] = getattr(hp, key)
+    return name, settings
+
+
 def evaluate(
     logdir: str,
     overrides: dict,
@@ -177,7 +199,6 @@ def evaluate(
     ensemble of ``runs``), write the results and print the figures."""
     edges = parse_edges(length_buckets) if length_buckets else ()
     hp, tok, model, paths = ensemble.load_ensemble(runs or [logdir], overrides, ckpt, "eval")
-    path = paths[0]
     if bool(test_src) != bool(test_ref):
         raise UserError("--test_src and --test_ref go together")
     if test_src:
@@ -193,22 +214,7 @@ def evaluate(
         docs = data_load.load_corpus(hp, "test").docs if model.reads_documents else None
     if not sources:
         raise UserError(f"the test set is empty ({test_src or hp.prepro_dir + '/test.src'})")
-    name = "+".join(
-        f"{os.path.basename(os.path.normpath(d))}_{os.path.basename(p)}"
-        for d, p in zip(runs or [logdir], paths)
-    )
-    settings = {
-        "search": "greedy" if hp.beam_size <= 1 else "beam",
-        "beam_size": hp.beam_size,
-        "max_len_extra": hp.max_len_extra,
-        "max_len": hp.max_len,
-        "checkpoint": path if len(paths) == 1 else paths,
-    }
-    if hp.sampling_topk != 1:
-        name += f"_sample{hp.sampling_topk}_p{hp.sampling_topp:g}_t{hp.sampling_temperature:g}"
-        settings["search"] = "sampling"
-        for key in ("sampling_topk", "sampling_topp", "sampling_temperature", "seed"):
-            settings[key] = getattr(hp, key)
+    name, settings = decoding_record(hp, runs or [logdir], paths)
     files.check_writable(hp.results_dir, "nothing was decoded yet")  # before decoding
     t0 = time.time()
     if hp.legacy_protocol:

@@ -290,11 +290,11 @@ class Translator:
         model = getattr(self.model, "models", [self.model])[0]
         align = self._once("aligner", lambda: scoring.aligner(model))
         out: list = [None] * len(src_ids)
+        longest = source_limit(self.model) - 1
         for idx, (src, fed, _) in self._pair_batches(src_ids, tgt_ids):
             weights = align(tf.constant(src), tf.constant(fed)).numpy()
             for row, i in enumerate(idx):
-                t1 = min(len(src_ids[i]), source_limit(self.model) - 1)
-                out[i] = weights[row, : len(tgt_ids[i]), :t1]
+                out[i] = weights[row, : len(tgt_ids[i]), : min(len(src_ids[i]), longest)]
         return out
 
     def alignments(self, src_ids: list, outs: list) -> list[str]:

@@ -671,6 +671,13 @@ def train_argv(hp):
     return [x for k, v in dataclasses.asdict(hp).items() for x in (f"--{k}", str(v))]
 
 
+def refused_child(prefix: list[str], script: str, *args):
+    """``python script args`` from the repository root under the command ``prefix`` (a
+    read-only mount, a user that file modes bind)."""
+    command = prefix + [sys.executable, script, *map(str, args)]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
 def error_lines(stderr):
     assert "Traceback" not in stderr, stderr[-3000:]
     return [line for line in stderr.splitlines() if "error" in line.lower()]
@@ -768,13 +775,7 @@ def test_a_logdir_on_a_read_only_file_system_is_one_line(quick_run, tmp_path):
     logdir = str(tmp_path / "log")
     os.makedirs(logdir)
     argv = train_argv(hparams.apply(hp, {"logdir": logdir}))
-    proc = subprocess.run(
-        read_only_mount(logdir) + [sys.executable, "train.py", *argv],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = refused_child(read_only_mount(logdir), "train.py", *argv)
     assert proc.returncode == 2 and error_lines(proc.stderr) == [
         f"error: could not write {logdir}/train.lock (Read-only file system); nothing was "
         f"written: choose a folder on a writable file system"
@@ -789,14 +790,7 @@ def test_a_results_folder_this_user_cannot_write_is_one_line_before_decoding(qui
     results = tmp_path / "results"
     results.mkdir()
     os.chmod(results, 0o555)
-    proc = subprocess.run(
-        unprivileged()
-        + [sys.executable, "eval.py", "--logdir", hp.logdir, "--results_dir", str(results)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = refused_child(unprivileged(), "eval.py", "--logdir", hp.logdir, "--results_dir", results)
     assert proc.returncode == 2 and error_lines(proc.stderr) == [
         f"error: could not write {results} (Permission denied); nothing was decoded yet: "
         "give this user write permission there, or choose another folder"
