@@ -491,7 +491,11 @@ def apply(hp: Hparams, overrides: dict[str, Any]) -> Hparams:
 
 
 def check_ranges(values: dict) -> None:
-    """Each numeric hyperparameter within its range: a one-line UserError naming it."""
+    """Each numeric hyperparameter within its range, and every float one finite: a
+    one-line UserError naming it."""
+    for key, value in values.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise UserError(f"--{key} must be a finite number; got {value}")
     for key in (
         "d_model",
         "d_ff",
@@ -545,8 +549,15 @@ def check_ranges(values: dict) -> None:
     ):
         if not 0 <= values[key] < 1:
             raise UserError(f"--{key} must be in [0, 1); got {values[key]}")
-    if values["act_loss_weight"] < 0:
-        raise UserError(f"--act_loss_weight must not be negative; got {values['act_loss_weight']}")
+    for key in ("act_loss_weight", "clip_norm", "max_minutes", "length_penalty"):
+        if values[key] < 0:
+            raise UserError(f"--{key} must not be negative; got {values[key]:g}")
+    for key in ("lr", "adam_epsilon"):
+        if not values[key] > 0:
+            raise UserError(f"--{key} must be positive; got {values[key]:g}")
+    for key in ("adam_beta1", "adam_beta2"):
+        if not 0 <= values[key] < 1:
+            raise UserError(f"--{key} must be in [0, 1); got {values[key]:g}")
     for key in ("embedding_dropout", "residual_dropout"):
         if not values[key] < 1:
             raise UserError(

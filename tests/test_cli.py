@@ -204,7 +204,8 @@ def test_help_and_option_errors_come_before_tensorflow():
         "        out[name + ' '.join(argv)] = [e.code, 'tensorflow' in sys.modules]\n"
         "print(json.dumps(out))\n"
     )
-    cases = [[name, ["--help"]] for name in SCRIPTS] + [["train", ["--d_modle", "3"]]]
+    bad = [["--d_modle", "3"], ["--lr", "nan"], ["--adam_beta1", "1.5"], ["--clip_norm", "-1"]]
+    cases = [[name, ["--help"]] for name in SCRIPTS] + [["train", argv] for argv in bad]
     proc = subprocess.run(
         [sys.executable, "-c", code, json.dumps(cases)],
         cwd=ROOT,
@@ -216,10 +217,13 @@ def test_help_and_option_errors_come_before_tensorflow():
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result == {
         **{f"{name}--help": [0, False] for name in SCRIPTS},
-        "train--d_modle 3": [2, False],
+        **{"train" + " ".join(argv): [2, False] for argv in bad},
     }
     assert proc.stderr.strip().splitlines() == [
-        "error: unknown option --d_modle; did you mean --d_model?"
+        "error: unknown option --d_modle; did you mean --d_model?",
+        "error: --lr must be a finite number; got nan",
+        "error: --adam_beta1 must be in [0, 1); got 1.5",
+        "error: --clip_norm must not be negative; got -1",
     ]
 
 

@@ -192,6 +192,45 @@ def test_max_bad_steps_stops_and_keeps_the_last_good_checkpoint(demo_prepro, tmp
     assert counted == [(1, 0.0), (4, 1.0), (4, 2.0), (4, 3.0)]
 
 
+@pytest.mark.slow
+def test_an_update_that_makes_a_weight_nan_is_never_saved(demo_prepro, tmp_path, monkeypatch):
+    """A NaN planted in a weight by step 2's update (its loss and gradients were finite,
+    so the step's guard let it through): the save of step 2 is refused in one line that
+    names the weight and what is kept, and ckpt-1, finite, stays the newest checkpoint."""
+    hp = tiny(
+        str(tmp_path),
+        data_dir=demo_prepro.data_dir,
+        prepro_dir=demo_prepro.prepro_dir,
+        max_steps=3,
+        ckpt_every_steps=1,
+    )
+    train_batch = Trainer.train_batch
+
+    def planted(self, *batch, stop=False):
+        out = train_batch(self, *batch, stop=stop)
+        if self.step == 2:
+            weight = self.model.tgt_embedding.embeddings
+            weight.assign(tf.tensor_scatter_nd_update(weight, [[3, 1]], [NAN]))
+        return out
+
+    monkeypatch.setattr(Trainer, "train_batch", planted)
+    first = os.path.join(hp.logdir, "ckpt-1")
+    expected = (
+        "train: after step 2, transformer/tgt_embedding/embeddings holds a NaN or an Inf, so "
+        f"no checkpoint was written; the 1 step since checkpoint {first} (step 1) is lost "
+        "(a rerun resumes from it); lower --lr or set --clip_norm"
+    )
+    with pytest.raises(hparams.UserError, match=f"^{re.escape(expected)}$"):
+        train.train(hp)
+    assert tf.train.latest_checkpoint(hp.logdir) == first
+    assert not glob.glob(os.path.join(hp.logdir, "ckpt-2*"))
+    reader = tf.train.load_checkpoint(first)
+    for name in reader.get_variable_to_dtype_map():
+        value = reader.get_tensor(name)
+        if isinstance(value, np.ndarray) and value.dtype.kind == "f":
+            assert np.isfinite(value).all(), name
+
+
 # ---------------------------------------------------------------------------------------
 # Out of memory
 # ---------------------------------------------------------------------------------------

@@ -469,8 +469,31 @@ def test_run_main_with_parse_args_error(capsys, monkeypatch):
         ("layer_norm_epsilon", "0", "must be positive"),
         ("qkv_activation", "gelu", "must be one of none, relu"),
         ("embedding_init", "he", "must be one of normal, xavier"),
+        ("lr", "0", "--lr must be positive"),
+        ("lr", "-0.001", "--lr must be positive"),
+        ("adam_epsilon", "0", "--adam_epsilon must be positive"),
+        ("adam_beta1", "1.5", r"--adam_beta1 must be in \[0, 1\); got 1.5"),
+        ("adam_beta2", "1", r"--adam_beta2 must be in \[0, 1\)"),
+        ("clip_norm", "-1", "--clip_norm must not be negative; got -1"),
+        ("max_minutes", "-5", "--max_minutes must not be negative"),
+        ("length_penalty", "-0.2", "--length_penalty must not be negative"),
+        ("act_loss_weight", "-1", "--act_loss_weight must not be negative"),
     ],
 )
 def test_out_of_range_values_are_user_errors(key, value, expected):
     with pytest.raises(hparams.UserError, match=expected):
         cli.parse_args([f"--{key}", value])
+
+
+FLOATS = [
+    f.name for f in hparams.FIELDS.values() if isinstance(getattr(hparams.Hparams(), f.name), float)
+]
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+def test_every_float_setting_must_be_finite(value):
+    """NaN passes every comparison, so each float setting is checked for it by name."""
+    assert {"lr", "adam_beta1", "adam_epsilon", "clip_norm", "act_loss_weight"} <= set(FLOATS)
+    for key in FLOATS:
+        with pytest.raises(hparams.UserError, match=f"^--{key} must be a finite number; got"):
+            cli.parse_args([f"--{key}={value}"])
