@@ -500,6 +500,7 @@ def check_ranges(values: dict) -> None:
         "d_model",
         "d_ff",
         "num_blocks",
+        "num_epochs",
         "num_heads",
         "vocab_size",
         "maxlen1",

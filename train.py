@@ -110,6 +110,13 @@ def train(hp: hparams.Hparams, ckpt: str = "") -> dict:
         trainer = Trainer(hp, tok, strategy, precision)
         # a checkpoint given by --ckpt is not logdir's newest: write one before stopping
         saved = trainer.position if trainer.restore(ckpt) and not ckpt else None
+        translator = dev.translator(trainer.model, tok, hp)
+        # per epoch: the same every epoch (with bpe_dropout, epoch 1's: the others differ a little)
+        budget = Budget(hp, trainer, -(-len(data.batches(0)) // hp.accum_steps))
+        why = nothing_left(hp, trainer, budget, dev, translator)
+        if why:
+            print(f"train: {hp.logdir} {why}; nothing was trained or written")
+            return finished_summary(trainer, why)
         os.makedirs(hp.logdir, exist_ok=True)
         if trainer.chief:  # in a multi-worker run only the chief writes into logdir
             checkpoints.remove_partial_checkpoints(hp.logdir)  # of a run killed while saving
@@ -129,15 +136,62 @@ def train(hp: hparams.Hparams, ckpt: str = "") -> dict:
             f"train: {trainer.model.count_params():,} parameters; {len(data.keep):,} training "
             f"pairs; logdir {hp.logdir}"
         )
-        translator = dev.translator(trainer.model, tok, hp)
         with Interrupt() as interrupt:
             try:
-                return train_loop(hp, trainer, data, dev, translator, writer, interrupt, saved)
+                return train_loop(
+                    hp, trainer, data, dev, translator, writer, interrupt, budget, saved
+                )
             except devices.PEER_ERRORS as e:  # another worker of a multi-worker run is lost
                 line = devices.peer_lost_line(e, hp.logdir, finished_step(trainer))
                 if line is None:
                     raise
                 raise UserError(line, status=devices.PEER_LOST_STATUS) from None
+
+
+def nothing_left(hp, trainer: Trainer, budget: Budget, dev: Dev, translator) -> str | None:
+    """Why a restored run has nothing left to train under these settings (its epochs,
+    max_steps, early stopping or max_minutes spent), or None. Under max_minutes a run is
+    spent once what is left is less than its final dev evaluation (estimated here, and
+    kept in ``budget.reserve``), as :meth:`Budget.out_of_time` decides during the run."""
+    step = trainer.step
+    if not step:
+        return None
+    if int(trainer.epoch) >= hp.num_epochs:
+        return f"has finished its {hp.num_epochs} epochs (step {step}); raise --num_epochs"
+    if hp.max_steps and step >= hp.max_steps:
+        return f"has reached max_steps={hp.max_steps} (step {step}); raise --max_steps"
+    if hp.early_stopping and int(trainer.bad_epochs) >= hp.early_stopping:
+        return (
+            f"stopped early after {hp.early_stopping} epochs without a better dev BLEU (step "
+            f"{step}); raise --early_stopping, or 0 to turn it off"
+        )
+    if budget.seconds:
+        budget.reserve = budget.estimate(dev, translator) * (2 if hp.average > 1 else 1)
+        if budget.out_of_time():
+            return (
+                f"has spent max_minutes={hp.max_minutes:g} ({trainer.seconds_used() / 60:.1f} "
+                f"min, {budget.reserve:.0f} s of them kept for the final dev evaluation; step "
+                f"{step}); raise --max_minutes"
+            )
+    return None
+
+
+def finished_summary(trainer: Trainer, why: str) -> dict:
+    """:func:`train`'s summary of a run that :func:`nothing_left` found finished."""
+    return {
+        "step": trainer.step,
+        "epoch": int(trainer.epoch),
+        "history": [],
+        "checkpoint": trainer.latest_checkpoint,
+        "stop_reason": why,
+        "stop_kind": "finished",
+        "train_loss": float("nan"),
+        "first_loss": float("nan"),
+        "signal": None,
+        "eval_share": 0.0,
+        "last_lr": float(trainer.schedule(max(trainer.step - 1, 0))),
+        "averaged": None,
+    }
 
 
 def finished_step(trainer) -> int | None:
@@ -199,23 +253,23 @@ class Run:
 
 
 def train_loop(
-    hp, trainer: Trainer, data, dev: Dev, translator, writer, interrupt: Interrupt, saved=None
+    hp,
+    trainer: Trainer,
+    data,
+    dev: Dev,
+    translator,
+    writer,
+    interrupt: Interrupt,
+    budget: Budget,
+    saved=None,
 ) -> dict:
     """The epochs of :func:`train`, from the restored position to the end: each epoch's
     batches (:func:`train_epoch`), its partial accumulation, its dev evaluation and
     checkpoint (:func:`end_of_epoch`), then the end of the run (:func:`finish_run`).
     ``saved`` is the position (:attr:`Trainer.position`) of logdir's newest checkpoint."""
-    # per epoch: the same every epoch (with bpe_dropout, epoch 1's: the others differ a little)
-    updates = -(-len(data.batches(0)) // hp.accum_steps)
-    budget = Budget(hp, trainer, updates)
     health = Health(hp, trainer, writer)
     run = Run(hp, trainer, dev, translator, writer, interrupt, budget, health, saved)
-    if int(trainer.epoch) >= hp.num_epochs:
-        print(
-            f"train: {hp.logdir} has already finished {hp.num_epochs} epochs; raise "
-            f"--num_epochs to train on"
-        )
-    if budget.seconds and int(trainer.epoch) < hp.num_epochs:
+    if budget.seconds and not budget.reserve:  # else estimated by nothing_left
         budget.reserve = budget.estimate(dev, translator) * (2 if hp.average > 1 else 1)
         print(
             f"train: {budget.reserve:.1f} s of max_minutes kept back for the final dev "

@@ -4,6 +4,7 @@ each bound, its clock across resumes, dev evaluation within its share, the defau
 
 import json
 import os
+import shutil
 import time
 import types
 
@@ -453,3 +454,70 @@ def test_the_run_records_its_precision_and_decoding_uses_float32(
     assert saved.precision == "float32" and model.compute_dtype == "float32"
     asked, _, model, _ = checkpoints.load_run(hp.logdir, {"precision": "mixed_bfloat16"}, "last")
     assert asked.precision == "mixed_bfloat16" and model.compute_dtype == "bfloat16"
+
+
+# ---------------------------------------------------------------------------------------
+# a run that has nothing left to train
+# ---------------------------------------------------------------------------------------
+def snapshot(folder) -> dict:
+    """Every file under ``folder`` but the lock's note: its bytes and mtime."""
+    out = {}
+    for root, _, names in os.walk(folder):
+        for name in names:
+            path = os.path.join(root, name)
+            if name != "train.lock":
+                with open(path, "rb") as f:
+                    out[os.path.relpath(path, folder)] = (f.read(), os.stat(path).st_mtime_ns)
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "extra,why",
+    [
+        ({}, "has reached max_steps=3 (step 3); raise --max_steps"),
+        ({"max_steps": 0, "num_epochs": 1, "max_minutes": 0.001}, "has spent max_minutes=0.001"),
+    ],
+)
+def test_a_finished_run_trains_nothing_writes_nothing_and_says_so(
+    quick_run, tmp_path, capsys, extra, why
+):
+    """A rerun of a run at its max_steps (before this, it trained one more step and
+    wrote ckpt-4), or past its max_minutes: no step, no file, and the line says why."""
+    hp, _ = quick_run
+    logdir = str(tmp_path / "log")
+    shutil.copytree(hp.logdir, logdir)
+    before = snapshot(logdir)
+    summary = train.train(hparams.apply(hp, {"logdir": logdir, **extra}))
+    assert (summary["step"], summary["stop_kind"], summary["history"]) == (3, "finished", [])
+    assert why in summary["stop_reason"]
+    assert f"train: {logdir} {why}" in capsys.readouterr().out
+    assert snapshot(logdir) == before
+
+
+@pytest.mark.slow
+def test_early_stopping_stops_when_dev_bleu_cannot_improve_and_says_why(
+    demo_prepro, tmp_path, capsys
+):
+    """At a learning rate of 1e-12 the weights cannot move the dev BLEU: epoch 1 sets
+    the best, epoch 2 does not beat it, and --early_stopping 1 ends the run there (of
+    its 4 epochs) with the reason; the same command again trains nothing."""
+    hp = tiny(
+        str(tmp_path),
+        data_dir=demo_prepro.data_dir,
+        prepro_dir=demo_prepro.prepro_dir,
+        lr_schedule="constant",
+        lr=1e-12,
+        num_epochs=4,
+        early_stopping=1,
+    )
+    summary = train.train(hp)
+    bleus = [h["dev_bleu"] for h in summary["history"]]
+    assert len(bleus) == 2 and bleus[0] == bleus[1], bleus
+    assert (summary["epoch"], summary["stop_kind"]) == (2, "early")
+    assert summary["stop_reason"] == "no better dev BLEU for 1 epochs"
+    out = capsys.readouterr().out
+    assert f"train: no better dev BLEU for 1 epochs; step {summary['step']}" in out
+    again = train.train(hp)
+    assert (again["step"], again["stop_kind"]) == (summary["step"], "finished")
+    assert "stopped early after 1 epochs without a better dev BLEU" in capsys.readouterr().out
