@@ -13,7 +13,6 @@ that checkpoint (to leave out a newer one, e.g. a damaged one).
 from __future__ import annotations
 
 import cli
-import hparams
 
 DEFAULT_LAST = 5  # checkpoints averaged by default (hparams.Hparams.keep_ckpts keeps as many)
 SCRIPT = cli.Script(
@@ -79,4 +78,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    hparams.run_main(main)
+    cli.run_main(main)

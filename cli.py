@@ -465,3 +465,16 @@ def start(script: Script, argv: list[str] | None = None) -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if not gpu_present() and hasattr(os, "fork"):
         quiet_stderr()
+
+
+def run_main(main) -> None:
+    """Run a script's main(), turning UserError into one line on stderr and its exit
+    status (2, or the error's own)."""
+    try:
+        main()
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(e.status)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)

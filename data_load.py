@@ -21,6 +21,7 @@ import tensorflow as tf
 
 import files
 import hparams
+import recurrence
 from hparams import UserError
 
 RESERVED = ("<PAD>", "<UNK>", "<S>", "</S>")  # ids 0..3 in every vocabulary
@@ -454,8 +455,8 @@ def context_depths(hp: hparams.Hparams) -> tuple[int, int]:
     """How many earlier sentences a training pair carries, and of how many of the last
     of them the targets too: what the encoder's memory (num_blocks x memory_sentences)
     and the decoder's (num_blocks x target_memory_sentences, each with its source's
-    encoder context) depend on (hparams.context_needs, model.Transformer.forward)."""
-    return hparams.context_depths(hp.num_blocks, hp.memory_sentences, hp.target_memory_sentences)
+    encoder context) depend on (recurrence.context_needs, model.Transformer.forward)."""
+    return recurrence.context_depths(hp.num_blocks, hp.memory_sentences, hp.target_memory_sentences)
 
 
 def batch_spec(hp: hparams.Hparams) -> list:
@@ -527,7 +528,7 @@ class TrainData:
             print(
                 f"data: {len(self.corpus):,} training pairs in {docs:,} documents; each pair "
                 f"carries the {depth} sentence{'s' * (depth > 1)} before it{targets} "
-                f"(hparams.context_needs)"
+                f"(recurrence.context_needs)"
             )
 
     def _resegment_setup(self) -> None:

@@ -11,7 +11,7 @@ class UserError(Exception):
     """An error the user can fix (bad input, bad option, missing file, full disk).
 
     Scripts print ``error: <message>`` on one line and exit with ``status`` (2 unless
-    said otherwise) instead of a traceback (``hparams.run_main``); tracebacks are kept for
+    said otherwise) instead of a traceback (``cli.run_main``); tracebacks are kept for
     bugs.
     """
 

@@ -245,7 +245,7 @@ class Transformer(keras.Model):
         self.memory_sentences = c.memory_sentences
         self.target_memory_sentences = c.target_memory_sentences
         # the sentences before a sentence that its context reads, and their targets
-        self.context_depths = hparams.context_depths(
+        self.context_depths = recurrence.context_depths(
             c.num_blocks, c.memory_sentences, c.target_memory_sentences
         )
         self.reads_documents = bool(c.memory_sentences or c.target_memory_sentences)
@@ -354,9 +354,9 @@ class Transformer(keras.Model):
         ``extras``: a dict that receives what the layers report (see _run_layer).
         ``context``: per encoder layer, (states (N, T_m, d_model), mask (N, 1, 1, T_m)) of
         earlier sentences, which that layer's self-attention attends to as well (see
-        :meth:`encode_in_context`). ``layer_inputs``: a list that receives each layer's
+        :func:`recurrence.encode_in_context`). ``layer_inputs``: a list that receives each layer's
         input (N, T1, d_model) under stop-gradient, what a later sentence's context keeps
-        of this one (:meth:`sentence_states`, computed in the same pass)."""
+        of this one (:func:`recurrence.sentence_states`, computed in the same pass)."""
         mask, query_mask = self.masks(src)
         x = self.embed(src, self.src_embedding, self.src_position, self.src_dropout, training)
         weights = []
@@ -379,7 +379,7 @@ class Transformer(keras.Model):
 
     def forward(self, src, tgt_in, context_ids=None, context_tgt=None, training=False, extras=None):
         """The teacher-forced pass: decoder output (N, T2, d_model) before the projection,
-        with the document context of :meth:`document_windows` for a model with memory
+        with the document context of :func:`recurrence.document_windows` for a model with memory
         (``context_ids`` (N, K, T_c) sources and ``context_tgt`` (N, K_t, T_t) decoder
         inputs of the sentences before, as data_load.context_batch builds them)."""
         enc_window, dec_window = recurrence.document_windows(self, context_ids, context_tgt)
@@ -407,8 +407,8 @@ class Transformer(keras.Model):
     ):
         """tgt_in (N, T2) ids -> decoder output (N, T2, d_model) before the projection
         [, weights]; ``extras`` as in :meth:`encode`. ``context``: per decoder layer, the
-        (states, mask) of earlier target sentences (:meth:`target_states`, through
-        :meth:`context_of`), which that layer's self-attention attends to as well."""
+        (states, mask) of earlier target sentences (:func:`recurrence.target_states`, through
+        :func:`recurrence.context_of`), which that layer's self-attention attends to as well."""
         x = self.embed(tgt_in, self.tgt_embedding, self.tgt_position, self.tgt_dropout, training)
         self_mask = attention.causal_mask(tf.shape(tgt_in)[1])
         query_mask = self.masks(tgt_in)[1]

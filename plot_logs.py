@@ -13,7 +13,6 @@ evaluations; a point between two logged steps is interpolated).
 from __future__ import annotations
 
 import cli
-import hparams
 
 SCRIPT = cli.Script(
     "plot_logs",
@@ -123,4 +122,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    hparams.run_main(main)
+    cli.run_main(main)

@@ -55,6 +55,7 @@ import sentencepiece as spm
 import data_load
 import download
 import files
+import model as _model  # noqa: F401  (registers the position and document-memory checks)
 from demo import corpus as demo_corpus
 from demo import documents as demo_documents
 from hparams import UserError
@@ -430,4 +431,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    hparams.run_main(main)
+    cli.run_main(main)

@@ -10,10 +10,11 @@ layers. The Transformer reads them through one hook: the ``context`` argument of
 
 from __future__ import annotations
 
+import math
+
 import tensorflow as tf
 
 import attention
-import hparams
 
 # the layers' keyword arguments for the earlier sentences: the encoder's and the decoder's
 ENCODER_MEMORY = ("memory", "memory_mask")
@@ -126,14 +127,14 @@ def document_windows(
     """The windows a sentence reads: the :func:`sentence_states` of its last ``memory``
     (M; the model's by default) earlier sentences and the :func:`target_states` of the
     last ``target`` (M_t) earlier target sentences, each computed in order under the
-    context of the ones before it, each giving what hparams.context_needs asks of it
+    context of the ones before it, each giving what context_needs asks of it
     (the encoder output of a sentence whose decoder states are needed, its source's
     context with it). ``context_ids``: as in :func:`encode_in_context`;
     ``context_tgt``: the decoder inputs (<S> and the tokens) of the last of them, each
     (N, T_t) or one (N, K_t, T_t); needed when ``target`` > 0."""
     memory = model.memory_sentences if memory is None else memory
     target = model.target_memory_sentences if target is None else target
-    enc_need, dec_need = hparams.context_needs(model.num_blocks, memory, target)
+    enc_need, dec_need = context_needs(model.num_blocks, memory, target)
     if not enc_need or context_ids is None:
         return [], []
     check_memory(model)
@@ -166,3 +167,39 @@ def document_windows(
                 tgt_states = target_states(model, targets[-back], encoded, tgt_context, d)
             dec_window = (dec_window + [tgt_states])[-target:]
     return enc_window, dec_window
+
+
+def context_needs(num_blocks: int, memory: int, target_memory: int) -> tuple[list, list]:
+    """What a sentence's document context needs of each earlier sentence, for a model of
+    ``num_blocks`` (L) layers per stack whose encoder reads the ``memory`` (M) sentences
+    before and whose decoder reads the ``target_memory`` (M_t) target sentences before
+    (Transformer-XL's recurrence, Dai et al. 2019, 3.2): per earlier sentence, index
+    ``back`` - 1 (1: the sentence just before), the number of encoder layer inputs (L + 1:
+    the encoder output too) and decoder layer inputs its states must give. Layer l of a
+    sentence reads layer l's inputs of the M (M_t) before it, so a sentence ``back``
+    before gives L - ceil(back / M) + 1 of them to the encoder chain; a target sentence
+    whose decoder runs a layer cross-attends to its source's encoder output, which then
+    needs its own encoder chain. The list's length is the context depth (0: none)."""
+
+    def chain(back: int, per: int) -> int:
+        return num_blocks - math.ceil(back / per) + 1 if per and back <= num_blocks * per else 0
+
+    depth = num_blocks * target_memory + num_blocks * memory
+    enc = [chain(b, memory) for b in range(1, depth + 1)]
+    dec = [chain(b, target_memory) for b in range(1, depth + 1)]
+    for b in range(1, depth + 1):
+        if dec[b - 1] >= 2:  # its decoder runs a layer: its source's encoder output
+            enc[b - 1] = num_blocks + 1
+            for b2 in range(1, num_blocks * memory + 1):
+                if b + b2 <= depth:
+                    enc[b + b2 - 1] = max(enc[b + b2 - 1], chain(b2, memory))
+    while depth and not (enc[depth - 1] or dec[depth - 1]):
+        depth -= 1
+    return enc[:depth], dec[:depth]
+
+
+def context_depths(num_blocks: int, memory: int, target_memory: int) -> tuple[int, int]:
+    """How many earlier sentences a sentence's context reads (:func:`context_needs`), and
+    of how many of the last of them the targets too."""
+    enc, dec = context_needs(num_blocks, memory, target_memory)
+    return len(enc), sum(1 for d in dec if d)

@@ -70,10 +70,11 @@ def attention(model, tok, sentence: str, max_len_extra: int, layers="last", gree
 
 
 @contextlib.contextmanager
-def summaries_at(writer, step: int, hp: hparams.Hparams):
-    """``writer.as_default(step)``; a full disk under its events is one UserError line."""
+def summaries_at(writer, step: int, hp: hparams.Hparams, lost: str):
+    """``writer.as_default(step)``; a full disk under its events is one UserError line
+    that says what is ``lost`` (:meth:`trainer.Trainer.unsaved`)."""
     events = os.path.join(hp.logdir, "train")
-    with files.reporting(events, "the checkpoints are kept"):
+    with files.reporting(events, lost):
         with writer.as_default(step=step):
             yield
         writer.flush()  # here, where a write error is reported

@@ -362,7 +362,7 @@ def log_progress(run: Run, bar, window: Window, stats: StepStats, step: int) -> 
     )
     if step % LOG_EVERY and step != 1:
         return window
-    with summaries.summaries_at(run.writer, step, run.hp):
+    with summaries.summaries_at(run.writer, step, run.hp, trainer.unsaved()):
         summaries.train_scalars(means, stats.grad_norm, lr)
         summaries.budget(run.budget.fraction(step), trainer.seconds_used())
         summaries.skipped_updates(int(trainer.skipped_steps), trainer.loss_scale.value())
@@ -448,7 +448,7 @@ def evaluate(
         name = f"E{epoch:02d}S{step}L{dev_loss:.2f}"
         text = "\n".join(hyps) + f"\nBLEU = {scores['sacrebleu']:.2f}\n"
         files.atomic_write(os.path.join(hp.evaldir, name), text, trainer.unsaved())
-    with summaries.summaries_at(writer, step, hp):
+    with summaries.summaries_at(writer, step, hp, trainer.unsaved()):
         summaries.dev_figures(dev_loss, dev_nll, scores)
         if bleu:
             summaries.sample_translations(dev.src, dev.ref, hyps)
@@ -512,4 +512,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    hparams.run_main(main)
+    cli.run_main(main)

@@ -623,7 +623,7 @@ class Health:
             f"({self.in_a_row} in a row)",
             file=sys.stderr,
         )
-        with summaries.summaries_at(self.writer, step, hp):
+        with summaries.summaries_at(self.writer, step, hp, trainer.unsaved()):
             summaries.skipped_updates(int(trainer.skipped_steps), trainer.loss_scale.value())
         if hp.max_bad_steps and self.in_a_row >= hp.max_bad_steps:
             raise UserError(

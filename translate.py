@@ -217,4 +217,4 @@ def translate_lines(
 
 
 if __name__ == "__main__":
-    hparams.run_main(main)
+    cli.run_main(main)

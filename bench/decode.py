@@ -44,7 +44,6 @@ import numpy as np
 import common
 
 import cli
-import hparams
 
 # The model the keras-hub row mirrors (its TransformerDecoder: sinusoidal positions added
 # at the embedding, post- or pre-norm, ReLU FFN, no attention biases): the multi30k
@@ -677,4 +676,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    hparams.run_main(main)
+    cli.run_main(main)

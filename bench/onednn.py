@@ -21,7 +21,6 @@ import sys
 import common
 
 import cli
-import hparams
 
 ROOT = common.ROOT
 
@@ -121,4 +120,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    hparams.run_main(main)
+    cli.run_main(main)

@@ -928,4 +928,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    hparams.run_main(main)
+    cli.run_main(main)

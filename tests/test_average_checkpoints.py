@@ -39,6 +39,7 @@ def test_average_of_last_checkpoints(run, tmp_path):
         assert json.load(f)["decoding"]["checkpoint"] == out
 
 
+@pytest.mark.slow
 def test_average_needs_enough_checkpoints(quick_run):
     hp, _ = quick_run
     assert len(average_checkpoints.run_checkpoints(hp.logdir)) == 3

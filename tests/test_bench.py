@@ -143,6 +143,7 @@ def test_a_row_per_position_family_against_the_sinusoid_row():
     assert throughput.family_ratios(results) == [("shaw", 800.0, 0.8), ("xl", 600.0, 0.6)]
 
 
+@pytest.mark.slow
 def test_the_keras_hub_side_smooths_its_labels_and_ties_its_output():
     """The keras-hub reference trains as ours does: its compiled loss (what model.fit
     minimises) is label smoothing 0.1 over the real target tokens (PAD left out), as the
@@ -182,6 +183,7 @@ def test_the_keras_hub_side_smooths_its_labels_and_ties_its_output():
     assert kernels == []  # no output kernel nor bias: the logits come from the embedding
 
 
+@pytest.mark.slow
 def test_the_keras_hub_side_trains_briefly_on_a_users_batches(demo_prepro):
     """run_keras_hub end to end on the demo corpus (no matmul probes): model.fit runs
     every batch, shuffled batches of 64 pairs padded to their longest."""
@@ -331,6 +333,7 @@ def _fake_stages(prepro_dir=""):
     return calls, fake_run
 
 
+@pytest.mark.slow
 def test_length_bench_train_command_keeps_short_pairs_and_trained_relative_settings():
     import cli
     import train
@@ -846,6 +849,7 @@ def test_ctranslate2_outputs_are_cut_at_our_budget_and_the_anchor_ratios(capsys)
     assert out[-3].endswith("best layout: 0.50x; both one batch at a time on every core: 2.00x")
 
 
+@pytest.mark.slow
 def test_the_ablated_switch_takes_turns_with_the_decoder_that_has_it(quick_run, capsys):
     """``--ablate native_decode``: one worker decodes with the switch on and with it off,
     pass by pass, and answers both rows, which decode the same; the switch is on again

@@ -217,6 +217,7 @@ def test_time_budget_is_the_total_over_resumes(demo_prepro, tmp_path, monkeypatc
     )
 
 
+@pytest.mark.slow
 def test_a_budget_keeps_back_the_final_evaluation_before_the_first(
     demo_prepro, tmp_path, monkeypatch, capsys
 ):
@@ -239,6 +240,7 @@ def test_a_budget_keeps_back_the_final_evaluation_before_the_first(
     assert ckpt_tensor(summary["checkpoint"], "budget_used") >= 0.98
 
 
+@pytest.mark.slow
 def test_wsd_checkpoints_for_the_average_lie_in_the_cooldown(demo_prepro, tmp_path):
     """wsd with --average 3 over 40 steps (the cooldown: the last 20 %, steps 33-40):
     besides the epochs' checkpoints, one after each update that passes 1 - 0.2 * 2/3 and
@@ -303,6 +305,7 @@ def test_default_checkpoint_best_json_then_best_then_last(tmp_path):
         checkpoints.choose_checkpoint(logdir)
 
 
+@pytest.mark.slow
 def test_eval_uses_the_default_model_and_ckpt_last(run, capsys, tmp_path):
     """The 3-epoch run: best.json names its best checkpoint; eval.py loads it by default
     and says so, --ckpt last loads the newest."""
@@ -385,6 +388,7 @@ def test_runaways_are_outputs_without_end_of_sentence():
     assert translator.runaways(outs) == [2, 3]
 
 
+@pytest.mark.slow
 def test_eval_counts_runaway_outputs(quick_run, tmp_path):
     """A model trained for 3 steps: eval.py's count equals the outputs without </S>,
     counted here from the decoder's ids, in the results file and its JSON."""
@@ -437,6 +441,7 @@ def test_auto_precision_trains_in_bfloat16_where_the_cpu_has_it(tmp_path, monkey
     assert devices.auto_precision([], "train") == ("float32", "auto: no GPU")
 
 
+@pytest.mark.slow
 def test_the_run_records_its_precision_and_decoding_uses_float32(
     demo_prepro, tmp_path, monkeypatch
 ):

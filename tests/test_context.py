@@ -70,6 +70,7 @@ def recomputed(model, doc, k, sentences, depth):
 
 
 # each family with each norm once across the two tests (their pairs are complementary)
+@pytest.mark.slow
 @pytest.mark.parametrize("kind,norm", [(k, ("pre", "post")[i % 2]) for i, k in enumerate(RELATIVE)])
 def test_recomputed_context_equals_reused_states(kind, norm):
     """With the num_blocks * M sentences before it, a sentence's context recomputed from
@@ -87,6 +88,7 @@ def test_recomputed_context_equals_reused_states(kind, norm):
         assert np.abs(short - reused[-1]).max() > 1e-3
 
 
+@pytest.mark.slow
 def test_weighted_layers_take_the_context():
     model = relative_model("shaw", seed=3, model_type="weighted")
     doc = document(seed=4, sentences=4)
@@ -169,6 +171,7 @@ def test_no_gradient_reaches_the_context():
 # ---------------------------------------------------------------------------------------
 # the memory_sentences setting, and decoding documents with the states reused
 # ---------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_memory_needs_a_relative_family_and_layers_that_take_it():
     """memory_sentences is a model key whose default 0 is the sentence model; a memory
     model refuses, in one line each, an absolute position, the Universal Transformer
@@ -215,6 +218,7 @@ def three_documents(depth: int, extra: int = 4):
 
 # every family once, the norms in turn (the encoder's states are compared under both
 # norms for every family above; what this adds, the lanes and the caches, is the same)
+@pytest.mark.slow
 @pytest.mark.parametrize("kind,norm", [(k, ("post", "pre")[i % 2]) for i, k in enumerate(RELATIVE)])
 def test_documents_decode_in_lanes_as_recomputed(kind, norm):
     """Documents decoded as lanes (2 at a time, so a lane takes a new document: its

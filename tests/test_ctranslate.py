@@ -73,6 +73,7 @@ CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(CASES))
 def test_the_converted_model_scores_every_token_as_ours(tmp_path, case):
     model = tiny_model(VOCAB, VOCAB, seed=3, **CASES[case])
@@ -93,6 +94,7 @@ def test_the_converted_model_scores_every_token_as_ours(tmp_path, case):
         np.testing.assert_allclose(result.log_probs, mine, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_greedy_outputs_are_ours_token_for_token(tmp_path):
     model = tiny_model(VOCAB, VOCAB, seed=5, norm="pre")
     translator, tok = converted(tmp_path, model)
@@ -115,6 +117,7 @@ def test_greedy_outputs_are_ours_token_for_token(tmp_path):
         assert mine == theirs
 
 
+@pytest.mark.slow
 def test_what_ctranslate2_cannot_run_is_refused_in_one_line(tmp_path):
     for kw, words in (
         (
@@ -211,6 +214,7 @@ def eos_prone(seed: int):
     return model
 
 
+@pytest.mark.slow
 def test_prefixed_greedy_and_beam_outputs_are_ctranslate2s_target_prefix_outputs(tmp_path):
     """Forced through a prefix, then searching freely: our greedy best outputs are
     CTranslate2's with ``target_prefix``, token for token, for every sentence that ends
@@ -252,6 +256,7 @@ def test_prefixed_greedy_and_beam_outputs_are_ctranslate2s_target_prefix_outputs
     assert same[1] >= 6 and same[3] >= 4, same
 
 
+@pytest.mark.slow
 def test_scores_of_given_translations_are_ctranslate2s_score_batch(tmp_path):
     model = tiny_model(VOCAB, VOCAB, seed=7)
     ct2, tok = converted(tmp_path, model)

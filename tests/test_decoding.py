@@ -309,6 +309,7 @@ def test_legacy_bleu_keeps_unk_in_the_hypotheses():
 # ---------------------------------------------------------------------------------------
 # random and trained tiny Transformers
 # ---------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_sentences_that_stop_leave_the_batch_and_the_others_decode_as_alone():
     """Rows with budgets of 3 to 8 steps stop one after another and leave the batch (their
     caches, memory masks and cross-attention keys dropped); every row's output equals
@@ -328,6 +329,7 @@ def test_sentences_that_stop_leave_the_batch_and_the_others_decode_as_alone():
         assert not batch[row, len(alone) :].any() and len(alone) <= n + 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("position,max_position", [("sinusoid", 1024), ("learned", 6)])
 def test_greedy_decoder_matches_naive(position, max_position):
     V = 11

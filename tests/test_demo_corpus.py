@@ -341,6 +341,7 @@ def test_lexicon_reader_rejects_bad_rows(tmp_path, monkeypatch):
 
 
 # ------------------------------------------------------------- statistics
+@pytest.mark.slow
 def test_vocabulary_size():
     ps = dc.generate_pairs(20000, seed=0)
     de_types = {w.strip(".,").lower() for de, _ in ps for w in de.split()}

@@ -139,6 +139,7 @@ def read(page: str) -> str:
         return f.read()
 
 
+@pytest.mark.slow
 def test_every_command_option_path_and_link_of_the_docs_is_real():
     problems = [p for page in PAGES for p in page_problems(page, read(page))]
     assert problems == []
@@ -215,6 +216,7 @@ def comments_of(path: str) -> str:
     return "\n".join(parts)
 
 
+@pytest.mark.slow
 def test_no_code_comment_cites_a_commit_hash():
     files = [
         p
@@ -237,6 +239,7 @@ EXAMPLES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module,name", EXAMPLES)
 def test_docstring_examples_of_the_public_layers_run(module, name):
     obj = getattr(importlib.import_module(module), name)

@@ -109,6 +109,7 @@ class Ids:
     encode_tgt = encode_src
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target_memory", [0, 1])
 def test_forced_scores_are_the_cached_decoders_log_probabilities(target_memory):
     """A memory model's forced score of a target, with the item's context (and, for a

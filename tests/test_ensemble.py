@@ -43,6 +43,7 @@ def same_outputs(a, b, atol=1e-5):
         np.testing.assert_allclose(x[1], y[1], atol=atol)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "search", [{}, {"beam_size": 3}, {"sampling_topk": 0, "seed": 4}, {"sampling_topk": 5}]
 )
@@ -56,6 +57,7 @@ def test_an_ensemble_of_one_run_or_of_a_run_and_its_copy_decodes_as_the_run(sear
     same_outputs(Translator(twins, None, hp).translate_ids(srcs, n=2), alone)
 
 
+@pytest.mark.slow
 def test_two_runs_give_the_mixture_of_their_distributions_at_every_step():
     """Teacher forced through a target, step by step on the ensemble's caches: each step's
     log-probabilities are log(1/2 (p_a + p_b)) of the two models' own full passes."""

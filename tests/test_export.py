@@ -36,6 +36,7 @@ SENTENCES = [
 ]
 
 
+@pytest.mark.slow
 def test_translator_module_matches_translate(quick_run):
     """The exported graph (in-graph BPE, greedy loop, detokenization), called in this
     process without saving it, translates as translate.py does."""

@@ -18,6 +18,7 @@ from tensorboard.backend.event_processing import event_accumulator
 
 import average_checkpoints
 import checkpoints
+import cli
 import data_load
 import devices
 import export
@@ -66,6 +67,7 @@ def state(trainer):
     return [np.array(v.numpy()) for v in variables]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "precision, model_type, value, accum_steps",
     [
@@ -321,6 +323,7 @@ def damaged_message(hp, path, kind):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", list(DAMAGE))
 def test_damaged_checkpoint_names_the_file_and_the_previous_one(quick_run, tmp_path, kind):
     """eval on a run whose newest checkpoint is truncated, corrupted or half missing: one
@@ -353,7 +356,7 @@ def test_every_script_names_a_damaged_checkpoint(quick_run, tmp_path, monkeypatc
         average_checkpoints.average(hp.logdir, 2)
     monkeypatch.setattr(sys, "argv", ["translate.py", "--logdir", hp.logdir])
     with pytest.raises(SystemExit) as stop:
-        hparams.run_main(translate.main)
+        cli.run_main(translate.main)
     errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
     assert stop.value.code == 2 and len(errors) == 1 and re.match("error: " + message, errors[0])
     averaged = average_checkpoints.average(hp.logdir, 2, str(tmp_path / "avg"), ckpt=previous)
@@ -464,7 +467,8 @@ def tensorboard():
     hp = run("log")
     hp = hparams.apply(hp, {"logdir": cfg["events"]})
     writer = tf.summary.create_file_writer(os.path.join(cfg["events"], "train"))
-    with summaries.summaries_at(writer, 1, hp):
+    lost = "the 1 step since checkpoint ckpt-0 (step 0) is lost (a rerun resumes from it)"
+    with summaries.summaries_at(writer, 1, hp, lost):
         means = {"loss": 1.0, "nll": 1.0, "accuracy": 0.5, "tokens_per_sec": 1.0}
         summaries.train_scalars(means, 1.0, 1e-3)
 
@@ -608,7 +612,8 @@ def test_full_disk_keeps_the_previous_files_and_says_where(full_disk, case):
             [f"{log}/ckpt-3.index", f"{log}/ckpt-3{DATA}", f"{log}/checkpoint", f"{log}/best"],
         ),
         "tensorboard": (
-            f"could not write {paths['events']}/train ({LIMIT}); the checkpoints are kept{again}",
+            f"could not write {paths['events']}/train ({LIMIT}); the 1 step since checkpoint "
+            f"ckpt-0 (step 0) is lost (a rerun resumes from it){again}",
             [],
         ),
         "average": (
@@ -682,7 +687,7 @@ def script():  # train.py's main: its exit status and its stderr
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
         try:
-            hparams.run_main(train.main)
+            cli.run_main(train.main)
         except SystemExit as e:
             return e.code, err.getvalue()
     return 0, err.getvalue()

@@ -131,6 +131,7 @@ def reads_as(reader, path, expected, error):
         assert reader(path) == expected
 
 
+@pytest.mark.slow
 @fuzz(200)
 @given(file=text_file())
 def test_read_lines(tmp_path_factory, file):
@@ -195,6 +196,7 @@ def iwslt_xml(draw):
     return data, texts, broken
 
 
+@pytest.mark.slow
 @fuzz(150)
 @given(xml_file=iwslt_xml())
 def test_read_iwslt_xml(tmp_path_factory, xml_file):
@@ -231,6 +233,7 @@ def tokenizers(demo_prepro, word_prepro):
     }, alphabet
 
 
+@pytest.mark.slow
 @fuzz(150)
 @given(lines=st.lists(LINE, max_size=5), ids=st.lists(st.integers(0, 10**6), max_size=30))
 def test_tokenizer_round_trip_never_fails(tokenizers, lines, ids):

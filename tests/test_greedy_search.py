@@ -45,6 +45,7 @@ def first_token_probs(model, src, temperature: float, topk: int = 0):
     return p / p.sum()
 
 
+@pytest.mark.slow
 def test_top_k_1_samples_what_greedy_decodes_token_for_token():
     model = tiny_model(V, V, seed=3)
     src = padded(sources(np.random.default_rng(0)))
@@ -60,6 +61,7 @@ def test_top_k_1_samples_what_greedy_decodes_token_for_token():
         np.testing.assert_array_equal(sample(src, extra, ids).numpy(), greedy)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("temperature, topk", [(1.0, 0), (0.6, 0), (1.5, 6)])
 def test_first_tokens_drawn_follow_the_softmax_at_the_temperature(temperature, topk):
     """4,000 draws of the first token of one source against the model's distribution:
@@ -123,6 +125,7 @@ def test_top_p_keeps_the_smallest_set_reaching_p_and_its_ties():
     assert drawn == {4, 5}
 
 
+@pytest.mark.slow
 def test_samples_are_the_seeds_whatever_the_streams_and_batches():
     model = tiny_model(V, V, seed=3)
     rng = np.random.default_rng(2)
@@ -149,6 +152,7 @@ def test_samples_are_the_seeds_whatever_the_streams_and_batches():
     assert any(not np.array_equal(a[0][:, :4], b[0][:, :4]) for a, b in zip(outs[1], other) if a)
 
 
+@pytest.mark.slow
 def test_a_prefix_of_greedys_own_output_changes_nothing_and_forces_its_tokens():
     model = tiny_model(V, V, seed=3)
     srcs = sources(np.random.default_rng(0))
@@ -174,6 +178,7 @@ def test_a_prefix_of_greedys_own_output_changes_nothing_and_forces_its_tokens():
     assert list(out[:30]) == [8] * 30 and len(out) == 31
 
 
+@pytest.mark.slow
 def test_beam_scores_of_a_prefixed_search_count_the_prefix_tokens():
     """A prefixed beam hypothesis's score is its summed log-probability (the prefix's
     tokens included) over the length penalty, as the teacher-forced pass gives it."""
@@ -206,6 +211,7 @@ def test_sampling_settings_are_checked_before_decoding():
     assert dataclasses.asdict(hp)["sampling_topp"] == 0.9
 
 
+@pytest.mark.slow
 def test_sampling_and_alignments_refuse_a_model_with_document_memory():
     model = tiny_model(V, V, seed=1, memory_sentences=1, position="xl")
     with pytest.raises(hparams.UserError, match="^sampling is not for a model with document"):

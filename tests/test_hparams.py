@@ -30,15 +30,17 @@ def test_all_presets_exist_and_validate():
         assert set(hparams.PRESETS[name]) <= set(hparams.FIELDS), name
 
 
-def test_demo_preset_is_the_dataclass_default_with_xl_positions():
+def test_demo_preset_is_the_dataclass_default_with_xl_positions_and_a_short_schedule():
     hp = hparams.preset("demo")
-    assert hp == hparams.apply(hparams.Hparams(), {"position": "xl"})
+    short = {"num_epochs": 4, "warmup_steps": 200, "dropout_rate": 0.0}
+    assert hp == hparams.apply(hparams.Hparams(), {"position": "xl", **short})
     assert hparams.Hparams().position == "sinusoid"  # the paper's, for the other presets
     assert (hp.corpus, hp.vocab_type, hp.vocab_size) == ("demo", "bpe", 1000)
     assert (hp.d_model, hp.d_ff, hp.num_blocks, hp.num_heads) == (128, 512, 2, 4)
     assert hp.position == "xl" and hp.norm == "post" and hp.share_embeddings is True
     assert hp.lr_schedule == "wsd" and hp.lr == 0.003 and hp.cooldown == 0.2
-    assert hp.warmup_steps == 400 and hp.num_epochs == 8 and hp.average == 3
+    assert hp.warmup_steps == 200 and hp.num_epochs == 4 and hp.average == 3
+    assert hp.embedding_dropout < 0 and hparams.dropout(hp, "residual") == 0.0
     assert hp.precision == "auto" and hp.eval_share == 0.1
 
 
@@ -426,7 +428,7 @@ def test_run_main_user_error_exits_2_with_one_line(capsys):
         raise hparams.UserError("the thing is missing")
 
     with pytest.raises(SystemExit) as e:
-        hparams.run_main(main)
+        cli.run_main(main)
     assert e.value.code == 2
     captured = capsys.readouterr()
     assert captured.err == "error: the thing is missing\n"
@@ -435,20 +437,20 @@ def test_run_main_user_error_exits_2_with_one_line(capsys):
 
 def test_run_main_passes_success_and_bugs(capsys):
     calls = []
-    hparams.run_main(lambda: calls.append(1))
+    cli.run_main(lambda: calls.append(1))
     assert calls == [1]
 
     def buggy():
         raise ValueError("a real bug")
 
     with pytest.raises(ValueError):  # bugs keep their traceback
-        hparams.run_main(buggy)
+        cli.run_main(buggy)
 
 
 def test_run_main_with_parse_args_error(capsys, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["train.py", "--d_modle", "3"])
     with pytest.raises(SystemExit) as e:
-        hparams.run_main(lambda: cli.parse_args())
+        cli.run_main(lambda: cli.parse_args())
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: unknown option --d_modle")

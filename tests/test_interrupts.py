@@ -18,6 +18,7 @@ import pytest
 import tensorflow as tf
 
 import checkpoints
+import cli
 import data_load
 import hparams
 import train
@@ -57,6 +58,7 @@ def argv(hp):
     return [x for k, v in dataclasses.asdict(hp).items() for x in (f"--{k}", str(v))]
 
 
+@pytest.mark.slow
 def test_sigterm_finishes_the_step_checkpoints_and_exits_143(
     demo_prepro, tmp_path, monkeypatch, capfd
 ):
@@ -67,7 +69,7 @@ def test_sigterm_finishes_the_step_checkpoints_and_exits_143(
     signal_after(monkeypatch, 4, signal.SIGTERM)
     monkeypatch.setattr(sys, "argv", ["train.py", *argv(hp)])
     with pytest.raises(SystemExit) as stop:
-        hparams.run_main(train.main)
+        cli.run_main(train.main)
     assert stop.value.code == 143
     out = capfd.readouterr()
     path = os.path.join(hp.logdir, "ckpt-4")
@@ -231,7 +233,7 @@ for line in sys.stdin:
         sys.argv = ["train.py", *job["argv"]]
         status = 0
         try:
-            hparams.run_main(train.main)
+            cli.run_main(train.main)
         except SystemExit as e:
             status = e.code if isinstance(e.code, int) else 1
         sys.stdout.flush()

@@ -29,6 +29,7 @@ from model import VARIANTS, Transformer
 # ---------------------------------------------------------------------------------------
 # 3-4. causality and padding invariance
 # ---------------------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("norm", ["post", "pre"])
 def test_decoder_is_causal(norm):
     V = 23
@@ -52,6 +53,7 @@ def test_decoder_is_causal(norm):
         assert np.max(np.abs(out[:, t + 1 :] - base[:, t + 1 :])) > 1e-3
 
 
+@pytest.mark.slow
 def test_padding_invariance():
     V = 23
     m = tiny_model(V, V)
@@ -81,6 +83,7 @@ def test_padding_invariance():
 # ---------------------------------------------------------------------------------------
 # 5. incremental decoding: the cache gives the full pass
 # ---------------------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "norm,position",
     [("post", "sinusoid"), ("pre", "sinusoid"), ("post", "learned"), ("pre", "learned")],
@@ -97,6 +100,7 @@ def test_incremental_decoding_matches_full(norm, position):
     check_cached_equals_full(m, src, tgt)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("norm", ["post", "pre"])
 def test_mixed_bfloat16_model(norm):
     """Under mixed_bfloat16 the logits are float32, close to the float32 model with the
@@ -134,6 +138,7 @@ def test_mixed_bfloat16_model(norm):
 # ---------------------------------------------------------------------------------------
 # 8. parameter count
 # ---------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_parameter_count_base_model():
     m = Transformer(
         32000, 32000, d_model=512, d_ff=2048, num_blocks=6, num_heads=8, share_embeddings=True
@@ -209,6 +214,7 @@ def test_specs_lines_end_with_total():
 # ---------------------------------------------------------------------------------------
 # 9. serialization
 # ---------------------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "vocabs,kw", [((23, 23), dict(norm="pre", position="learned")), ((23, 29), dict())]
 )
@@ -228,6 +234,7 @@ def test_checkpoint_round_trip(tmp_path, vocabs, kw):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shared", [False, True])
 def test_keras_save_and_load(tmp_path, shared):
     """A .keras file reloads to the same Transformer, with its embedding shared or not."""
@@ -323,6 +330,7 @@ def _config_probe(**kw):
     return m, [w.numpy() for w in m.weights]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CHANGES) + sorted(TRAINING_ONLY))
 def test_a_config_field_changes_the_function_iff_it_is_a_model_key(name):
     """A MODEL_KEYS field's change gives other weight shapes or, with the same weights
@@ -438,6 +446,7 @@ def test_variants_registry():
         Transformer(13, 13, d_model=8, d_ff=16, num_blocks=1, num_heads=2, model_type="nope")
 
 
+@pytest.mark.slow
 def test_reorder_cache_follows_the_hypotheses():
     """Transformer.reorder_cache picks batch rows of every decoder layer's self-attention
     keys/values (beam search) and leaves the rest of the cache as it is."""
@@ -518,6 +527,7 @@ def fingerprint(model):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["paper", "learned_pre_separate"])
 def test_defaults_build_the_earlier_model(name):
     """With every new switch at its default, the model has the variables of the earlier
@@ -540,6 +550,7 @@ def test_defaults_build_the_earlier_model(name):
         np.testing.assert_allclose(new[i][2:], old["variables"][i][2:], rtol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["paper", "learned_pre_separate", "weighted"])
 def test_earlier_checkpoints_load_and_decode_the_same(name):
     """A checkpoint written by the earlier code restores every variable of the model the
@@ -617,6 +628,7 @@ def test_without_output_projection_the_heads_go_straight_out():
     np.testing.assert_allclose(out.numpy(), heads.transpose(0, 2, 1, 3).reshape(1, 3, 8), atol=1e-5)
 
 
+@pytest.mark.slow
 def test_query_masking_zeroes_pad_queries_only():
     """query_masking zeroes the attention weights of PAD queries (TF1); with the PAD keys
     masked, the real positions are the same with and without it."""
@@ -641,6 +653,7 @@ def test_query_masking_zeroes_pad_queries_only():
     assert np.max(np.abs(out[1, 3:] - ref[1, 3:])) > 1e-4  # the PAD positions did change
 
 
+@pytest.mark.slow
 def test_key_mask_defect_attends_to_padding():
     """key_mask_defect: as the TF1 code (its masks were read off the embeddings after the
     positions were added, never zero), PAD keys get attention and the output of a
@@ -658,6 +671,7 @@ def test_key_mask_defect_attends_to_padding():
     np.testing.assert_allclose(fixed((padded, tgt)).numpy(), fixed((src, tgt)).numpy(), atol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("norm", ["post", "pre"])
 def test_legacy_model_incremental_decoding_matches_full(norm):
     """The cached decoder of the TF1 model (biases, ReLU, no W^O, query masks, untied
@@ -672,6 +686,7 @@ def test_legacy_model_incremental_decoding_matches_full(norm):
     check_cached_equals_full(defect, src, tgt)
 
 
+@pytest.mark.slow
 def test_legacy_model_saves_and_loads(tmp_path):
     """The switches are in the layers' configs: a .keras file reloads the TF1 model."""
     m = legacy_model(19, 23, seed=10)
@@ -716,6 +731,7 @@ def built_with_initializers(monkeypatch, **kw):
 POSITIONS = hparams.CHOICES["position"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("position", POSITIONS)
 @pytest.mark.parametrize("model_type", list(VARIANTS))
 def test_no_two_random_weights_start_equal(model_type, position, monkeypatch):

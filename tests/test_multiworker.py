@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import cli
 import data_load
 import devices
 import hparams
@@ -217,7 +218,7 @@ def test_peer_lost_is_one_line_with_its_own_exit_status(monkeypatch, capsys):
         raise hparams.UserError(line, status=devices.PEER_LOST_STATUS)
 
     with pytest.raises(SystemExit) as stopped:
-        hparams.run_main(main)
+        cli.run_main(main)
     assert stopped.value.code == devices.PEER_LOST_STATUS == 75
     err = capsys.readouterr().err
     assert err.startswith("error: worker 1 (127.0.0.1:2002) of the multi-worker run was lost;")

@@ -565,6 +565,7 @@ def graph_ops(fn, *specs) -> set[str]:
     return kinds | {node.op for f in graph.library.function for node in f.node_def}
 
 
+@pytest.mark.slow
 @needs_compiler
 @pytest.mark.parametrize("position,model_type", [("t5", "transformer"), ("rotary", "weighted")])
 def test_decoders_use_the_kernels_and_decode_the_same(monkeypatch, position, model_type):

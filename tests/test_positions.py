@@ -294,6 +294,7 @@ def test_no_absolute_position_unless_asked():
     np.testing.assert_allclose(got.numpy(), want.numpy(), atol=1e-6)
 
 
+@pytest.mark.slow
 def test_parameters_of_each_family():
     """2 + 2 self-attention sublayers, d_model 32, 4 heads (d_k 8), k = 2, 8 buckets."""
     base = tiny_model().count_params()
@@ -317,6 +318,7 @@ SRC = np.array([[5, 6, 7, 8, 9, 10, 11, 3], [12, 13, 14, 3, 0, 0, 0, 0]], np.int
 TGT = np.array([[2, 5, 6, 7, 8, 9, 10, 11, 12], [2, 9, 4, 0, 0, 0, 0, 0, 0]], np.int32)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model_type", ["transformer", "weighted", "universal"])
 @pytest.mark.parametrize("kind", RELATIVE)
 def test_cache_equals_full_pass(kind, model_type):
@@ -337,6 +339,7 @@ def test_greedy_and_beam_on_the_cache(kind, model_type):
     check_greedy_and_beam(m, rand_ids(np.random.default_rng(5), (3, 6), 23), extra=6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", RELATIVE)
 def test_mixed_precision_follows_float32(kind):
     """Under mixed_bfloat16 (matmuls in bfloat16, the relative biases and the softmax in
@@ -402,6 +405,7 @@ def sides():
     del positions.REGISTRY[Sides.name]
 
 
+@pytest.mark.slow
 def test_a_family_in_a_test_file_trains_a_step_and_decodes(sides, demo_prepro, tmp_path):
     """Registered, the toy family is a valid --position: the trainer builds the model
     with it, one update moves its weights, and greedy decoding runs with the cache."""

@@ -10,15 +10,18 @@ import json
 import os
 import re
 import socket
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
+import cli
 import data_load
 import download
 import hparams
 import prepro
-from helpers import tgz_bytes
+from helpers import ROOT, tgz_bytes
 from hparams import UserError
 
 # ---------------------------------------------------------------------------------------
@@ -803,7 +806,7 @@ def run_prepro(monkeypatch, capsys, *args):
     """prepro.py's main as the command line runs it: (exit status, stdout, stderr)."""
     monkeypatch.setattr("sys.argv", ["prepro.py", *args])
     with pytest.raises(SystemExit) as e:
-        hparams.run_main(prepro.main)
+        cli.run_main(prepro.main)
         raise SystemExit(0)
     out, err = capsys.readouterr()
     return e.value.code, out, err
@@ -858,3 +861,34 @@ def test_iwslt_archive_errors_are_one_line(tmp_path, monkeypatch, capsys):
         "error: --archive reads the IWSLT 2016 release, but the corpus is parallel; "
         "use it with --preset iwslt2016\n"
     )
+
+
+@pytest.mark.slow
+def test_prepro_refuses_what_train_would_refuse_before_writing(tmp_path):
+    """The checks that positions.py and model.py register (here a document memory on
+    absolute positions) apply to prepro.py's settings too: one line, nothing written."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "prepro.py",
+            "--memory_sentences",
+            "2",
+            "--position",
+            "sinusoid",
+            "--data_dir",
+            str(tmp_path / "data"),
+            "--prepro_dir",
+            str(tmp_path / "prepro"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "error: memory_sentences=2 places the earlier sentences at negative relative "
+        "positions; position=sinusoid is absolute: pick one of shaw, t5, xl, alibi, "
+        "alibi_dir, rotary"
+    ]
+    assert os.listdir(tmp_path) == []

@@ -30,6 +30,7 @@ def sources(seed=0, lengths=(5, 9, 2, 7, 4, 6)):
     return [list(rand_ids(rng, n, V)) for n in lengths]
 
 
+@pytest.mark.slow
 def test_a_searchs_own_hypotheses_score_what_the_search_scored():
     """Beam search without a length penalty (alpha 0) scores a hypothesis by its summed
     log-probability, </S> included: score_ids of each hypothesis gives it, greedy's (k =
@@ -54,6 +55,7 @@ def test_a_searchs_own_hypotheses_score_what_the_search_scored():
     assert checked == 4 * len(srcs)
 
 
+@pytest.mark.slow
 def test_scores_are_the_same_on_every_stream_and_batch():
     model = tiny_model(V, V, seed=2)
     srcs = sources(1) + [[]]
@@ -108,6 +110,7 @@ def test_words_of_pieces_and_the_hard_alignment():
     assert [scoring.alignment_layer(n) for n in (1, 2, 6)] == [0, 0, 4]
 
 
+@pytest.mark.slow
 def test_alignments_come_from_the_penultimate_layers_attention():
     model = tiny_model(V, V, seed=3, num_blocks=2)
     srcs = sources(4, (4, 6, 3))

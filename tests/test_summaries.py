@@ -13,6 +13,7 @@ import summaries
 import translate
 
 
+@pytest.mark.slow
 def test_attention_figures_are_labelled(quick_run):
     """plots.attention over the model's own greedy translation: every layer's maps with the
     right shapes, rows that are distributions, a causal decoder self-attention; each figure
@@ -53,6 +54,7 @@ def test_attention_figures_are_labelled(quick_run):
         plots.png(fig)  # closes it
 
 
+@pytest.mark.slow
 def test_attention_summary_is_an_image_in_the_event_file(quick_run, tmp_path):
     hp, _ = quick_run
     hp, tok, model, _ = checkpoints.load_run(hp.logdir, {})

@@ -56,9 +56,10 @@ def recomputed(model, src, tgt, k, depth, target_depth):
     return real(model.forward(src[k], tgt[k], before, tgt_before), tgt[k])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind,norm", PAIRS)
 def test_recomputed_target_context_equals_reused_states(kind, norm):
-    """With the sentences hparams.context_needs names, a sentence's decoder output from
+    """With the sentences recurrence.context_needs names, a sentence's decoder output from
     training's recomputation equals reading the document in order, to 1e-5, for a
     decoder memory alone and with the encoder's; a context one sentence short differs."""
     src, tgt = document(seed=2), targets(seed=3)
@@ -80,14 +81,15 @@ def test_recomputed_target_context_equals_reused_states(kind, norm):
 def test_context_needs():
     """What each earlier sentence must give (encoder layer inputs, L + 1: its output too;
     decoder layer inputs), nearest first."""
-    assert hparams.context_needs(2, 1, 0) == ([2, 1], [0, 0])
-    assert hparams.context_needs(2, 0, 1) == ([3, 0], [2, 1])
-    assert hparams.context_needs(2, 1, 1) == ([3, 2, 1], [2, 1, 0])
-    assert hparams.context_needs(3, 1, 1) == ([4, 4, 3, 2, 1], [3, 2, 1, 0, 0])
-    assert hparams.context_needs(2, 0, 0) == ([], [])
-    assert hparams.context_depths(3, 1, 1) == (5, 3)
+    assert recurrence.context_needs(2, 1, 0) == ([2, 1], [0, 0])
+    assert recurrence.context_needs(2, 0, 1) == ([3, 0], [2, 1])
+    assert recurrence.context_needs(2, 1, 1) == ([3, 2, 1], [2, 1, 0])
+    assert recurrence.context_needs(3, 1, 1) == ([4, 4, 3, 2, 1], [3, 2, 1, 0, 0])
+    assert recurrence.context_needs(2, 0, 0) == ([], [])
+    assert recurrence.context_depths(3, 1, 1) == (5, 3)
 
 
+@pytest.mark.slow
 def test_target_memory_changes_the_output_and_resets_at_document_starts():
     """The earlier target sentence is attended to; a row whose earlier sentences are all
     PAD (the start of its document) decodes as without context."""
@@ -106,6 +108,7 @@ def test_target_memory_changes_the_output_and_resets_at_document_starts():
     np.testing.assert_allclose((mixed * keep)[1], (with_context * keep)[1], atol=1e-5)
 
 
+@pytest.mark.slow
 def test_no_gradient_reaches_the_target_memory():
     """The earlier targets are stop-gradient: embedding rows that only they hold get no
     gradient, although the output depends on them."""
@@ -146,6 +149,7 @@ def test_training_batches_carry_the_earlier_targets():
 
 
 # every family once, the norms in turn
+@pytest.mark.slow
 @pytest.mark.parametrize("kind,norm", [(k, ("pre", "post")[i % 2]) for i, k in enumerate(RELATIVE)])
 def test_documents_decode_with_own_translations_as_recomputed(kind, norm):
     """Documents decoded as lanes (2 at a time), each sentence's decoder attending to the
@@ -190,6 +194,7 @@ def test_documents_decode_with_own_translations_as_recomputed(kind, norm):
     check_beam_scores(model, src, ids, scores, limits, context, tgt_context)
 
 
+@pytest.mark.slow
 def test_recomputing_every_context_translates_as_reusing_the_states():
     """A decoder-memory model's documents translated with the states kept (reuse) and
     with every sentence's context recomputed from the sources and the lanes' own

@@ -133,6 +133,7 @@ def test_eval_refuses_other_hparams(quick_run):
         evaluate(hp.logdir, {"d_model": 64})
 
 
+@pytest.mark.slow
 def test_eval_refuses_foreign_checkpoint(tmp_path, quick_run):
     """A checkpoint of a differently shaped model gives one clear error."""
     hp, _ = quick_run
@@ -149,6 +150,7 @@ def test_eval_refuses_foreign_checkpoint(tmp_path, quick_run):
         evaluate(hp.logdir, {"results_dir": str(tmp_path)}, ckpt=path)
 
 
+@pytest.mark.slow
 def test_long_sentence_decodes(tmp_path, quick_run):
     """A test sentence far longer than any training sentence decodes without error
     (the TF1 code crashed past its maxlen-row positional table)."""
@@ -241,6 +243,7 @@ class L2Variant(variants.Variant):
         return 0.5 * tf.reduce_sum(tf.square(model.tgt_embedding.embeddings))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("extra_loss", [False, True])
 def test_gradient_accumulation_equals_larger_batch(tmp_path, demo_prepro, extra_loss):
     """accum_steps=2 over batches b1, b2 gives the update of one batch b1 + b2, also with

@@ -14,6 +14,7 @@ import translate
 from helpers import ROOT
 
 
+@pytest.mark.slow
 def test_translate_lines_empty_and_overlong(quick_run, capsys):
     """Empty lines stay empty; an overlong line is truncated with a warning, no crash."""
     hp, _ = quick_run
@@ -31,6 +32,7 @@ def test_translate_lines_empty_and_overlong(quick_run, capsys):
     assert len(nbest) == 6 and nbest[0].startswith("1\t") and nbest[2].startswith("3\t")
 
 
+@pytest.mark.slow
 def test_plot_attention(quick_run, tmp_path):
     """The attention plot of one sentence is a PNG; the translation it returns is the
     greedy one of translate_lines."""

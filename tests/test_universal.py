@@ -108,6 +108,7 @@ def test_halted_positions_keep_their_state():
 # ---------------------------------------------------------------------------------------
 # weight sharing and the coordinate embedding
 # ---------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_parameter_count_does_not_depend_on_the_steps():
     counts = {k: ut_model(ut_max_steps=k).count_params() for k in (1, 2, 8)}
     assert counts[1] == counts[2] == counts[8]
@@ -119,6 +120,7 @@ def test_parameter_count_does_not_depend_on_the_steps():
     assert "the parameter count does not depend" in "\n".join(ut_model().specs_lines())
 
 
+@pytest.mark.slow
 def test_without_act_the_output_is_k_unrolled_applications_of_one_block():
     rng = np.random.default_rng(1)
     src = tf.constant(rand_ids(rng, (2, 6), 23))
@@ -149,6 +151,7 @@ def test_learned_positions_enter_at_every_step():
 # ---------------------------------------------------------------------------------------
 # decoding: cache = full pass, greedy and beam, ACT on and off
 # ---------------------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("act", [True, False])
 @pytest.mark.parametrize("norm", ["post", "pre"])
 def test_cache_equals_full_pass_with_the_same_halting(act, norm):
@@ -170,6 +173,7 @@ def test_cache_equals_full_pass_with_the_same_halting(act, norm):
         np.testing.assert_array_equal(cache["layers"][0]["ponder"].numpy(), full)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("act", [True, False])
 def test_greedy_and_beam_search_on_the_cache(act):
     """Greedy decoding equals the naive full-pass decoder; beam search with k = 1 is
@@ -179,6 +183,7 @@ def test_greedy_and_beam_search_on_the_cache(act):
     check_greedy_and_beam(m, rand_ids(np.random.default_rng(3), (3, 5), 23), extra=4)
 
 
+@pytest.mark.slow
 def test_reorder_cache_picks_every_depth():
     m = ut_model(seed=1)
     src = tf.constant(rand_ids(np.random.default_rng(4), (2, 5), 23))
@@ -201,6 +206,7 @@ def test_reorder_cache_picks_every_depth():
 # ---------------------------------------------------------------------------------------
 # save / load, hparams
 # ---------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_checkpoint_and_keras_round_trip(tmp_path):
     m = ut_model(seed=7, act_epsilon=0.05)
     src, tgt = tf.constant([[5, 6, 7, 3]]), tf.constant([[2, 8, 9]])
@@ -233,6 +239,7 @@ def test_hparams_of_the_universal_transformer():
     assert isinstance(plain.encoder_0, modules.EncoderLayer) and plain.num_blocks == 2
 
 
+@pytest.mark.slow
 def test_extra_loss_is_the_weighted_ponder_cost_and_has_a_gradient():
     m = ut_model(seed=2, act_loss_weight=0.5)
     src = tf.constant(rand_ids(np.random.default_rng(6), (2, 5), 23))
@@ -337,6 +344,7 @@ def test_universal_trains_in_mixed_precision(demo_prepro, precision):
         assert 1.0 <= float(stack.ponder_mean) <= float(stack.ponder_max) <= 3.0
 
 
+@pytest.mark.slow
 def test_universal_with_the_tf1_switches():
     """The stacks pass the block's switches through: the TF1 attention (ReLU Q/K/V with
     biases, no W^O, query masking, LayerNorm epsilon 1e-8) and untied logits, with the

@@ -127,6 +127,7 @@ def analytic_weighted_count(V, d, d_ff, n, h):
     return analytic_count(V, V, d, d_ff, n) + n * 2 * (2 * h - 2 * d)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("d,d_ff,n,h", [(32, 64, 2, 4), (48, 96, 3, 8), (512, 2048, 6, 8)])
 def test_parameter_count_parity(d, d_ff, n, h):
     V = 1000
@@ -217,6 +218,7 @@ def test_incremental_decoding_matches_full(norm):
             assert np.all(np.diff(group) <= 1e-6)
 
 
+@pytest.mark.slow
 def test_checkpoint_and_keras_round_trip(tmp_path):
     V = 21
     m = weighted_model(V, seed=2)
