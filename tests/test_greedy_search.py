@@ -200,7 +200,7 @@ def test_sampling_settings_are_checked_before_decoding():
     for values, words in (
         ({"sampling_topk": -1}, "--sampling_topk must not be negative"),
         ({"sampling_topk": 0, "sampling_topp": 0.0}, r"--sampling_topp must be in \(0, 1\]"),
-        ({"sampling_topk": 0, "sampling_topp": float("nan")}, "--sampling_topp must be in"),
+        ({"sampling_topk": 0, "sampling_topp": float("nan")}, "--sampling_topp must be a finite"),
         ({"sampling_topk": 0, "sampling_temperature": 0.0}, "--sampling_temperature must be"),
         ({"sampling_topp": 0.9}, "which --sampling_topk 1 .* turns off"),
         ({"sampling_topk": 5, "beam_size": 4}, "samples one token at a time: drop --beam_size 4"),
