@@ -669,7 +669,7 @@ def test_full_disk_keeps_the_previous_files_and_says_where(full_disk, case):
 # ---------------------------------------------------------------------------------------
 READ_ONLY = r"""
 import contextlib, io, json, os, sys
-import files, train
+import cli, files, train
 
 cfg = json.loads(sys.argv[1])
 

@@ -222,7 +222,7 @@ def test_interrupted_run_resumes_to_the_same_weights(demo_prepro, tmp_path, caps
 # seconds of importing TensorFlow again. Commands and answers are JSON lines.
 FORKER = r"""
 import json, os, sys
-import hparams, train
+import cli, hparams, train
 for line in sys.stdin:
     job = json.loads(line)
     pid = os.fork()
