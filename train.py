@@ -170,8 +170,8 @@ def nothing_left(hp, trainer: Trainer, budget: Budget, dev: Dev, translator) -> 
         if budget.out_of_time():
             return (
                 f"has spent max_minutes={hp.max_minutes:g} ({trainer.seconds_used() / 60:.1f} "
-                f"min, {budget.reserve:.0f} s of them kept for the final dev evaluation; step "
-                f"{step}); raise --max_minutes"
+                f"min used, and its final dev evaluation needs about {budget.reserve:.0f} s; "
+                f"step {step}); raise --max_minutes"
             )
     return None
 
