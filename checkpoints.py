@@ -160,6 +160,25 @@ def previous_checkpoint(path: str) -> str | None:
     return next((p for _, p in sorted(older, reverse=True) if not checkpoint_damage(p)), None)
 
 
+def refuse_nonfinite(variables, step: int, lost: str) -> None:
+    """A UserError, before anything is written, if one of ``variables`` (a model's
+    weights and its optimizers' moments) holds a NaN or an Inf: such a checkpoint would
+    only make the next run fail. The train step skips an update whose loss or gradient
+    norm is not finite, and the settings' checks keep lr, the betas and epsilon finite;
+    what is left (an overflow from a huge lr) is caught here, once per save."""
+    bad = [
+        v.path
+        for v in variables
+        if v.dtype.startswith("float") and not bool(tf.reduce_all(tf.math.is_finite(v.value)))
+    ]
+    if bad:
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        raise UserError(
+            f"train: after step {step}, {bad[0]}{more} holds a NaN or an Inf, so no "
+            f"checkpoint was written; {lost}; lower --lr or set --clip_norm"
+        )
+
+
 def restore_checkpoint(checkpoint, path: str, hint: str, partial: bool = True) -> None:
     """Restore checkpoint ``path`` into ``checkpoint`` (a tf.train.Checkpoint; with
     ``partial``, what it does not ask for is ignored). One UserError line if it is

@@ -116,7 +116,7 @@ def train(hp: hparams.Hparams, ckpt: str = "") -> dict:
         why = nothing_left(hp, trainer, budget, dev, translator)
         if why:
             print(f"train: {hp.logdir} {why}; nothing was trained or written")
-            return finished_summary(trainer, why)
+            return summary(trainer, trainer.latest_checkpoint, Stop("finished", why))
         os.makedirs(hp.logdir, exist_ok=True)
         if trainer.chief:  # in a multi-worker run only the chief writes into logdir
             checkpoints.remove_partial_checkpoints(hp.logdir)  # of a run killed while saving
@@ -176,21 +176,23 @@ def nothing_left(hp, trainer: Trainer, budget: Budget, dev: Dev, translator) -> 
     return None
 
 
-def finished_summary(trainer: Trainer, why: str) -> dict:
-    """:func:`train`'s summary of a run that :func:`nothing_left` found finished."""
+def summary(trainer: Trainer, checkpoint: str | None, stop: Stop | None, **fields) -> dict:
+    """:func:`train`'s summary dict: the trainer's position, the checkpoint, why the run
+    stopped, and ``fields`` over the values of a run that trained nothing."""
     return {
         "step": trainer.step,
         "epoch": int(trainer.epoch),
         "history": [],
-        "checkpoint": trainer.latest_checkpoint,
-        "stop_reason": why,
-        "stop_kind": "finished",
+        "checkpoint": checkpoint,
+        "stop_reason": stop.why if stop else None,
+        "stop_kind": stop.kind if stop else None,
         "train_loss": float("nan"),
         "first_loss": float("nan"),
         "signal": None,
         "eval_share": 0.0,
-        "last_lr": float(trainer.schedule(max(trainer.step - 1, 0))),
+        "last_lr": float(trainer.schedule(max(trainer.step - 1, 0))),  # of the last update
         "averaged": None,
+        **fields,
     }
 
 
@@ -413,20 +415,17 @@ def finish_run(run: Run, stop: Stop | None) -> dict:
         f"evaluation; last lr {last_lr:.3g}"
     )
     print(f"train: {stop.why if stop else 'done'}; step {trainer.step}; checkpoint {path}")
-    return {
-        "step": trainer.step,
-        "epoch": int(trainer.epoch),
-        "history": run.history,
-        "checkpoint": path,
-        "stop_reason": stop.why if stop else None,
-        "stop_kind": stop.kind if stop else None,
-        "train_loss": run.last_loss,
-        "first_loss": run.first_loss,
-        "signal": interrupt.signum or (signal.SIGTERM if signalled else None),
-        "eval_share": share,
-        "last_lr": last_lr,
-        "averaged": averaged,
-    }
+    return summary(
+        trainer,
+        path,
+        stop,
+        history=run.history,
+        train_loss=run.last_loss,
+        first_loss=run.first_loss,
+        signal=interrupt.signum or (signal.SIGTERM if signalled else None),
+        eval_share=share,
+        averaged=averaged,
+    )
 
 
 def evaluate(

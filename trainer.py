@@ -445,7 +445,9 @@ class Trainer:
         self.seconds.assign(self.seconds_used())
         self.clock = time.time()
         lost = self.unsaved()
-        self.refuse_nonfinite(lost)
+        optimizers = [self.adam, *self.group_optimizers.values()]
+        state = self.model.weights + [v for o in optimizers for v in o.variables]
+        checkpoints.refuse_nonfinite(state, self.step, lost)
         managers = ([self.best] if best else []) + [self.manager]
         try:
             for manager in managers:
@@ -460,26 +462,6 @@ class Trainer:
             path = os.path.join(self.hp.logdir, os.path.basename(path))
         self.last_saved = path
         return path
-
-    def refuse_nonfinite(self, lost: str) -> None:
-        """A UserError, before anything is written, if a weight or an optimizer moment is
-        a NaN or an Inf: such a checkpoint would only make the next run fail. The step
-        skips an update whose loss or gradient norm is not finite, and the settings'
-        checks keep lr, the betas and epsilon finite; what is left (an overflow from a
-        huge lr) is caught here, once per save."""
-        optimizers = [self.adam, *self.group_optimizers.values()]
-        variables = self.model.weights + [v for o in optimizers for v in o.variables]
-        bad = [
-            v.path
-            for v in variables
-            if v.dtype.startswith("float") and not bool(tf.reduce_all(tf.math.is_finite(v.value)))
-        ]
-        if bad:
-            more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
-            raise UserError(
-                f"train: after step {self.step}, {bad[0]}{more} holds a NaN or an Inf, so "
-                f"no checkpoint was written; {lost}; lower --lr or set --clip_norm"
-            )
 
     def unsaved(self) -> str:
         """What a run that stops now loses: the steps since logdir's newest checkpoint,
