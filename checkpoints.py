@@ -104,6 +104,34 @@ def average_weights(model, paths: list[str]):
     return checkpoint
 
 
+def write_model(model, path: str, lost: str) -> None:
+    """Write the model's weights alone as checkpoint ``path`` (``<folder>/<name>-<step>``,
+    atomically), which load_run restores as any other; older ones of that name in the
+    folder are removed after. ``lost``: what a failed write loses (files.atomic_path)."""
+    checkpoint = tf.train.Checkpoint(model=model)
+    checkpoint.save_counter  # noqa: B018 (created here: restoring expects it)
+    with files.atomic_path(path, lost) as tmp:
+        checkpoint.write(tmp)
+    name = os.path.basename(path).rsplit("-", 1)[0]
+    for old in glob.glob(os.path.join(os.path.dirname(path), f"{name}-*.index")):
+        if old[: -len(".index")] != path:
+            for part in glob.glob(old[: -len(".index")] + ".*"):
+                with contextlib.suppress(OSError):
+                    os.remove(part)
+
+
+def scored(model, path: str, dev_bleu) -> float:
+    """``dev_bleu()`` with the model's weights of checkpoint ``path``; the model's own
+    weights are put back after."""
+    own = [w.numpy() for w in model.weights]
+    try:
+        restore_checkpoint(tf.train.Checkpoint(model=model), path, "was it written by another run?")
+        return dev_bleu()
+    finally:
+        for w, value in zip(model.weights, own):
+            w.assign(value)
+
+
 _READ_ERRORS = (ValueError, AssertionError, IndexError, tf.errors.OpError)
 
 
@@ -162,14 +190,16 @@ def previous_checkpoint(path: str) -> str | None:
 
 def refuse_nonfinite(variables, step: int, lost: str) -> None:
     """A UserError, before anything is written, if one of ``variables`` (a model's
-    weights and its optimizers' moments) holds a NaN or an Inf: such a checkpoint would
-    only make the next run fail. The train step skips an update whose loss or gradient
-    norm is not finite, and the settings' checks keep lr, the betas and epsilon finite;
-    what is left (an overflow from a huge lr) is caught here, once per save."""
+    weights, its optimizers' moments and the weights' moving average) holds a NaN or an
+    Inf: such a checkpoint would only make the next run fail. The train step skips an
+    update whose loss or gradient norm is not finite, and the settings' checks keep lr,
+    the betas and epsilon finite; what is left (an overflow from a huge lr) is caught
+    here, once per save."""
     bad = [
-        v.path
+        getattr(v, "path", v.name)  # a Keras variable's path, a tf.Variable's name
         for v in variables
-        if v.dtype.startswith("float") and not bool(tf.reduce_all(tf.math.is_finite(v.value)))
+        if tf.as_dtype(v.dtype).is_floating
+        and not bool(tf.reduce_all(tf.math.is_finite(tf.convert_to_tensor(v))))
     ]
     if bad:
         more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
@@ -327,18 +357,56 @@ def average_last(hp, trainer, dev_bleu) -> dict | None:
     return {"checkpoints": paths, "dev_bleu": bleu, "wins": wins, "path": out if wins else ""}
 
 
-def record_default(hp, trainer, averaged: dict | None) -> None:
+def best_own_weights(trainer, dev_bleu) -> dict | None:
+    """With --ema_decay, where the dev evaluations scored the moving average: the best
+    checkpoint's own weights, scored on the dev subset by ``dev_bleu()`` (a candidate for
+    the default model beside the EMA weights: :func:`record_default`)."""
+    path = tf.train.latest_checkpoint(trainer.best.directory)
+    if not path or not trainer.ema:
+        return None
+    t0 = time.time()
+    bleu = scored(trainer.model, path, dev_bleu)
+    trainer.eval_seconds.assign_add(time.time() - t0)
+    return {"path": path, "dev_bleu": bleu, "what": "best checkpoint's own weights"}
+
+
+def record_default(hp, trainer, averaged: dict | None, own: dict | None = None) -> dict | None:
     """``<logdir>/best.json``: the model eval.py, translate.py and export.py load by
-    default (checkpoints.choose_checkpoint): the average where it won on dev, else the
-    best checkpoint by dev BLEU."""
+    default (checkpoints.choose_checkpoint), the best on the dev subset of: the best
+    checkpoint by dev BLEU (with --ema_decay, its EMA weights, which the dev evaluations
+    scored, and ``own``, its own weights), and the average of the last checkpoints where
+    it won (``averaged``). The first listed wins a tie. The choice is printed and
+    returned ({path, dev_bleu, what})."""
+    best = tf.train.latest_checkpoint(trainer.best.directory)
+    if not best:
+        return None
+    step = int(best.rsplit("-", 1)[1])
+    first = {
+        "path": best,
+        "dev_bleu": float(trainer.best_bleu),
+        "what": "best checkpoint by dev BLEU",
+    }
+    if trainer.ema and tf.io.gfile.exists(trainer.ema_model_path(step) + ".index"):
+        first = dict(
+            first,
+            path=trainer.ema_model_path(step),
+            what=f"EMA weights (decay {hp.ema_decay:g}) of the best checkpoint",
+        )
+    candidates = [first] + ([own] if own else [])
     if averaged and averaged["wins"]:
-        path, bleu = averaged["path"], averaged["dev_bleu"]
-        what = f"average of {', '.join(os.path.basename(p) for p in averaged['checkpoints'])}"
-    else:
-        path, bleu = tf.train.latest_checkpoint(trainer.best.directory), float(trainer.best_bleu)
-        what = "best checkpoint by dev BLEU"
-    if path:
-        write_default(hp.logdir, path, bleu, what)
+        names = ", ".join(os.path.basename(p) for p in averaged["checkpoints"])
+        candidates.append(dict(averaged, what=f"average of {names}"))
+    chosen = max(candidates, key=lambda c: c["dev_bleu"])  # the first of equals
+    write_default(hp.logdir, chosen["path"], chosen["dev_bleu"], chosen["what"])
+    if len(candidates) > 1:
+        others = "; ".join(
+            f"{c['what']} {c['dev_bleu']:.2f}" for c in candidates if c is not chosen
+        )
+        print(
+            f"train: the default model is the {chosen['what']} ({chosen['path']}, dev BLEU "
+            f"{chosen['dev_bleu']:.2f}); against: {others}"
+        )
+    return chosen
 
 
 def load_run(logdir: str, overrides: dict, ckpt: str = "", who: str = "eval"):

@@ -118,6 +118,9 @@ class Hparams:
     dev_bleu_sents: int = 200  # dev sentences decoded after each epoch (0 = all)
     eval_share: float = 0.1  # max_minutes: skip an epoch's dev BLEU past this share of time
     average: int = 3  # >1: the average of the last N checkpoints, where it wins on dev BLEU
+    ema_decay: float = 0.0  # >0: keep an EMA of the weights (ema.py), e.g. 0.9999; 0: off
+    init_from: str = ""  # a trained run's logdir: fine-tune its weights (finetune.py)
+    init_optimizer: bool = False  # init_from: also take its Adam moments (step from 0)
     evaldir: str = "eval/demo"  # dev translations written after each epoch
     attention_layers: str = "last"  # last | all | none: attention figures in TensorBoard
 
@@ -557,7 +560,7 @@ def check_ranges(values: dict) -> None:
     for key in ("lr", "adam_epsilon"):
         if not values[key] > 0:
             raise UserError(f"--{key} must be positive; got {values[key]:g}")
-    for key in ("adam_beta1", "adam_beta2"):
+    for key in ("adam_beta1", "adam_beta2", "ema_decay"):
         if not 0 <= values[key] < 1:
             raise UserError(f"--{key} must be in [0, 1); got {values[key]:g}")
     for key in ("embedding_dropout", "residual_dropout"):

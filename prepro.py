@@ -37,6 +37,11 @@ SCRIPT = cli.Script(
             "texts/de/en/de-en.tgz, or their extracted folder (tarballs go into data_dir)",
         ),
         "force": (False, "rebuild even if prepro_dir is up to date"),
+        "vocab_from": (
+            "",
+            "encode the corpus with the vocabulary of this trained run's logdir (or of this "
+            "prepro_dir), for fine-tuning it: train.py --init_from",
+        ),
     },
 )
 if __name__ == "__main__":
@@ -46,6 +51,7 @@ import collections
 import io
 import json
 import os
+import shutil
 import time
 import xml.etree.ElementTree as ET
 
@@ -55,6 +61,7 @@ import sentencepiece as spm
 import data_load
 import download
 import files
+import finetune
 import model as _model  # noqa: F401  (registers the position and document-memory checks)
 from demo import corpus as demo_corpus
 from demo import documents as demo_documents
@@ -368,18 +375,69 @@ def _ensure_demo(hp: hparams.Hparams) -> None:
         files.atomic_write(marker, wanted)
 
 
+def parent_vocabulary(
+    hp: hparams.Hparams, source: str, explicit: set = frozenset()
+) -> tuple[hparams.Hparams, list[str], str]:
+    """``--vocab_from``: (hp with the vocabulary settings of ``source``, its vocabulary
+    files, their fingerprint). ``source`` is a trained run's logdir (its vocabulary is the
+    one in the prepro_dir it names, whose fingerprint must match the one the run
+    recorded) or a prepro_dir. A command-line vocabulary setting (``explicit``) that
+    differs, or ``prepro_dir`` being the source's own, is one UserError line."""
+    parent = finetune.read_parent(source, "vocab_from")
+    here = hparams.apply(parent, {"prepro_dir": source})
+    if all(os.path.isfile(p) for p in data_load.vocab_files(here)):
+        parent = here  # a prepro_dir
+    hp = finetune.taken_from(
+        hp, parent, finetune.VOCAB_KEYS, explicit, f"the vocabulary of {source}"
+    )
+    paths, fingerprint = data_load.vocab_files(parent), data_load.vocab_fingerprint(parent)
+    recorded = os.path.join(source, "vocab.sha256")
+    if parent is not here and os.path.isfile(recorded):
+        with open(recorded, encoding="utf-8") as f:
+            if f.read().strip() != fingerprint:
+                raise UserError(
+                    f"--vocab_from {source}: the vocabulary in {parent.prepro_dir} is not the "
+                    f"one the run was trained on (prepro.py was rerun there); restore it, or "
+                    f"pass the prepro_dir that holds the run's vocabulary"
+                )
+    if os.path.abspath(hp.prepro_dir) == os.path.abspath(parent.prepro_dir):
+        raise UserError(
+            f"--vocab_from {source}: --prepro_dir {hp.prepro_dir} is where that vocabulary "
+            f"lives; pass another --prepro_dir for the new corpus"
+        )
+    return hp, paths, fingerprint
+
+
+def copy_vocabulary(paths: list[str], prepro_dir: str) -> None:
+    """The parent's vocabulary files (and sentencepiece's readable .vocab), into
+    ``prepro_dir`` under their own names."""
+    extra = [p[: -len(".model")] + ".vocab" for p in paths if p.endswith(".model")]
+    for path in paths + [p for p in extra if os.path.isfile(p)]:
+        with files.atomic_path(os.path.join(prepro_dir, os.path.basename(path))) as tmp:
+            shutil.copyfile(path, tmp)
+
+
 def preprocess(
     hp: hparams.Hparams,
     fetch: bool = False,
     force: bool = False,
     archive: str = "",
     preset: str = "iwslt2016",
+    vocab_from: str = "",
+    explicit: set = frozenset(),
 ) -> hparams.Hparams:
     """Run the whole preprocessing step; returns the hparams it saved (``data_dir`` is
-    where the corpus was found, see :func:`ensure_corpus`)."""
+    where the corpus was found, see :func:`ensure_corpus`). ``vocab_from``: encode with
+    that run's (or prepro_dir's) vocabulary instead of building one
+    (:func:`parent_vocabulary`; ``explicit``: the settings given on the command line)."""
     t0 = time.time()
+    vocabulary = None
+    if vocab_from:
+        hp, *vocabulary = parent_vocabulary(hp, vocab_from, explicit)
     hp = ensure_corpus(hp, fetch, archive, preset)
     stamp = _stamp(hp)
+    if vocabulary:
+        stamp["vocab_from"] = vocabulary[1]  # the fingerprint of the vocabulary taken
     stamp_path = os.path.join(hp.prepro_dir, "stamp.json")
     if not force and all(os.path.exists(p) for p in outputs(hp)) and os.path.exists(stamp_path):
         with open(stamp_path, encoding="utf-8") as f:
@@ -399,7 +457,10 @@ def preprocess(
         files.atomic_write(os.path.join(hp.prepro_dir, f"{split}.tgt"), "\n".join(tgt) + "\n")
 
     train_src, train_tgt, _ = data["train"]
-    if hp.vocab_type == "bpe":
+    if vocabulary:
+        copy_vocabulary(vocabulary[0], hp.prepro_dir)
+        print(f"prepro: the vocabulary of {vocab_from}, not one of this corpus")
+    elif hp.vocab_type == "bpe":
         train_bpe(train_src + train_tgt, os.path.join(hp.prepro_dir, "bpe"), hp.vocab_size, hp.seed)
     else:
         for lang, sents in ((hp.src_lang, train_src), (hp.tgt_lang, train_tgt)):
@@ -427,6 +488,8 @@ def main() -> None:
         force=opts["force"],
         archive=opts["archive"],
         preset=opts["_preset"],
+        vocab_from=opts["vocab_from"],
+        explicit=opts["_set"],
     )
 
 

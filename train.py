@@ -35,7 +35,8 @@ SCRIPT = cli.Script(
     options={
         "ckpt": (
             "",
-            "resume from this checkpoint, not the latest in logdir (after a damaged one)",
+            "resume from this checkpoint, not the latest in logdir (after a damaged one); with "
+            "--init_from, the parent's checkpoint to start from (a path, best or last)",
         ),
     },
 )
@@ -58,6 +59,7 @@ import checkpoints
 import data_load
 import devices
 import files
+import finetune
 import metrics
 import summaries
 from budget import Budget
@@ -99,6 +101,15 @@ def train(hp: hparams.Hparams, ckpt: str = "") -> dict:
     The chief holds ``<logdir>/train.lock`` for the whole run (:class:`LogdirLock`), and
     SIGINT/SIGTERM stop the run at a checkpoint (:class:`Interrupt`)."""
     checkpoints.check_logdir(hp)
+    if hp.init_from:
+        finetune.check_vocabulary(hp)
+        hparams.check_same(
+            finetune.read_parent(hp.init_from, "init_from"),
+            hp,
+            hparams.MODEL_KEYS,
+            f"the model of {hp.init_from}",
+            "fine-tune with the parent's model settings (finetune.parent_settings)",
+        )
     tok = data_load.load_tokenizer(hp)
     strategy, precision = devices.setup_devices(hp)
     with checkpoints.LogdirLock(hp.logdir, devices.is_chief(strategy)):
@@ -108,8 +119,12 @@ def train(hp: hparams.Hparams, ckpt: str = "") -> dict:
         data = data_load.TrainData(hp, replicas=strategy.num_replicas_in_sync)
         dev = Dev(hp, tok)
         trainer = Trainer(hp, tok, strategy, precision)
-        # a checkpoint given by --ckpt is not logdir's newest: write one before stopping
-        saved = trainer.position if trainer.restore(ckpt) and not ckpt else None
+        if hp.init_from:  # --ckpt names the parent's checkpoint; the run resumes its own
+            saved = trainer.position if trainer.restore() else None
+            if saved is None:
+                print(finetune.start_from_parent(trainer, hp, ckpt))
+        else:  # a checkpoint given by --ckpt is not logdir's newest: write one before stopping
+            saved = trainer.position if trainer.restore(ckpt) and not ckpt else None
         translator = dev.translator(trainer.model, tok, hp)
         # per epoch: the same every epoch (with bpe_dropout, epoch 1's: the others differ a little)
         budget = Budget(hp, trainer, -(-len(data.batches(0)) // hp.accum_steps))
@@ -166,7 +181,7 @@ def nothing_left(hp, trainer: Trainer, budget: Budget, dev: Dev, translator) -> 
             f"{step}); raise --early_stopping, or 0 to turn it off"
         )
     if budget.seconds:
-        budget.reserve = budget.estimate(dev, translator) * (2 if hp.average > 1 else 1)
+        budget.reserve = budget.estimate(dev, translator) * end_evaluations(hp)
         if budget.out_of_time():
             return (
                 f"has spent max_minutes={hp.max_minutes:g} ({trainer.seconds_used() / 60:.1f} "
@@ -174,6 +189,12 @@ def nothing_left(hp, trainer: Trainer, budget: Budget, dev: Dev, translator) -> 
                 f"step {step}); raise --max_minutes"
             )
     return None
+
+
+def end_evaluations(hp) -> int:
+    """Dev BLEU evaluations at a run's end: its final weights', the average's (--average)
+    and the best checkpoint's own weights' (--ema_decay): what max_minutes keeps back."""
+    return 1 + (hp.average > 1) + (hp.ema_decay > 0)
 
 
 def summary(trainer: Trainer, checkpoint: str | None, stop: Stop | None, **fields) -> dict:
@@ -192,6 +213,7 @@ def summary(trainer: Trainer, checkpoint: str | None, stop: Stop | None, **field
         "eval_share": 0.0,
         "last_lr": float(trainer.schedule(max(trainer.step - 1, 0))),  # of the last update
         "averaged": None,
+        "default": None,  # the default model chosen: {path, dev_bleu, what}
         **fields,
     }
 
@@ -272,10 +294,11 @@ def train_loop(
     health = Health(hp, trainer, writer)
     run = Run(hp, trainer, dev, translator, writer, interrupt, budget, health, saved)
     if budget.seconds and not budget.reserve:  # else estimated by nothing_left
-        budget.reserve = budget.estimate(dev, translator) * (2 if hp.average > 1 else 1)
+        budget.reserve = budget.estimate(dev, translator) * end_evaluations(hp)
         print(
             f"train: {budget.reserve:.1f} s of max_minutes kept back for the final dev "
-            f"evaluation{' and the average' if hp.average > 1 else ''} (estimated)"
+            f"evaluation{' and the choice of the default model' if end_evaluations(hp) > 1 else ''}"
+            f" (estimated)"
         )
     stop = None
     while int(trainer.epoch) < hp.num_epochs and stop is None:
@@ -298,7 +321,7 @@ def train_loop(
         run.history.append(result)
         if bleu:
             run.bleu_seconds = result["seconds"]
-            budget.reserve = run.bleu_seconds * (2 if hp.average > 1 else 1)
+            budget.reserve = run.bleu_seconds * end_evaluations(hp)
         run.saved = trainer.position
         stop = run.signal_stop()
         if stop is None and hp.early_stopping and int(trainer.bad_epochs) >= hp.early_stopping:
@@ -398,11 +421,15 @@ def finish_run(run: Run, stop: Stop | None) -> dict:
     if trainer.position != run.saved:
         trainer.save()
     signalled = stop is not None and stop.kind == "signal"  # here or in another worker
-    averaged = None
-    if hp.average > 1 and run.history and not signalled:
-        averaged = checkpoints.average_last(hp, trainer, lambda: dev_bleu(run.dev, run.translator))
+    averaged = own = default = None
+    if run.history and not signalled:
+        score = lambda: dev_bleu(run.dev, run.translator)  # noqa: E731
+        if hp.average > 1:
+            averaged = checkpoints.average_last(hp, trainer, score)
+        if trainer.ema and not trainer.multi_worker:
+            own = checkpoints.best_own_weights(trainer, score)
     if trainer.chief and run.history:
-        checkpoints.record_default(hp, trainer, averaged)
+        default = checkpoints.record_default(hp, trainer, averaged, own)
     share = float(trainer.eval_seconds) / max(trainer.seconds_used(), 1e-9)
     last_lr = float(trainer.schedule(max(trainer.step - 1, 0)))  # of the last update
     # the path this run saved (a non-chief worker may look before the chief's
@@ -425,6 +452,7 @@ def finish_run(run: Run, stop: Stop | None) -> dict:
         signal=interrupt.signum or (signal.SIGTERM if signalled else None),
         eval_share=share,
         averaged=averaged,
+        default=default,
     )
 
 
@@ -437,7 +465,7 @@ def evaluate(
     this one). Returns {epoch, step, dev_loss, dev_bleu (None without BLEU), seconds}."""
     epoch, step, t0 = int(trainer.epoch) + 1, trainer.step, time.time()
     interrupt = interrupt or Interrupt()
-    with interrupt.abandonable_region(not trainer.multi_worker):
+    with interrupt.abandonable_region(not trainer.multi_worker), trainer.scored_weights():
         dev_loss, dev_nll = trainer.dev_loss(dev.corpus, max(1, hp.tokens_per_batch // 64))
         hyps = translator.translate(dev.src, dev.docs) if bleu else []
         scores = metrics.scores(hyps, dev.ref) if bleu else None
@@ -453,14 +481,15 @@ def evaluate(
             summaries.sample_translations(dev.src, dev.ref, hyps)
         if bleu and dev.src and hp.attention_layers != "none":
             greedy = translator.decode if translator.k == 1 else None
-            summaries.attention(
-                trainer.model,
-                trainer.tok,
-                dev.src[0],
-                hp.max_len_extra,
-                hp.attention_layers,
-                greedy,
-            )
+            with trainer.scored_weights():
+                summaries.attention(
+                    trainer.model,
+                    trainer.tok,
+                    dev.src[0],
+                    hp.max_len_extra,
+                    hp.attention_layers,
+                    greedy,
+                )
     return {
         "epoch": epoch,
         "step": step,
@@ -505,7 +534,7 @@ def dev_bleu(dev: Dev, translator) -> float:
 
 def main() -> None:
     hp, opts = cli.parse_args(script=SCRIPT)
-    summary = train(hp, opts["ckpt"])
+    summary = train(finetune.parent_settings(hp, opts["_set"]), opts["ckpt"])
     if summary["signal"]:  # 130 for SIGINT, 143 for SIGTERM, as a shell reports them
         sys.exit(128 + summary["signal"])
 

@@ -8,6 +8,7 @@ A batch goes: TrainData.dataset -> Trainer.train_batch -> Trainer.train_step -> 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
@@ -22,6 +23,7 @@ from tqdm import tqdm
 import checkpoints
 import data_load
 import devices
+import ema
 import fast_ops
 import files
 import hparams
@@ -67,6 +69,11 @@ class Trainer:
         with strategy.scope():
             self.model = Transformer.from_hparams(hp, tok.src_vocab_size, tok.tgt_vocab_size)
             self._build_optimizers(loss_scaling=precision == "mixed_float16")
+        self.ema = None  # the weights' moving average (ema.py), with --ema_decay
+        if hp.ema_decay > 0:
+            self.ema = ema.MovingAverage(
+                self.model.trainable_variables, hp.ema_decay, self.optimizer.iterations
+            )
         self._build_checkpoints()
         self._build_steps()
 
@@ -96,7 +103,14 @@ class Trainer:
             optimizer.summed = True  # apply_gradients sums the replicas' gradients
 
     # items a checkpoint written before they existed lacks (restored when present)
-    OPTIONAL_ITEMS = ("dropout_rng", "skipped_steps", "budget_used", "seconds", "eval_seconds")
+    OPTIONAL_ITEMS = (
+        "dropout_rng",
+        "skipped_steps",
+        "budget_used",
+        "seconds",
+        "eval_seconds",
+        "ema",
+    )
 
     def _build_checkpoints(self) -> None:
         """The checkpoint holds the model, the optimizers, the position in the data and
@@ -137,6 +151,8 @@ class Trainer:
             dropout_rng=[v.value for v in self.rng_states],
             **groups,
         )
+        if self.ema:
+            self.items["ema"] = self.ema.shadows
         self.ckpt = tf.train.Checkpoint(**self.items)
         self.chief = devices.is_chief(self.strategy)
         self.last_saved = None  # the chief's path of this run's newest checkpoint
@@ -349,11 +365,12 @@ class Trainer:
     # -- gradient accumulation ------------------------------------------------------------
     def train_batch(self, *batch, stop: bool = False) -> tuple[StepStats, bool]:
         """Train on one batch (:meth:`batch_spec`): an update, or with accum_steps > 1 one
-        accumulation that updates every accum_steps batches. Returns (stats, whether the
-        weights were updated: not for an accumulation, nor for a skipped update)."""
+        accumulation that updates every accum_steps batches; each update moves the moving
+        average (:meth:`updated`). Returns (stats, whether the weights were updated: not for
+        an accumulation, nor for a skipped update)."""
         if self.hp.accum_steps <= 1:
             stats = self.train_step(*batch, stop=stop)
-            return stats, not (stats.skipped or stats.scale_skip)
+            return stats, self.updated(stats)
         if self.pending == 0:  # where drop_partial() returns to
             self.rng_at_update = [v.numpy() for v in self.rng_states]
         batch = deal_rows(self.strategy, *batch)
@@ -367,7 +384,15 @@ class Trainer:
         stats = stats._replace(
             grad_norm=update.grad_norm, skipped=update.skipped, scale_skip=update.scale_skip
         )
-        return stats, not (update.skipped or update.scale_skip)
+        return stats, not (update.skipped or update.scale_skip)  # flush() moved the EMA
+
+    def updated(self, stats: StepStats) -> bool:
+        """Whether the update of ``stats`` was applied; if so, the moving average (ema.py)
+        follows it."""
+        applied = not (stats.skipped or stats.scale_skip)
+        if applied and self.ema:
+            self.ema.update()
+        return applied
 
     def _accumulate(self, *batch_and_stop) -> StepStats:
         """Add this replica's rows' gradients of the summed loss to its accumulators;
@@ -415,7 +440,9 @@ class Trainer:
             return StepStats(0.0, 0.0, 0.0, 0.0)
         self.pending = 0
         norm, skipped, scale_skip = (float(x) for x in self._apply_fn())
-        return StepStats(0.0, 0.0, 0.0, 0.0, norm, skipped, scale_skip)
+        stats = StepStats(0.0, 0.0, 0.0, 0.0, norm, skipped, scale_skip)
+        self.updated(stats)
+        return stats
 
     def drop_partial(self) -> int:
         """Forget a partial accumulation (before an interrupted run's checkpoint): the
@@ -447,7 +474,9 @@ class Trainer:
         lost = self.unsaved()
         optimizers = [self.adam, *self.group_optimizers.values()]
         state = self.model.weights + [v for o in optimizers for v in o.variables]
-        checkpoints.refuse_nonfinite(state, self.step, lost)
+        checkpoints.refuse_nonfinite(
+            state + (self.ema.shadows if self.ema else []), self.step, lost
+        )
         managers = ([self.best] if best else []) + [self.manager]
         try:
             for manager in managers:
@@ -460,6 +489,9 @@ class Trainer:
         if not self.chief:
             shutil.rmtree(self.manager.directory, ignore_errors=True)
             path = os.path.join(self.hp.logdir, os.path.basename(path))
+        elif best and self.ema:  # the best EMA weights, as a model a decoder loads
+            with self.ema.applied():
+                checkpoints.write_model(self.model, self.ema_model_path(), lost)
         self.last_saved = path
         return path
 
@@ -479,6 +511,15 @@ class Trainer:
         return (
             f"{steps} since checkpoint {last} (step {saved}) {are} lost (a rerun resumes from it)"
         )
+
+    def ema_model_path(self, step: int | None = None) -> str:
+        """<logdir>/ema/ema-<step>: the EMA weights of the best checkpoint (step: now's)."""
+        return os.path.join(self.hp.logdir, "ema", f"ema-{self.step if step is None else step}")
+
+    def scored_weights(self):
+        """The weights a dev evaluation scores, in the model for a ``with`` block: the
+        moving average's with --ema_decay (ema.MovingAverage.applied), else the model's."""
+        return self.ema.applied() if self.ema else contextlib.nullcontext()
 
     def seconds_used(self) -> float:
         """Wall time of the run so far, over all its resumes (checkpointed)."""
@@ -510,6 +551,9 @@ class Trainer:
             f"train: resumed from {path} at step {self.step}, epoch {int(self.epoch) + 1}, "
             f"batch {int(self.batch_in_epoch)}"
         )
+        if self.ema and "ema" not in present:
+            self.ema.reset()
+            print(f"train: {path} holds no moving average of the weights: it starts from them")
         if "dropout_rng" not in present and self.rng_states:
             print(f"train: {path} holds no dropout random state (an older checkpoint): fresh masks")
         return True

@@ -13,6 +13,7 @@ same size, and against the machine's measured matmul peak.
     python bench/train_throughput.py --preset multi30k --ablate f32_logits \
         --precision mixed_bfloat16 [--paired [--paired_norm pre]]
     python bench/train_throughput.py --preset multi30k --xla_pairs 2 [--precision float32]
+    python bench/train_throughput.py --preset multi30k --ablate ema --paired --paired_size preset
     python bench/train_throughput.py --preset multi30k --sizes small \
         --configs "ours float32,ours float32 xla,keras-hub fit float32"
 
@@ -26,7 +27,11 @@ accuracy, not speed: its verdict is whether its cost stays within the bar.
 in turn over the same batches (``--paired_steps`` timed steps each, in three windows: the
 pairs), which a drifting machine disturbs far less than children one after the other
 (``--paired_norm pre``: the small model with pre-norm sublayers, for the rewrites that
-only pre-norm models run); ``--ablate a+b`` turns the switches a and b on and off together.
+only pre-norm models run; ``--paired_size preset``: the preset's own model and settings);
+``--ablate a+b`` turns the switches a and b on and off together. ``--ablate ema`` is no
+rewrite: its two sides are a trainer with the moving average of the weights
+(``--ema_decay``, ema.py) and one without, and its verdict whether the cost stays under
+3% of a step.
 ``--xla_pairs N`` measures XLA (``--jit_compile true``, pad_multiple 8) against none for
 our small rows in float32 and mixed_bfloat16 (or the ``--precision`` given): N
 interleaved pairs of children each, and prints each pair's ratio and the median; the
@@ -108,6 +113,9 @@ SIZES = {
     ),
 }
 WARMUP, WINDOWS = 6, 3
+# --ablate ema --paired: a trainer with --ema_decay EMA_DECAY against one without; its
+# cost per step should stay under EMA_COST_BAR
+EMA_DECAY, EMA_COST_BAR = 0.9999, 0.03
 # the position families after the sinusoid ("ours float32"): one float32 row each
 FAMILIES = tuple(k for k in hparams.CHOICES["position"] if k != "sinusoid")
 FAMILY_BAR = 0.75  # each family's tokens/s should reach this fraction of the sinusoid's
@@ -466,15 +474,18 @@ def run_paired(cfg: dict) -> dict:
     tok = data_load.load_tokenizer(hp)
     strategy, precision = project_setup_devices()(hp)
     data = data_load.TrainData(hp)
-    trainers = {}
+    trainers, switches = {}, [n for n in cfg["rewrite"].split("+") if n in fast_ops.ENABLED]
     for on in (True, False):
         keras.utils.set_random_seed(hp.seed)
-        trainers[on] = train.Trainer(hp, tok, strategy, precision)
+        side = hp
+        if "ema" in cfg["rewrite"].split("+"):  # not a rewrite: the moving average's cost
+            side = hparams.apply(hp, {"ema_decay": EMA_DECAY if on else 0.0})
+        trainers[on] = train.Trainer(side, tok, strategy, precision)
     batches = batches_for(hp, data, cfg["warmup"] + cfg["steps"])
     step_times = {True: [], False: []}
     for i, batch in enumerate(batches):
         for on in (True, False) if i % 2 == 0 else (False, True):
-            for name in cfg["rewrite"].split("+"):  # a+b: both switches together
+            for name in switches:  # a+b: both switches together
                 fast_ops.ENABLED[name] = on  # read when a new batch shape is traced
             t0 = time.perf_counter()
             trainers[on].train_batch(*batch)  # numbers: waits for the step
@@ -528,16 +539,25 @@ def ablation_configurations(
 
 
 def paired_configurations(
-    preset: str, names: list[str], steps: int, precision: str = "float32", norm: str = "post"
+    preset: str,
+    names: list[str],
+    steps: int,
+    precision: str = "float32",
+    norm: str = "post",
+    size: str = "small",
 ) -> list[dict]:
     """``--paired``: one child per rewrite, both sides in it (:func:`run_paired`), on the
-    small model with ``norm`` (``--paired_norm pre``: the rewrites of pre-norm models)."""
+    small model with ``norm`` (``--paired_norm pre``: the rewrites of pre-norm models), or
+    with ``size`` "preset" (``--paired_size preset``) on the preset's own model and
+    settings."""
     hp = dict(SIZES["small"], dropout_rate=0.1, label_smoothing=0.1, precision=precision)
     hp["norm"] = norm
+    if size == "preset":
+        hp = dict(size_model(preset, size), precision=precision)
     return [
         dict(
             preset=preset,
-            size="small",
+            size=size,
             warmup=WARMUP,
             steps=steps,
             side="paired",
@@ -577,7 +597,10 @@ def print_ablation(rows: list[dict]) -> None:
         for k, (a, b, g) in enumerate(zip(on, off, gains)):
             print(f"{name:18} {k + 1:4d} {a:9,.0f} {b:9,.0f} {g:+7.1%}")
         median = common.median(gains)
-        if all(part in fast_ops.PRECISION for part in name.split("+")):
+        if name == "ema":  # the moving average of the weights: a cost, not a rewrite
+            verdict = "within" if median >= -EMA_COST_BAR else "over"
+            rule = f"its cost {max(-median, 0):.1%} against the bar of {EMA_COST_BAR:.0%}"
+        elif all(part in fast_ops.PRECISION for part in name.split("+")):
             bar = fast_ops.PRECISION_COST_BAR
             verdict = "within" if median >= -bar else "over"
             rule = f"its cost {max(-median, 0):.1%} against the bar of {bar:.0%}"
@@ -796,7 +819,12 @@ def chosen_configurations(hp, opts: dict) -> list[dict]:
     precision = hp.precision if "precision" in opts["_set"] else "float32"
     if ablate and opts["paired"]:
         configs = paired_configurations(
-            preset, ablate, opts["paired_steps"], precision, opts["paired_norm"]
+            preset,
+            ablate,
+            opts["paired_steps"],
+            precision,
+            opts["paired_norm"],
+            opts["paired_size"],
         )
     elif ablate:
         configs = ablation_configurations(preset, ablate, opts["pairs"], precision)
@@ -890,6 +918,7 @@ OPTIONS = {
     "paired": False,
     "paired_steps": 90,
     "paired_norm": "post",
+    "paired_size": "small",
     "xla_pairs": 0,
 }
 

@@ -31,6 +31,8 @@ def compare(strategy, hp, variant):
         hp = hparams.apply(
             hp, {"clip_norm": CLIP_NORM, "accum_steps": 2 if variant == "accum" else 1}
         )
+    if variant == "accum":  # and the moving average of the weights (ema.py) beside them
+        hp = hparams.apply(hp, {"ema_decay": 0.9})
     tok = data_load.load_tokenizer(hp)
     data = data_load.TrainData(hp)
     batch = data_load.build_batch(data.corpus, data.batches(0)[0])
@@ -38,6 +40,8 @@ def compare(strategy, hp, variant):
     mirrored = Trainer(hp, tok, strategy, "float32")
     for a, b in zip(single.model.weights, mirrored.model.weights):
         b.assign(a)
+    if mirrored.ema:  # the shadows start from the weights now shared
+        mirrored.ema.reset()
     poison = tf.Variable(0.0)
     if variant == "extra":  # an extra loss term that depends on the weights
 
@@ -75,6 +79,15 @@ def compare(strategy, hp, variant):
         for a, b in zip(single.model.trainable_weights, mirrored.model.trainable_weights)
     )
     nan = {}
+    if variant == "accum":  # the shadows: the same on both sides, and not the weights
+        pairs = zip(single.ema.shadows, mirrored.ema.shadows, single.model.trainable_weights)
+        nan = {
+            "ema_diff": max(float(np.abs(a.numpy() - b.numpy()).max()) for a, b, _ in pairs),
+            "ema_lag": max(
+                float(np.abs(a.numpy() - w.numpy()).max())
+                for a, w in zip(single.ema.shadows, single.model.trainable_weights)
+            ),
+        }
     if variant == "plain":
 
         def copies():

@@ -15,6 +15,7 @@ import pytest
 import common
 
 import ab
+import hparams
 import length_generalisation as lengths
 import search
 import train_throughput as throughput  # bench/ is on the pytest pythonpath (setup.cfg)
@@ -124,6 +125,31 @@ def test_paired_windows_become_on_off_pairs(capsys):
     throughput.print_ablation(rows)
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert "-2.0%" in last and "-> within (its cost 2.0%" in last, last
+
+
+@pytest.mark.slow
+def test_the_moving_average_is_paired_on_the_presets_model(demo_prepro, capsys):
+    """--ablate ema --paired --paired_size preset: the preset's own model, a trainer with
+    --ema_decay against one without (run here for real on the tiny demo), judged against
+    the 3% bar."""
+    (cfg,) = throughput.paired_configurations("multi30k", ["ema"], 90, size="preset")
+    multi30k = hparams.preset("multi30k")
+    assert cfg["size"] == "preset" and cfg["rewrite"] == "ema"
+    for key in ("d_model", "d_ff", "num_blocks", "num_heads", "tokens_per_batch", "norm"):
+        assert cfg["hparams"][key] == getattr(multi30k, key), key
+    tiny = {k: getattr(demo_prepro, k) for k in ("prepro_dir", "vocab_size", "d_model", "d_ff")}
+    # pad_multiple 64: one batch shape (the windows leave out the steps of a new shape)
+    tiny.update(num_blocks=1, num_heads=2, tokens_per_batch=600, pad_multiple=64)
+    tiny.update(precision="float32")
+    result = throughput.run_paired(dict(cfg, preset="demo", hparams=tiny, warmup=2, steps=9))
+    assert len(result["windows"]) == 3
+    assert all(on > 0 and off > 0 for on, off in result["windows"])
+    rows = throughput.paired_rows(
+        dict(cfg=cfg, windows=[[97.5, 100.0], [98.0, 100.0], [96.0, 100.0]])
+    )
+    throughput.print_ablation(rows)
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert "-> within (its cost 2.5% against the bar of 3%)" in last, last
 
 
 def test_a_row_per_position_family_against_the_sinusoid_row():

@@ -476,6 +476,8 @@ def test_run_main_with_parse_args_error(capsys, monkeypatch):
         ("adam_epsilon", "0", "--adam_epsilon must be positive"),
         ("adam_beta1", "1.5", r"--adam_beta1 must be in \[0, 1\); got 1.5"),
         ("adam_beta2", "1", r"--adam_beta2 must be in \[0, 1\)"),
+        ("ema_decay", "1", r"--ema_decay must be in \[0, 1\); got 1"),
+        ("ema_decay", "-0.5", r"--ema_decay must be in \[0, 1\)"),
         ("clip_norm", "-1", "--clip_norm must not be negative; got -1"),
         ("max_minutes", "-5", "--max_minutes must not be negative"),
         ("length_penalty", "-0.2", "--length_penalty must not be negative"),
@@ -495,7 +497,7 @@ FLOATS = [
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
 def test_every_float_setting_must_be_finite(value):
     """NaN passes every comparison, so each float setting is checked for it by name."""
-    assert {"lr", "adam_beta1", "adam_epsilon", "clip_norm", "act_loss_weight"} <= set(FLOATS)
+    assert {"lr", "adam_beta1", "adam_epsilon", "clip_norm", "ema_decay"} <= set(FLOATS)
     for key in FLOATS:
         with pytest.raises(hparams.UserError, match=f"^--{key} must be a finite number; got"):
             cli.parse_args([f"--{key}={value}"])

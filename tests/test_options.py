@@ -5,9 +5,9 @@ SavedModel, load it back and translate with it (the same lines as greedy decodin
 The cases: each value of each choice of ``hparams.CHOICES``, one at a time from the base
 (tests/helpers.tiny: sinusoid, post-norm, the kyubyong schedule, a joint BPE vocabulary,
 float32); ``position`` x ``norm``; ``jit_compile``; the document memories;
-``key_mask_defect``; ``clip_norm`` and ``accum_steps``; each preset's model (its model
-settings at the tiny size); and 2 logical devices (MirroredStrategy) for the options that
-touch the train step. Exempt, and why:
+``key_mask_defect``; ``clip_norm`` and ``accum_steps``; ``ema_decay``; each preset's
+model (its model settings at the tiny size); and 2 logical devices (MirroredStrategy) for
+the options that touch the train step. Exempt, and why:
 
 - the cases that change training alone (:data:`TRAINING_ONLY`: ``lr_schedule``,
   ``attention_layers``, ``corpus``, ``precision`` (decoding runs in float32), XLA,
@@ -116,6 +116,8 @@ CASES = {
     "memory_sentences,position=sinusoid": {"memory_sentences": 2},
     "key_mask_defect": {"key_mask_defect": True},
     "clip_norm,accum_steps": {"clip_norm": 0.5, "accum_steps": 2},
+    # decoded from its default model: the EMA weights, or the best checkpoint's own
+    "ema_decay": {"ema_decay": 0.9},
     **preset_cases(),
 }
 # cases that also resume: a third step from the second's checkpoint

@@ -332,7 +332,8 @@ def test_mirrored_step_equals_single_device_step(demo_prepro, mirrored):
     its gradient trains the halting units (mirrored_cases.py, run once for the session).
     With clip_norm, two steps that both clip give the one-device weights: the replicas'
     summed gradient is clipped by its own norm, which is the grad_norm both report. So do
-    two updates of accum_steps=2 (each replica accumulates its rows of 2 batches)."""
+    two updates of accum_steps=2 (each replica accumulates its rows of 2 batches), and
+    the moving average of the weights (--ema_decay) that follows them."""
     values = {"dropout_rate": 0.0}
     for variant in ("plain", "extra", "universal", "clip", "accum"):
         check_mirrored(demo_prepro, values, variant, mirrored[variant])
@@ -358,6 +359,9 @@ def check_mirrored(hp, values, variant, out):
         assert out["diff"] < 2.5 * step and out["nan"]["halting_single"] < 2.5 * step
     else:
         assert out["diff"] < 1e-5  # the trainable weights
+    if variant == "accum":  # the moving average of the weights, the same on 2 replicas
+        lag = out["nan"]["ema_lag"]  # after 2 updates, the largest |shadow - weight|
+        assert lag > 1e-6 and out["nan"]["ema_diff"] < 0.05 * lag, out["nan"]
     if variant == "plain":  # both replicas skipped the update, on every copy of a weight
         n = 2 * len(Transformer.from_hparams(hparams.apply(hp, values), 200, 200).weights)
         assert out["nan"] == {"skipped": 1.0, "step": 1, "copies": n, "unchanged": True}
