@@ -357,47 +357,16 @@ def average_last(hp, trainer, dev_bleu) -> dict | None:
     return {"checkpoints": paths, "dev_bleu": bleu, "wins": wins, "path": out if wins else ""}
 
 
-def best_own_weights(trainer, dev_bleu) -> dict | None:
-    """With --ema_decay, where the dev evaluations scored the moving average: the best
-    checkpoint's own weights, scored on the dev subset by ``dev_bleu()`` (a candidate for
-    the default model beside the EMA weights: :func:`record_default`)."""
-    path = tf.train.latest_checkpoint(trainer.best.directory)
-    if not path or not trainer.ema:
-        return None
-    t0 = time.time()
-    bleu = scored(trainer.model, path, dev_bleu)
-    trainer.eval_seconds.assign_add(time.time() - t0)
-    return {"path": path, "dev_bleu": bleu, "what": "best checkpoint's own weights"}
-
-
-def record_default(hp, trainer, averaged: dict | None, own: dict | None = None) -> dict | None:
+def record_default(logdir: str, candidates: list[dict]) -> dict | None:
     """``<logdir>/best.json``: the model eval.py, translate.py and export.py load by
-    default (checkpoints.choose_checkpoint), the best on the dev subset of: the best
-    checkpoint by dev BLEU (with --ema_decay, its EMA weights, which the dev evaluations
-    scored, and ``own``, its own weights), and the average of the last checkpoints where
-    it won (``averaged``). The first listed wins a tie. The choice is printed and
-    returned ({path, dev_bleu, what})."""
-    best = tf.train.latest_checkpoint(trainer.best.directory)
-    if not best:
+    default (:func:`choose_checkpoint`), the best on the dev subset of ``candidates``
+    ({path, dev_bleu, what}: the best checkpoint by dev BLEU or, with --ema_decay, its EMA
+    weights and its own weights; the average of the last checkpoints where it won), the
+    first of equals. The choice is printed (with the others' figures) and returned."""
+    if not candidates:
         return None
-    step = int(best.rsplit("-", 1)[1])
-    first = {
-        "path": best,
-        "dev_bleu": float(trainer.best_bleu),
-        "what": "best checkpoint by dev BLEU",
-    }
-    if trainer.ema and tf.io.gfile.exists(trainer.ema_model_path(step) + ".index"):
-        first = dict(
-            first,
-            path=trainer.ema_model_path(step),
-            what=f"EMA weights (decay {hp.ema_decay:g}) of the best checkpoint",
-        )
-    candidates = [first] + ([own] if own else [])
-    if averaged and averaged["wins"]:
-        names = ", ".join(os.path.basename(p) for p in averaged["checkpoints"])
-        candidates.append(dict(averaged, what=f"average of {names}"))
     chosen = max(candidates, key=lambda c: c["dev_bleu"])  # the first of equals
-    write_default(hp.logdir, chosen["path"], chosen["dev_bleu"], chosen["what"])
+    write_default(logdir, chosen["path"], chosen["dev_bleu"], chosen["what"])
     if len(candidates) > 1:
         others = "; ".join(
             f"{c['what']} {c['dev_bleu']:.2f}" for c in candidates if c is not chosen

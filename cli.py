@@ -165,21 +165,40 @@ def _metavar(value: Any) -> str:
     return {bool: "BOOL", int: "INT", float: "FLOAT"}.get(type(value), "STR")
 
 
-def _help(text: str, value: Any) -> str:
+def _help(text: str, value: Any, source: str = "") -> str:
+    """``text`` with the value this command would use and, given ``source``, where it
+    comes from: ``(default: 'xl', from hparams.py)``, ``(default: 8000, from preset
+    multi30k)`` or ``(this command: 512, from the command line)``."""
     if "(default:" not in text:
         shown = str(value).lower() if isinstance(value, bool) else repr(value)
-        text = f"{text} (default: {shown})"
+        if source == "the command line":
+            text = f"{text} (this command: {shown}, from the command line)"
+        else:
+            text = f"{text} (default: {shown}{', from ' + source if source else ''})"
     return text.replace("%", "%%").strip()
 
 
-def _add(group, name: str, default: Any, text: str, hidden: bool = False) -> None:
+def sources(preset: str, given) -> dict[str, str]:
+    """Where each hyperparameter's value comes from: the command line (``given``), the
+    preset ``preset`` (the fields it sets) or hparams.py (the defaults)."""
+    return {
+        name: "the command line"
+        if name in given
+        else f"preset {preset}"
+        if name in hparams.PRESETS.get(preset, {})
+        else "hparams.py"
+        for name in hparams.FIELDS
+    }
+
+
+def _add(group, name: str, default: Any, text: str, hidden: bool = False, source: str = "") -> None:
     kwargs: dict[str, Any] = dict(dest=name, default=argparse.SUPPRESS, metavar=_metavar(default))
     if isinstance(default, bool):  # a bare --name means true
         kwargs.update(nargs="?", const="true")
     if name in hparams.CHOICES:
         kwargs["metavar"] = "{" + ",".join(hparams.CHOICES[name]) + "}"
     group.add_argument(
-        f"--{name}", help=argparse.SUPPRESS if hidden else _help(text, default), **kwargs
+        f"--{name}", help=argparse.SUPPRESS if hidden else _help(text, default, source), **kwargs
     )
 
 
@@ -194,16 +213,23 @@ def _description(script: Script | None) -> str:
 
 
 def build_parser(
-    script: Script | None, base: hparams.Hparams, options: dict[str, tuple[Any, str]]
+    script: Script | None,
+    base: hparams.Hparams,
+    options: dict[str, tuple[Any, str]],
+    origin: dict[str, str] | None = None,
+    add_help: bool = True,
 ) -> argparse.ArgumentParser:
     """The full parser: the script's options, then the hyperparameters by section (with the
-    defaults of ``base``, i.e. of the preset), then the presets in the epilog."""
+    values of ``base``: the preset's, and the command line's where ``--help`` shows them,
+    each with its :func:`sources` entry in ``origin``), then the presets in the epilog."""
     docs = field_docs()
     wanted = set()
     for name in script.fields if script else tuple(docs.sections):
         wanted.update(docs.sections.get(name, [name]))
     presets = "\n".join(f"  {name:<18} {text}" for name, text in docs.presets.items())
+    origin = origin or {}
     parser = _Parser(
+        add_help=add_help,
         prog=f"python {script.name}.py" if script else None,
         usage="%(prog)s [--preset NAME] [--name value ...]",
         description=_description(script),
@@ -226,7 +252,12 @@ def build_parser(
         for name in names:
             hidden = name not in wanted
             _add(
-                parser if hidden else group, name, getattr(base, name), docs.comments[name], hidden
+                parser if hidden else group,
+                name,
+                getattr(base, name),
+                docs.comments[name],
+                hidden,
+                origin.get(name, ""),
             )
     if script is not None and set(hparams.FIELDS) - wanted:
         parser.add_argument_group(
@@ -270,7 +301,7 @@ def parser(name: str, preset: str = "demo") -> argparse.ArgumentParser:
     with ``script=script_of(name)`` also names an unknown option's closest match."""
     script = script_of(name)
     options = {"verbose": (False, VERBOSE_HELP), **script.options}
-    return build_parser(script, hparams.preset(preset), options)
+    return build_parser(script, hparams.preset(preset), options, sources(preset, ()))
 
 
 def _convert_option(key: str, default: Any, value: str) -> Any:
@@ -307,7 +338,15 @@ def parse_args(
     first.add_argument("--preset", default="demo")
     name = first.parse_known_args(argv)[0].preset
     base = hparams.preset(name)
-    namespace, rest = build_parser(script, base, options).parse_known_args(argv)
+    # the command line's own values first, for --help to show with their source
+    quiet = build_parser(script, base, options, add_help=False).parse_known_args(argv)[0]
+    given = {k: v for k, v in vars(quiet).items() if k in hparams.FIELDS}
+    try:
+        shown = hparams.apply(base, given)
+    except UserError:  # a bad value: the parse below reports it
+        shown = base
+    parser = build_parser(script, shown, options, sources(name, given))
+    namespace, rest = parser.parse_known_args(argv)
     for arg in rest:
         if arg.startswith("--"):
             key = arg[2:].partition("=")[0]

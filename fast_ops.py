@@ -344,26 +344,3 @@ def xla_function(fn, **kwargs):
     into one loop), so the traced function uses TensorFlow's ops and the rewrites of this
     module instead."""
     return tf.function(_flagged(fn, _XLA_TRACING), jit_compile=True, autograph=False, **kwargs)
-
-
-# ---------------------------------------------------------------------------------------
-# Adam that takes gradients already summed over the replicas
-# ---------------------------------------------------------------------------------------
-@keras.saving.register_keras_serializable(package="transformer")
-class Adam(keras.optimizers.Adam):
-    """keras.optimizers.Adam (5.3) that can skip Keras' sum of the replicas' gradients:
-    where ``summed`` is set (trainer.Trainer, which all-reduces the gradients once and
-    clips their sum), the gradients it gets are summed already. The same update, slot
-    variables and checkpoints as Keras' Adam."""
-
-    def __init__(self, *args, name: str = "adam", **kwargs):
-        super().__init__(*args, name=name, **kwargs)
-        # True where the caller passes gradients already summed over the replicas
-        # (trainer.Trainer, which clips the sum): Keras' own all-reduce is then skipped
-        self.summed = False
-
-    def _all_reduce_sum_gradients(self, grads_and_vars):
-        """Keras' sum of the replicas' gradients, skipped when they are summed already."""
-        if self.summed:
-            return list(grads_and_vars)
-        return super()._all_reduce_sum_gradients(grads_and_vars)

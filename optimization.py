@@ -1,6 +1,6 @@
-"""What training optimizes (Vaswani et al. 2017, section 5): the learning-rate schedule
-(5.3, and the other schedules the presets use) and the label-smoothed cross-entropy
-(5.4). Used by trainer.py.
+"""What training optimizes and how (Vaswani et al. 2017, section 5): the learning-rate
+schedule (5.3, and the other schedules the presets use), the label-smoothed
+cross-entropy (5.4) and Adam (5.3). Used by trainer.py.
 """
 
 from __future__ import annotations
@@ -95,3 +95,26 @@ def smoothed_cross_entropy(logits, labels, epsilon: float = 0.1, with_nll: bool 
     """(M,) label-smoothed losses [and (M,) plain cross-entropy]; see cross_entropy_terms."""
     loss, nll, _ = cross_entropy_terms(logits, labels, epsilon)
     return (loss, nll) if with_nll else loss
+
+
+# ---------------------------------------------------------------------------------------
+# Adam that takes gradients already summed over the replicas
+# ---------------------------------------------------------------------------------------
+@keras.saving.register_keras_serializable(package="transformer")
+class Adam(keras.optimizers.Adam):
+    """keras.optimizers.Adam (5.3) that can skip Keras' sum of the replicas' gradients:
+    where ``summed`` is set (trainer.Trainer, which all-reduces the gradients once and
+    clips their sum), the gradients it gets are summed already. The same update, slot
+    variables and checkpoints as Keras' Adam."""
+
+    def __init__(self, *args, name: str = "adam", **kwargs):
+        super().__init__(*args, name=name, **kwargs)
+        # True where the caller passes gradients already summed over the replicas
+        # (trainer.Trainer, which clips the sum): Keras' own all-reduce is then skipped
+        self.summed = False
+
+    def _all_reduce_sum_gradients(self, grads_and_vars):
+        """Keras' sum of the replicas' gradients, skipped when they are summed already."""
+        if self.summed:
+            return list(grads_and_vars)
+        return super()._all_reduce_sum_gradients(grads_and_vars)

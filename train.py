@@ -421,15 +421,12 @@ def finish_run(run: Run, stop: Stop | None) -> dict:
     if trainer.position != run.saved:
         trainer.save()
     signalled = stop is not None and stop.kind == "signal"  # here or in another worker
-    averaged = own = default = None
-    if run.history and not signalled:
-        score = lambda: dev_bleu(run.dev, run.translator)  # noqa: E731
-        if hp.average > 1:
-            averaged = checkpoints.average_last(hp, trainer, score)
-        if trainer.ema and not trainer.multi_worker:
-            own = checkpoints.best_own_weights(trainer, score)
+    averaged = default = None
+    if run.history and not signalled and hp.average > 1:
+        averaged = checkpoints.average_last(hp, trainer, lambda: dev_bleu(run.dev, run.translator))
     if trainer.chief and run.history:
-        default = checkpoints.record_default(hp, trainer, averaged, own)
+        candidates = default_candidates(run, averaged, scored=not signalled)
+        default = checkpoints.record_default(hp.logdir, candidates)
     share = float(trainer.eval_seconds) / max(trainer.seconds_used(), 1e-9)
     last_lr = float(trainer.schedule(max(trainer.step - 1, 0)))  # of the last update
     # the path this run saved (a non-chief worker may look before the chief's
@@ -454,6 +451,36 @@ def finish_run(run: Run, stop: Stop | None) -> dict:
         averaged=averaged,
         default=default,
     )
+
+
+def default_candidates(run: Run, averaged: dict | None, scored: bool = True) -> list[dict]:
+    """The run's candidates for its default model ({path, dev_bleu, what}), in the order
+    that breaks a tie: the best checkpoint by dev BLEU or, with --ema_decay, its EMA
+    weights (which the dev evaluations scored) and then its own weights (scored here, once,
+    where ``scored`` and one process holds the run); the average where it beat the best
+    (checkpoints.average_last)."""
+    trainer = run.trainer
+    best = tf.train.latest_checkpoint(trainer.best.directory)
+    if not best:
+        return []
+    candidates = [
+        dict(path=best, dev_bleu=float(trainer.best_bleu), what="best checkpoint by dev BLEU")
+    ]
+    ema_path = trainer.ema_model_path(int(best.rsplit("-", 1)[1]))
+    if trainer.ema and tf.io.gfile.exists(ema_path + ".index"):
+        what = f"EMA weights (decay {run.hp.ema_decay:g}) of the best checkpoint"
+        candidates[0].update(path=ema_path, what=what)
+        if scored and not trainer.multi_worker:
+            t0 = time.time()
+            bleu = checkpoints.scored(
+                trainer.model, best, lambda: dev_bleu(run.dev, run.translator)
+            )
+            trainer.eval_seconds.assign_add(time.time() - t0)
+            candidates.append(dict(path=best, dev_bleu=bleu, what="best checkpoint's own weights"))
+    if averaged and averaged["wins"]:
+        names = ", ".join(os.path.basename(p) for p in averaged["checkpoints"])
+        candidates.append(dict(averaged, what=f"average of {names}"))
+    return candidates
 
 
 def evaluate(

@@ -86,7 +86,7 @@ class Trainer:
         self.schedule = optimization.TransformerSchedule(
             hp.lr_schedule, hp.d_model, hp.warmup_steps, hp.lr, hp.cooldown
         )
-        self.optimizer = self.adam = fast_ops.Adam(self.schedule, **adam)
+        self.optimizer = self.adam = optimization.Adam(self.schedule, **adam)
         if loss_scaling:
             self.optimizer = keras.optimizers.LossScaleOptimizer(self.optimizer)
         self.loss_scale = LossScale(self.optimizer, loss_scaling)
@@ -95,7 +95,7 @@ class Trainer:
         self.group_of = {id(v): name for name, (vs, _) in groups.items() for v in vs}
         self.group_optimizers = {}
         for name, (variables, schedule) in groups.items():
-            self.group_optimizers[name] = fast_ops.Adam(schedule, **adam)
+            self.group_optimizers[name] = optimization.Adam(schedule, **adam)
             self.group_optimizers[name].build(variables)
         main = [v for v in model.trainable_variables if id(v) not in self.group_of]
         self.optimizer.build(main)

@@ -4,6 +4,7 @@ the help, and the quiet start (filtered C++ start-up lines) on a CPU-only machin
 import dataclasses
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -113,7 +114,10 @@ def test_train_help_lists_every_hyperparameter_with_type_default_and_comment(cap
     assert text.startswith("usage: python train.py [--preset NAME] [--name value ...]")
     assert "Train the Transformer: Adam + a learning-rate schedule" in text  # its own description
     line = option_line(text, "d_model")
-    assert line == "--d_model INT width of every layer's input and output (3.1) (default: 128)"
+    assert line == (
+        "--d_model INT width of every layer's input and output (3.1) (default: 128, from "
+        "hparams.py)"
+    )
     assert option_line(text, "norm").startswith("--norm {post,pre} post (paper) | pre")
     for name in hparams.FIELDS:
         assert f"--{name} " in text, name
@@ -126,13 +130,42 @@ def test_train_help_lists_every_hyperparameter_with_type_default_and_comment(cap
 
 
 def test_preset_help_shows_the_presets_defaults(capsys):
-    text = help_text(train, ["--preset", "multi30k"], capsys)
-    assert option_line(text, "d_model").endswith("(default: 256)")
-    assert option_line(text, "vocab_size").endswith("(default: 8000)")
+    text = help_text(train, ["--preset", "multi30k", "--lr", "0.001"], capsys)
+    assert option_line(text, "d_model").endswith("(default: 256, from preset multi30k)")
+    assert option_line(text, "vocab_size").endswith("(default: 8000, from preset multi30k)")
+    assert option_line(text, "position").endswith("(default: 'xl', from hparams.py)")
+    assert option_line(text, "lr").endswith("(this command: 0.001, from the command line)")
     # the preset may come after --help too
     with pytest.raises(SystemExit):
         cli.parse_args(["--help", "--preset=iwslt2016"], script=train.SCRIPT)
-    assert option_line(capsys.readouterr().out, "d_model").endswith("(default: 512)")
+    out = capsys.readouterr().out
+    assert option_line(out, "d_model").endswith("(default: 512, from preset iwslt2016)")
+    assert option_line(out, "position").endswith("(default: 'sinusoid', from preset iwslt2016)")
+
+
+def test_an_edit_of_hparams_py_is_what_train_py_runs_and_shows(tmp_path):
+    """The defaults in hparams.py are the default run's (the demo preset adds nothing):
+    in a copy of the project whose hparams.py says position "t5", train.py's --help
+    shows t5 from hparams.py, and its settings are t5."""
+    for name in os.listdir(ROOT):
+        if name.endswith(".py"):
+            shutil.copy(os.path.join(ROOT, name), tmp_path / name)
+    source = (tmp_path / "hparams.py").read_text()
+    line = '    position: str = "xl"  #'
+    assert source.count(line) == 1
+    (tmp_path / "hparams.py").write_text(source.replace(line, '    position: str = "t5"  #'))
+    help_out = subprocess.run(
+        [sys.executable, "train.py", "--help"], cwd=tmp_path, capture_output=True, text=True
+    ).stdout
+    assert option_line(help_out, "position").endswith("(default: 't5', from hparams.py)")
+    code = "import cli; print(cli.parse_args([], script=cli.script_of('train'))[0].position)"
+    ran = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert ran.stdout.strip().splitlines()[-1] == "t5", ran.stderr[-2000:]
 
 
 def test_prepro_help_lists_what_prepro_uses(capsys):
