@@ -305,56 +305,48 @@ def remove_partial_checkpoints(folder: str) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def keep_best(trainer, bleu: float | None) -> bool:
-    """Whether ``bleu`` beats the run's best dev BLEU (then it becomes the best); a
-    figure that does not counts one more epoch for early stopping."""
-    if bleu is None:
-        return False
-    if bleu > float(trainer.best_bleu):
-        trainer.best_bleu.assign(bleu)
-        trainer.bad_epochs.assign(0)
-        return True
-    trainer.bad_epochs.assign_add(1)
-    return False
-
-
-def average_last(hp, trainer, dev_bleu) -> dict | None:
-    """The average of the run's last ``hp.average`` checkpoints (Vaswani et al. 2017,
-    6.1; under wsd, spread over the cooldown: checkpoints.spread_checkpoints), scored on
-    the dev subset by ``dev_bleu()`` (the model's dev BLEU as it is); written to
-    ``<logdir>/averaged/avg-last<N>-<step>``
-    if it beats the best checkpoint. The model's own weights are put back after."""
-    if trainer.multi_worker:
-        print("train: --average is skipped in a multi-worker run: use average_checkpoints.py")
-        return None
-    saved = trainer.manager.checkpoints
+def average_last(
+    hp, model, saved: list[str], step: int, best_bleu: float, chief: bool, dev_bleu
+) -> dict | None:
+    """The average of the last ``hp.average`` of a run's checkpoints ``saved`` (oldest
+    first; Vaswani et al. 2017, 6.1; under wsd, spread over the cooldown:
+    :func:`spread_checkpoints`) at step ``step``, put in ``model`` and scored on the dev
+    subset by ``dev_bleu()`` (the model's dev BLEU as it is); written to
+    ``<logdir>/averaged/avg-last<N>-<step>`` (by the ``chief``) if it beats the best
+    checkpoint's ``best_bleu``. The model's own weights are put back after. Returns
+    {checkpoints, dev_bleu, wins, path, seconds}, or None with too few checkpoints."""
     if hp.lr_schedule == "wsd":  # Budget.points: at least half their spacing apart
-        gap = 0.5 * hp.cooldown * trainer.step / hp.average
+        gap = 0.5 * hp.cooldown * step / hp.average
         paths = spread_checkpoints(saved, hp.average, gap)
     else:
         paths = saved[-hp.average :]
     if len(paths) < hp.average:
         print(f"train: {len(paths)} checkpoint(s), fewer than --average {hp.average}: no average")
         return None
-    model, t0 = trainer.model, time.time()
+    t0 = time.time()
     own = [w.numpy() for w in model.weights]
     weights = average_weights(model, paths)
-    bleu, best = dev_bleu(), float(trainer.best_bleu)
-    wins = bleu > best
-    out = os.path.join(hp.logdir, "averaged", f"avg-last{hp.average}-{trainer.step}")
-    if wins and trainer.chief:
+    bleu = dev_bleu()
+    wins = bleu > best_bleu
+    out = os.path.join(hp.logdir, "averaged", f"avg-last{hp.average}-{step}")
+    if wins and chief:
         with files.atomic_path(out) as tmp:  # its .index and .data-* files
             weights.write(tmp)
     for w, value in zip(model.weights, own):
         w.assign(value)
-    trainer.eval_seconds.assign_add(time.time() - t0)
     names = ", ".join(os.path.basename(p) for p in paths)
     print(
         f"train: the average of {names} has dev BLEU {bleu:.2f} against the best "
-        f"checkpoint's {best:.2f}: "
+        f"checkpoint's {best_bleu:.2f}: "
         + (f"it is the default model ({out})" if wins else "the best checkpoint stays")
     )
-    return {"checkpoints": paths, "dev_bleu": bleu, "wins": wins, "path": out if wins else ""}
+    return {
+        "checkpoints": paths,
+        "dev_bleu": bleu,
+        "wins": wins,
+        "path": out if wins else "",
+        "seconds": time.time() - t0,
+    }
 
 
 def record_default(logdir: str, candidates: list[dict]) -> dict | None:

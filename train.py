@@ -414,7 +414,7 @@ def finish_run(run: Run, stop: Stop | None) -> dict:
             run.history.append(
                 evaluate(hp, trainer, run.dev, run.translator, run.writer, interrupt)
             )
-            trainer.save(best=checkpoints.keep_best(trainer, run.history[-1]["dev_bleu"]))
+            trainer.save(best=keep_best(trainer, run.history[-1]["dev_bleu"]))
             run.saved = trainer.position
         except DevAbandoned:
             stop = Stop("signal", f"stopped by {interrupt.name} during the final dev evaluation")
@@ -422,8 +422,20 @@ def finish_run(run: Run, stop: Stop | None) -> dict:
         trainer.save()
     signalled = stop is not None and stop.kind == "signal"  # here or in another worker
     averaged = default = None
-    if run.history and not signalled and hp.average > 1:
-        averaged = checkpoints.average_last(hp, trainer, lambda: dev_bleu(run.dev, run.translator))
+    if run.history and not signalled and hp.average > 1 and trainer.multi_worker:
+        print("train: --average is skipped in a multi-worker run: use average_checkpoints.py")
+    elif run.history and not signalled and hp.average > 1:
+        averaged = checkpoints.average_last(
+            hp,
+            trainer.model,
+            trainer.manager.checkpoints,
+            trainer.step,
+            float(trainer.best_bleu),
+            trainer.chief,
+            lambda: dev_bleu(run.dev, run.translator),
+        )
+        if averaged:
+            trainer.eval_seconds.assign_add(averaged["seconds"])
     if trainer.chief and run.history:
         candidates = default_candidates(run, averaged, scored=not signalled)
         default = checkpoints.record_default(hp.logdir, candidates)
@@ -543,7 +555,7 @@ def end_of_epoch(
     result = evaluate(hp, trainer, dev, translator, writer, interrupt, bleu)
     trainer.epoch.assign_add(1)
     trainer.batch_in_epoch.assign(0)
-    improved = checkpoints.keep_best(trainer, result["dev_bleu"])
+    improved = keep_best(trainer, result["dev_bleu"])
     # the counters are updated first, so that a resumed run knows the true best so far
     path = trainer.save(best=improved)
     bleu_text = "not computed (eval_share)" if not bleu else f"{result['dev_bleu']:.2f}"
@@ -552,6 +564,19 @@ def end_of_epoch(
         f"{' (best)' if improved else ''}; e.g. {result['example']}{path}"
     )
     return result
+
+
+def keep_best(trainer: Trainer, bleu: float | None) -> bool:
+    """Whether ``bleu`` beats the run's best dev BLEU (then it becomes the best); a
+    figure that does not counts one more epoch for early stopping."""
+    if bleu is None:
+        return False
+    if bleu > float(trainer.best_bleu):
+        trainer.best_bleu.assign(bleu)
+        trainer.bad_epochs.assign(0)
+        return True
+    trainer.bad_epochs.assign_add(1)
+    return False
 
 
 def dev_bleu(dev: Dev, translator) -> float:

@@ -135,7 +135,7 @@ def run(demo_prepro, tmp_path_factory):
 def mirrored(demo_prepro, tmp_path_factory):
     """The cases of mirrored_cases.py (MirroredStrategy steps on 2 logical CPUs), run once
     in one fresh process on the demo's prepro: {case: result}."""
-    keys = ("prepro_dir", "vocab_size", "d_model", "d_ff", "num_blocks", "num_heads")
+    keys = ("prepro_dir", "vocab_size", "d_model", "d_ff", "num_blocks", "num_heads", "position")
     values = {k: getattr(demo_prepro, k) for k in keys + ("tokens_per_batch",)}
     values["dropout_rate"] = 0.0
     code = "import sys; sys.path.insert(0, 'tests'); import mirrored_cases; mirrored_cases.main()"

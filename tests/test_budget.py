@@ -361,11 +361,22 @@ def test_average_becomes_the_default_only_where_it_wins(demo_prepro, tmp_path):
     trainer.best_bleu.assign(-1.0)
     dev = Dev(hp, tok)
     translator = dev.translator(trainer.model, tok, hp)
-    averaged = checkpoints.average_last(hp, trainer, lambda: train.dev_bleu(dev, translator))
+    averaged = checkpoints.average_last(
+        hp,
+        trainer.model,
+        trainer.manager.checkpoints,
+        trainer.step,
+        float(trainer.best_bleu),
+        trainer.chief,
+        lambda: train.dev_bleu(dev, translator),
+    )
     assert averaged["wins"] and averaged["path"].endswith(f"averaged/avg-last3-{trainer.step}")
     for w, value in zip(trainer.model.weights, own):
         np.testing.assert_array_equal(w.numpy(), value)
-    checkpoints.record_default(hp, trainer, averaged)
+    assert averaged["seconds"] > 0
+    best = dict(path=trainer.best.directory, dev_bleu=-1.0, what="best checkpoint by dev BLEU")
+    chosen = checkpoints.record_default(hp.logdir, [best, dict(averaged, what="average")])
+    assert chosen["path"] == averaged["path"]
     saved, _, model, path = checkpoints.load_run(hp.logdir, {})
     assert path == averaged["path"]
     table = next(n for n, _ in tf.train.list_variables(path) if n.startswith("model/tgt_emb"))

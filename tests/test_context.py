@@ -180,7 +180,7 @@ def test_memory_needs_a_relative_family_and_layers_that_take_it():
     base = hparams.Hparams()
     assert hparams.apply(base, {"memory_sentences": 2, "position": "xl"}).memory_sentences == 2
     for extra, match in (
-        ({}, "position=sinusoid is absolute: pick one of shaw, t5, xl"),
+        ({"position": "sinusoid"}, "position=sinusoid is absolute: pick one of shaw, t5, xl"),
         ({"position": "xl", "model_type": "universal"}, "universal has no document memory"),
         ({"position": "xl", "key_mask_defect": True}, "key_mask_defect=true attends to padding"),
     ):
