@@ -60,9 +60,16 @@ import data_load
 import devices
 import files
 import finetune
-import metrics
 import summaries
-from budget import Budget
+from budget import Budget, RunClock
+from dev_evaluation import (  # noqa: F401 (train.dev_bleu, ...)
+    default_candidates,
+    dev_bleu,
+    end_evaluations,
+    end_of_epoch,
+    evaluate,
+    keep_best,
+)
 from hparams import UserError
 from interrupts import DevAbandoned, Interrupt
 from trainer import Dev, Health, StepStats, Trainer
@@ -127,7 +134,7 @@ def train(hp: hparams.Hparams, ckpt: str = "") -> dict:
             saved = trainer.position if trainer.restore(ckpt) and not ckpt else None
         translator = dev.translator(trainer.model, tok, hp)
         # per epoch: the same every epoch (with bpe_dropout, epoch 1's: the others differ a little)
-        budget = Budget(hp, trainer, -(-len(data.batches(0)) // hp.accum_steps))
+        budget = Budget(hp, run_clock(trainer), -(-len(data.batches(0)) // hp.accum_steps))
         why = nothing_left(hp, trainer, budget, dev, translator)
         if why:
             print(f"train: {hp.logdir} {why}; nothing was trained or written")
@@ -163,6 +170,17 @@ def train(hp: hparams.Hparams, ckpt: str = "") -> dict:
                 raise UserError(line, status=devices.PEER_LOST_STATUS) from None
 
 
+def run_clock(trainer: Trainer) -> RunClock:
+    """What the run's Budget reads and writes of its Trainer."""
+    return RunClock(
+        step=lambda: trainer.step,
+        spent=lambda: trainer.chief_value(trainer.seconds_used()),
+        budget_used=trainer.budget_used,
+        eval_seconds=trainer.eval_seconds,
+        chief_value=trainer.chief_value,
+    )
+
+
 def nothing_left(hp, trainer: Trainer, budget: Budget, dev: Dev, translator) -> str | None:
     """Why a restored run has nothing left to train under these settings (its epochs,
     max_steps, early stopping or max_minutes spent), or None. Under max_minutes a run is
@@ -181,7 +199,7 @@ def nothing_left(hp, trainer: Trainer, budget: Budget, dev: Dev, translator) -> 
             f"{step}); raise --early_stopping, or 0 to turn it off"
         )
     if budget.seconds:
-        budget.reserve = budget.estimate(dev, translator) * end_evaluations(hp)
+        budget.reserve = budget.estimate(dev, translator, trainer.dev_loss) * end_evaluations(hp)
         if budget.out_of_time():
             return (
                 f"has spent max_minutes={hp.max_minutes:g} ({trainer.seconds_used() / 60:.1f} "
@@ -189,12 +207,6 @@ def nothing_left(hp, trainer: Trainer, budget: Budget, dev: Dev, translator) -> 
                 f"step {step}); raise --max_minutes"
             )
     return None
-
-
-def end_evaluations(hp) -> int:
-    """Dev BLEU evaluations at a run's end: its final weights', the average's (--average)
-    and the best checkpoint's own weights' (--ema_decay): what max_minutes keeps back."""
-    return 1 + (hp.average > 1) + (hp.ema_decay > 0)
 
 
 def summary(trainer: Trainer, checkpoint: str | None, stop: Stop | None, **fields) -> dict:
@@ -294,7 +306,7 @@ def train_loop(
     health = Health(hp, trainer, writer)
     run = Run(hp, trainer, dev, translator, writer, interrupt, budget, health, saved)
     if budget.seconds and not budget.reserve:  # else estimated by nothing_left
-        budget.reserve = budget.estimate(dev, translator) * end_evaluations(hp)
+        budget.reserve = budget.estimate(dev, translator, trainer.dev_loss) * end_evaluations(hp)
         print(
             f"train: {budget.reserve:.1f} s of max_minutes kept back for the final dev "
             f"evaluation{' and the choice of the default model' if end_evaluations(hp) > 1 else ''}"
@@ -437,7 +449,9 @@ def finish_run(run: Run, stop: Stop | None) -> dict:
         if averaged:
             trainer.eval_seconds.assign_add(averaged["seconds"])
     if trainer.chief and run.history:
-        candidates = default_candidates(run, averaged, scored=not signalled)
+        candidates = default_candidates(
+            hp, trainer, run.dev, run.translator, averaged, scored=not signalled
+        )
         default = checkpoints.record_default(hp.logdir, candidates)
     share = float(trainer.eval_seconds) / max(trainer.seconds_used(), 1e-9)
     last_lr = float(trainer.schedule(max(trainer.step - 1, 0)))  # of the last update
@@ -463,125 +477,6 @@ def finish_run(run: Run, stop: Stop | None) -> dict:
         averaged=averaged,
         default=default,
     )
-
-
-def default_candidates(run: Run, averaged: dict | None, scored: bool = True) -> list[dict]:
-    """The run's candidates for its default model ({path, dev_bleu, what}), in the order
-    that breaks a tie: the best checkpoint by dev BLEU or, with --ema_decay, its EMA
-    weights (which the dev evaluations scored) and then its own weights (scored here, once,
-    where ``scored`` and one process holds the run); the average where it beat the best
-    (checkpoints.average_last)."""
-    trainer = run.trainer
-    best = tf.train.latest_checkpoint(trainer.best.directory)
-    if not best:
-        return []
-    candidates = [
-        dict(path=best, dev_bleu=float(trainer.best_bleu), what="best checkpoint by dev BLEU")
-    ]
-    ema_path = trainer.ema_model_path(int(best.rsplit("-", 1)[1]))
-    if trainer.ema and tf.io.gfile.exists(ema_path + ".index"):
-        what = f"EMA weights (decay {run.hp.ema_decay:g}) of the best checkpoint"
-        candidates[0].update(path=ema_path, what=what)
-        if scored and not trainer.multi_worker:
-            t0 = time.time()
-            bleu = checkpoints.scored(
-                trainer.model, best, lambda: dev_bleu(run.dev, run.translator)
-            )
-            trainer.eval_seconds.assign_add(time.time() - t0)
-            candidates.append(dict(path=best, dev_bleu=bleu, what="best checkpoint's own weights"))
-    if averaged and averaged["wins"]:
-        names = ", ".join(os.path.basename(p) for p in averaged["checkpoints"])
-        candidates.append(dict(averaged, what=f"average of {names}"))
-    return candidates
-
-
-def evaluate(
-    hp, trainer: Trainer, dev: Dev, translator, writer, interrupt=None, bleu: bool = True
-) -> dict:
-    """Dev loss (all of dev) and, with ``bleu``, dev BLEU of the dev subset: summaries,
-    translations to evaldir; the time is added to ``trainer.eval_seconds``. A signal
-    abandons it (:class:`DevAbandoned`; in one process only: other workers would wait for
-    this one). Returns {epoch, step, dev_loss, dev_bleu (None without BLEU), seconds}."""
-    epoch, step, t0 = int(trainer.epoch) + 1, trainer.step, time.time()
-    interrupt = interrupt or Interrupt()
-    with interrupt.abandonable_region(not trainer.multi_worker), trainer.scored_weights():
-        dev_loss, dev_nll = trainer.dev_loss(dev.corpus, max(1, hp.tokens_per_batch // 64))
-        hyps = translator.translate(dev.src, dev.docs) if bleu else []
-        scores = metrics.scores(hyps, dev.ref) if bleu else None
-    seconds = time.time() - t0
-    trainer.eval_seconds.assign_add(seconds)
-    if bleu and trainer.chief:
-        name = f"E{epoch:02d}S{step}L{dev_loss:.2f}"
-        text = "\n".join(hyps) + f"\nBLEU = {scores['sacrebleu']:.2f}\n"
-        files.atomic_write(os.path.join(hp.evaldir, name), text, trainer.unsaved())
-    with summaries.summaries_at(writer, step, hp, trainer.unsaved()):
-        summaries.dev_figures(dev_loss, dev_nll, scores)
-        if bleu:
-            summaries.sample_translations(dev.src, dev.ref, hyps)
-        if bleu and dev.src and hp.attention_layers != "none":
-            greedy = translator.decode if translator.k == 1 else None
-            with trainer.scored_weights():
-                summaries.attention(
-                    trainer.model,
-                    trainer.tok,
-                    dev.src[0],
-                    hp.max_len_extra,
-                    hp.attention_layers,
-                    greedy,
-                )
-    return {
-        "epoch": epoch,
-        "step": step,
-        "dev_loss": dev_loss,
-        "dev_bleu": scores["sacrebleu"] if bleu else None,
-        "example": f"{dev.src[0]!r} -> {hyps[0]!r}; " if hyps else "",
-        "seconds": seconds,
-    }
-
-
-def end_of_epoch(
-    hp,
-    trainer: Trainer,
-    dev: Dev,
-    translator,
-    writer,
-    interrupt: Interrupt | None = None,
-    bleu: bool = True,
-) -> dict:
-    """:func:`evaluate`, then the epoch counter moves on and a checkpoint is written
-    (into logdir/best too if the dev BLEU is the best so far). The counter moves just
-    before the checkpoint: a run stopped during the evaluation resumes at the end of the
-    epoch and evaluates it."""
-    result = evaluate(hp, trainer, dev, translator, writer, interrupt, bleu)
-    trainer.epoch.assign_add(1)
-    trainer.batch_in_epoch.assign(0)
-    improved = keep_best(trainer, result["dev_bleu"])
-    # the counters are updated first, so that a resumed run knows the true best so far
-    path = trainer.save(best=improved)
-    bleu_text = "not computed (eval_share)" if not bleu else f"{result['dev_bleu']:.2f}"
-    print(
-        f"epoch {result['epoch']}: dev loss {result['dev_loss']:.3f}, dev BLEU {bleu_text}"
-        f"{' (best)' if improved else ''}; e.g. {result['example']}{path}"
-    )
-    return result
-
-
-def keep_best(trainer: Trainer, bleu: float | None) -> bool:
-    """Whether ``bleu`` beats the run's best dev BLEU (then it becomes the best); a
-    figure that does not counts one more epoch for early stopping."""
-    if bleu is None:
-        return False
-    if bleu > float(trainer.best_bleu):
-        trainer.best_bleu.assign(bleu)
-        trainer.bad_epochs.assign(0)
-        return True
-    trainer.bad_epochs.assign_add(1)
-    return False
-
-
-def dev_bleu(dev: Dev, translator) -> float:
-    """The dev BLEU of the model's weights as they are, on the dev subset."""
-    return metrics.scores(translator.translate(dev.src, dev.docs), dev.ref)["sacrebleu"]
 
 
 def main() -> None:

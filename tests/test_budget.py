@@ -21,7 +21,7 @@ import optimization
 import train
 import trainer as trainer_module
 import translator
-from budget import Budget
+from budget import Budget, RunClock
 from eval import evaluate
 from helpers import tiny
 from hparams import UserError
@@ -71,12 +71,12 @@ def test_linear_schedule_falls_from_the_peak_to_zero():
 # the fraction of the budget used, for each bound
 # ---------------------------------------------------------------------------------------
 class FakeTrainer:
-    """What Budget reads of a Trainer: the step, the wall time and evaluation time of the
-    run, and the budget_used variable."""
+    """What train.run_clock reads of a Trainer: the step, the wall time and evaluation
+    time of the run, and the budget_used variable."""
 
     def __init__(self, step=0, seconds=0.0, eval_seconds=0.0, used=0.0):
-        self.step, self.seconds, self.eval_seconds = step, seconds, eval_seconds
-        self.budget_used = tf.Variable(used)
+        self.step, self.seconds = step, seconds
+        self.budget_used, self.eval_seconds = tf.Variable(used), tf.Variable(eval_seconds)
 
     def seconds_used(self):
         return self.seconds
@@ -85,9 +85,19 @@ class FakeTrainer:
         return value
 
 
+def clock(t: FakeTrainer) -> RunClock:
+    return RunClock(
+        step=lambda: t.step,
+        spent=lambda: t.chief_value(t.seconds_used()),
+        budget_used=t.budget_used,
+        eval_seconds=t.eval_seconds,
+        chief_value=t.chief_value,
+    )
+
+
 def budget(trainer, updates_per_epoch=10, **kw):
     hp = hparams.apply(hparams.Hparams(), {"lr_schedule": "wsd", **kw})
-    return Budget(hp, trainer, updates_per_epoch)
+    return Budget(hp, clock(trainer), updates_per_epoch)
 
 
 def test_budget_fraction_for_each_bound():
@@ -127,7 +137,7 @@ def test_budget_used_never_falls():
     # a schedule that does not follow the budget leaves it alone
     t.budget_used.assign(0.0)
     hp = hparams.apply(hparams.Hparams(), {"lr_schedule": "kyubyong", "num_epochs": 4})
-    Budget(hp, t, 10).before_update()
+    Budget(hp, clock(t), 10).before_update()
     assert float(t.budget_used) == 0.0
 
 
@@ -135,10 +145,10 @@ def test_dev_bleu_runs_within_its_share_of_a_time_budget():
     t = FakeTrainer(seconds=100.0, eval_seconds=5.0)
     b = budget(t, max_minutes=10, eval_share=0.1)
     assert b.bleu_due(4.0)  # 5 + 4 <= 0.1 * 104
-    t.eval_seconds = 8.0
+    t.eval_seconds.assign(8.0)
     assert not b.bleu_due(4.0)  # 12 > 10.4
     assert b.bleu_due(0.0)  # 8 <= 10
-    t.eval_seconds = 11.0
+    t.eval_seconds.assign(11.0)
     assert not b.bleu_due(0.0)  # 11 > 10
     assert budget(t, num_epochs=5).bleu_due(100.0)  # no time budget: every epoch
 
