@@ -86,13 +86,7 @@ class FakeTrainer:
 
 
 def clock(t: FakeTrainer) -> RunClock:
-    return RunClock(
-        step=lambda: t.step,
-        spent=lambda: t.chief_value(t.seconds_used()),
-        budget_used=t.budget_used,
-        eval_seconds=t.eval_seconds,
-        chief_value=t.chief_value,
-    )
+    return train.run_clock(t)  # what the run's Budget sees of a Trainer
 
 
 def budget(trainer, updates_per_epoch=10, **kw):
