@@ -15,6 +15,7 @@ import tensorflow as tf
 import budget as budget_module
 import checkpoints
 import data_load
+import dev_evaluation
 import devices
 import hparams
 import optimization
@@ -161,7 +162,7 @@ class Clock:
     def __init__(self, monkeypatch):
         self.now = 1000.0
         fake = types.SimpleNamespace(time=lambda: self.now, strftime=time.strftime)
-        for module in (train, trainer_module, budget_module, checkpoints):
+        for module in (train, trainer_module, budget_module, checkpoints, dev_evaluation):
             monkeypatch.setattr(module, "time", fake)
         for cls, name, seconds in (
             (Trainer, "train_batch", 0.05),
