@@ -120,16 +120,23 @@ def write_model(model, path: str, lost: str) -> None:
                     os.remove(part)
 
 
-def scored(model, path: str, dev_bleu) -> float:
-    """``dev_bleu()`` with the model's weights of checkpoint ``path``; the model's own
-    weights are put back after."""
+@contextlib.contextmanager
+def own_weights_kept(model):
+    """The model's own weights, put back after the ``with`` block (even on an error)."""
     own = [w.numpy() for w in model.weights]
     try:
-        restore_checkpoint(tf.train.Checkpoint(model=model), path, "was it written by another run?")
-        return dev_bleu()
+        yield
     finally:
         for w, value in zip(model.weights, own):
             w.assign(value)
+
+
+def scored(model, path: str, dev_bleu) -> float:
+    """``dev_bleu()`` with the model's weights of checkpoint ``path``; the model's own
+    weights are put back after."""
+    with own_weights_kept(model):
+        restore_checkpoint(tf.train.Checkpoint(model=model), path, "was it written by another run?")
+        return dev_bleu()
 
 
 _READ_ERRORS = (ValueError, AssertionError, IndexError, tf.errors.OpError)
@@ -324,16 +331,14 @@ def average_last(
         print(f"train: {len(paths)} checkpoint(s), fewer than --average {hp.average}: no average")
         return None
     t0 = time.time()
-    own = [w.numpy() for w in model.weights]
-    weights = average_weights(model, paths)
-    bleu = dev_bleu()
-    wins = bleu > best_bleu
     out = os.path.join(hp.logdir, "averaged", f"avg-last{hp.average}-{step}")
-    if wins and chief:
-        with files.atomic_path(out) as tmp:  # its .index and .data-* files
-            weights.write(tmp)
-    for w, value in zip(model.weights, own):
-        w.assign(value)
+    with own_weights_kept(model):
+        weights = average_weights(model, paths)
+        bleu = dev_bleu()
+        wins = bleu > best_bleu
+        if wins and chief:
+            with files.atomic_path(out) as tmp:  # its .index and .data-* files
+                weights.write(tmp)
     names = ", ".join(os.path.basename(p) for p in paths)
     print(
         f"train: the average of {names} has dev BLEU {bleu:.2f} against the best "

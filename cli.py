@@ -338,15 +338,16 @@ def parse_args(
     first.add_argument("--preset", default="demo")
     name = first.parse_known_args(argv)[0].preset
     base = hparams.preset(name)
-    # the command line's own values first, for --help to show with their source
-    quiet = build_parser(script, base, options, add_help=False).parse_known_args(argv)[0]
-    given = {k: v for k, v in vars(quiet).items() if k in hparams.FIELDS}
-    try:
-        shown = hparams.apply(base, given)
-    except UserError:  # a bad value: the parse below reports it
-        shown = base
-    parser = build_parser(script, shown, options, sources(name, given))
-    namespace, rest = parser.parse_known_args(argv)
+    shown, origin = base, None
+    if "-h" in argv or "--help" in argv:  # the command line's own values, with their source
+        quiet = build_parser(script, base, options, add_help=False).parse_known_args(argv)[0]
+        given = {k: v for k, v in vars(quiet).items() if k in hparams.FIELDS}
+        origin = sources(name, given)
+        try:
+            shown = hparams.apply(base, given)
+        except UserError:  # a bad value: the parse below reports it
+            pass
+    namespace, rest = build_parser(script, shown, options, origin).parse_known_args(argv)
     for arg in rest:
         if arg.startswith("--"):
             key = arg[2:].partition("=")[0]
