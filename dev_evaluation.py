@@ -35,20 +35,20 @@ def default_candidates(
     weights (which the dev evaluations scored) and then its own weights (scored here, once,
     where ``scored`` and one process holds the run); the average where it beat the best
     (checkpoints.average_last)."""
-    best = tf.train.latest_checkpoint(trainer.best.directory)
+    best = tf.train.latest_checkpoint(trainer.state.best.directory)
     if not best:
         return []
     candidates = [
-        dict(path=best, dev_bleu=float(trainer.best_bleu), what="best checkpoint by dev BLEU")
+        dict(path=best, dev_bleu=float(trainer.state.best_bleu), what="best checkpoint by dev BLEU")
     ]
-    ema_path = trainer.ema_model_path(int(best.rsplit("-", 1)[1]))
+    ema_path = trainer.state.ema_model_path(int(best.rsplit("-", 1)[1]))
     if trainer.ema and tf.io.gfile.exists(ema_path + ".index"):
         what = f"EMA weights (decay {hp.ema_decay:g}) of the best checkpoint"
         candidates[0].update(path=ema_path, what=what)
         if scored and not trainer.multi_worker:
             t0 = time.time()
             bleu = checkpoints.scored(trainer.model, best, lambda: dev_bleu(dev, translator))
-            trainer.eval_seconds.assign_add(time.time() - t0)
+            trainer.state.eval_seconds.assign_add(time.time() - t0)
             candidates.append(dict(path=best, dev_bleu=bleu, what="best checkpoint's own weights"))
     if averaged and averaged["wins"]:
         names = ", ".join(os.path.basename(p) for p in averaged["checkpoints"])
@@ -60,22 +60,22 @@ def evaluate(
     hp, trainer: Trainer, dev: Dev, translator, writer, interrupt=None, bleu: bool = True
 ) -> dict:
     """Dev loss (all of dev) and, with ``bleu``, dev BLEU of the dev subset: summaries,
-    translations to evaldir; the time is added to ``trainer.eval_seconds``. A signal
+    translations to evaldir; the time is added to ``trainer.state.eval_seconds``. A signal
     abandons it (:class:`DevAbandoned`; in one process only: other workers would wait for
     this one). Returns {epoch, step, dev_loss, dev_bleu (None without BLEU), seconds}."""
-    epoch, step, t0 = int(trainer.epoch) + 1, trainer.step, time.time()
+    epoch, step, t0 = int(trainer.state.epoch) + 1, trainer.step, time.time()
     interrupt = interrupt or Interrupt()
     with interrupt.abandonable_region(not trainer.multi_worker), trainer.scored_weights():
         dev_loss, dev_nll = trainer.dev_loss(dev.corpus, max(1, hp.tokens_per_batch // 64))
         hyps = translator.translate(dev.src, dev.docs) if bleu else []
         scores = metrics.scores(hyps, dev.ref) if bleu else None
     seconds = time.time() - t0
-    trainer.eval_seconds.assign_add(seconds)
-    if bleu and trainer.chief:
+    trainer.state.eval_seconds.assign_add(seconds)
+    if bleu and trainer.state.chief:
         name = f"E{epoch:02d}S{step}L{dev_loss:.2f}"
         text = "\n".join(hyps) + f"\nBLEU = {scores['sacrebleu']:.2f}\n"
-        files.atomic_write(os.path.join(hp.evaldir, name), text, trainer.unsaved())
-    with summaries.summaries_at(writer, step, hp, trainer.unsaved()):
+        files.atomic_write(os.path.join(hp.evaldir, name), text, trainer.state.unsaved())
+    with summaries.summaries_at(writer, step, hp, trainer.state.unsaved()):
         summaries.dev_figures(dev_loss, dev_nll, scores)
         if bleu:
             summaries.sample_translations(dev.src, dev.ref, hyps)
@@ -114,11 +114,11 @@ def end_of_epoch(
     before the checkpoint: a run stopped during the evaluation resumes at the end of the
     epoch and evaluates it."""
     result = evaluate(hp, trainer, dev, translator, writer, interrupt, bleu)
-    trainer.epoch.assign_add(1)
-    trainer.batch_in_epoch.assign(0)
+    trainer.state.epoch.assign_add(1)
+    trainer.state.batch_in_epoch.assign(0)
     improved = keep_best(trainer, result["dev_bleu"])
     # the counters are updated first, so that a resumed run knows the true best so far
-    path = trainer.save(best=improved)
+    path = trainer.state.save(best=improved)
     bleu_text = "not computed (eval_share)" if not bleu else f"{result['dev_bleu']:.2f}"
     print(
         f"epoch {result['epoch']}: dev loss {result['dev_loss']:.3f}, dev BLEU {bleu_text}"
@@ -132,11 +132,11 @@ def keep_best(trainer: Trainer, bleu: float | None) -> bool:
     figure that does not counts one more epoch for early stopping."""
     if bleu is None:
         return False
-    if bleu > float(trainer.best_bleu):
-        trainer.best_bleu.assign(bleu)
-        trainer.bad_epochs.assign(0)
+    if bleu > float(trainer.state.best_bleu):
+        trainer.state.best_bleu.assign(bleu)
+        trainer.state.bad_epochs.assign(0)
         return True
-    trainer.bad_epochs.assign_add(1)
+    trainer.state.bad_epochs.assign_add(1)
     return False
 
 

@@ -106,6 +106,47 @@ def is_chief(strategy) -> bool:
     return resolver.task_type == "worker" and resolver.task_id == 0 and not has_chief
 
 
+def deal_rows(strategy, *batch):
+    """With several replicas, the rows of each (N, T) tensor dealt out among them (row i
+    to replica i mod replicas) as per-replica values; else the batch unchanged."""
+    n = strategy.num_replicas_in_sync
+    if n == 1:
+        return batch
+    return strategy.experimental_distribute_values_from_function(
+        lambda ctx: tuple(x[ctx.replica_id_in_sync_group :: n] for x in batch)
+    )
+
+
+class Workers:
+    """What the workers of a multi-worker run agree on, each in one small all-reduce of a
+    scalar; in any other run (one process, whatever its replicas) the value itself."""
+
+    def __init__(self, strategy, chief: bool):
+        self.strategy, self.chief = strategy, chief
+        self.multi_worker = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+        self._sum_fn = None
+
+    def agree(self, flag: bool) -> bool:
+        """``flag`` of any worker."""
+        return self.sum(float(flag)) > 0
+
+    def chief_value(self, value: float) -> float:
+        """The chief's ``value``, on every worker: e.g. its clock, which the lr follows."""
+        return self.sum(value if self.chief else 0.0)
+
+    def sum(self, value: float) -> float:
+        """``value`` summed over the workers."""
+        if not self.multi_worker:
+            return value
+        if self._sum_fn is None:
+            strategy = self.strategy
+            self._sum_fn = tf.function(
+                lambda x: strategy.reduce("SUM", strategy.run(tf.identity, (x,)), axis=None),
+                autograph=False,
+            )
+        return float(self._sum_fn(tf.constant(value)))
+
+
 # ---------------------------------------------------------------------------------------
 # The loss of a worker (killed, out of memory, its machine gone) in a multi-worker run.
 # TensorFlow's coordination service, which MultiWorkerMirroredStrategy starts, notices it

@@ -1,9 +1,12 @@
 """What training optimizes and how (Vaswani et al. 2017, section 5): the learning-rate
 schedule (5.3, and the other schedules the presets use), the label-smoothed
-cross-entropy (5.4) and Adam (5.3). Used by trainer.py.
+cross-entropy (5.4), Adam (5.3) and the sums of them that a batch reports (StepStats).
+Used by trainer.py and accumulation.py.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import keras
 import tensorflow as tf
@@ -118,3 +121,16 @@ class Adam(keras.optimizers.Adam):
         if self.summed:
             return list(grads_and_vars)
         return super()._all_reduce_sum_gradients(grads_and_vars)
+
+
+class StepStats(NamedTuple):
+    """What one batch reports, summed over its target tokens (and over the replicas)."""
+
+    loss_sum: float  # label-smoothed cross-entropy
+    nll_sum: float  # plain cross-entropy
+    tokens: float  # non-PAD target tokens
+    correct: float  # tokens whose label has the largest logit
+    grad_norm: float = 0.0  # global gradient norm of the update (0 without an update)
+    skipped: float = 0.0  # 1: a NaN or Inf made every replica skip the update (counted)
+    scale_skip: float = 0.0  # 1: skipped for a float16 loss-scale overflow (normal, not counted)
+    stop: float = 0.0  # > 0: a worker was asked to stop (SIGINT/SIGTERM); all workers see it

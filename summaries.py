@@ -72,7 +72,7 @@ def attention(model, tok, sentence: str, max_len_extra: int, layers="last", gree
 @contextlib.contextmanager
 def summaries_at(writer, step: int, hp: hparams.Hparams, lost: str):
     """``writer.as_default(step)``; a full disk under its events is one UserError line
-    that says what is ``lost`` (:meth:`trainer.Trainer.unsaved`)."""
+    that says what is ``lost`` (run_state.RunState.unsaved)."""
     events = os.path.join(hp.logdir, "train")
     with files.reporting(events, lost):
         with writer.as_default(step=step):

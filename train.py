@@ -72,7 +72,9 @@ from dev_evaluation import (  # noqa: F401 (train.dev_bleu, ...)
 )
 from hparams import UserError
 from interrupts import DevAbandoned, Interrupt
-from trainer import Dev, Health, StepStats, Trainer
+from optimization import StepStats
+from run_state import RunState
+from trainer import Dev, Health, Trainer
 from translator import Translator
 
 LOG_EVERY = 50  # steps between TensorBoard scalar summaries
@@ -127,20 +129,24 @@ def train(hp: hparams.Hparams, ckpt: str = "") -> dict:
         dev = Dev(hp, tok)
         trainer = Trainer(hp, tok, strategy, precision)
         if hp.init_from:  # --ckpt names the parent's checkpoint; the run resumes its own
-            saved = trainer.position if trainer.restore() else None
+            saved = trainer.state.position if trainer.state.restore() else None
             if saved is None:
                 print(finetune.start_from_parent(trainer, hp, ckpt))
         else:  # a checkpoint given by --ckpt is not logdir's newest: write one before stopping
-            saved = trainer.position if trainer.restore(ckpt) and not ckpt else None
+            saved = trainer.state.position if trainer.state.restore(ckpt) and not ckpt else None
         translator = dev.translator(trainer.model, tok, hp)
         # per epoch: the same every epoch (with bpe_dropout, epoch 1's: the others differ a little)
-        budget = Budget(hp, run_clock(trainer), -(-len(data.batches(0)) // hp.accum_steps))
+        budget = Budget(
+            hp,
+            run_clock(trainer.state, trainer.workers),
+            -(-len(data.batches(0)) // hp.accum_steps),
+        )
         why = nothing_left(hp, trainer, budget, dev, translator)
         if why:
             print(f"train: {hp.logdir} {why}; nothing was trained or written")
-            return summary(trainer, trainer.latest_checkpoint, Stop("finished", why))
+            return summary(trainer, trainer.state.latest_checkpoint, Stop("finished", why))
         os.makedirs(hp.logdir, exist_ok=True)
-        if trainer.chief:  # in a multi-worker run only the chief writes into logdir
+        if trainer.state.chief:  # in a multi-worker run only the chief writes into logdir
             checkpoints.remove_partial_checkpoints(hp.logdir)  # of a run killed while saving
             # the precision the run trains in (auto resolved); decoding uses float32
             resolved = hparams.apply(hp, {"precision": precision})
@@ -170,14 +176,15 @@ def train(hp: hparams.Hparams, ckpt: str = "") -> dict:
                 raise UserError(line, status=devices.PEER_LOST_STATUS) from None
 
 
-def run_clock(trainer: Trainer) -> RunClock:
-    """What the run's Budget reads and writes of its Trainer."""
+def run_clock(state: RunState, workers: devices.Workers) -> RunClock:
+    """What the run's Budget reads and writes of its state: the step, the budget's
+    variables and the chief's clock."""
     return RunClock(
-        step=lambda: trainer.step,
-        spent=lambda: trainer.chief_value(trainer.seconds_used()),
-        budget_used=trainer.budget_used,
-        eval_seconds=trainer.eval_seconds,
-        chief_value=trainer.chief_value,
+        step=lambda: state.step,
+        spent=lambda: workers.chief_value(state.seconds_used()),
+        budget_used=state.budget_used,
+        eval_seconds=state.eval_seconds,
+        chief_value=workers.chief_value,
     )
 
 
@@ -186,14 +193,14 @@ def nothing_left(hp, trainer: Trainer, budget: Budget, dev: Dev, translator) -> 
     max_steps, early stopping or max_minutes spent), or None. Under max_minutes a run is
     spent once what is left is less than its final dev evaluation (estimated here, and
     kept in ``budget.reserve``), as :meth:`Budget.out_of_time` decides during the run."""
-    step = trainer.step
+    state, step = trainer.state, trainer.step
     if not step:
         return None
-    if int(trainer.epoch) >= hp.num_epochs:
+    if int(state.epoch) >= hp.num_epochs:
         return f"has finished its {hp.num_epochs} epochs (step {step}); raise --num_epochs"
     if hp.max_steps and step >= hp.max_steps:
         return f"has reached max_steps={hp.max_steps} (step {step}); raise --max_steps"
-    if hp.early_stopping and int(trainer.bad_epochs) >= hp.early_stopping:
+    if hp.early_stopping and int(state.bad_epochs) >= hp.early_stopping:
         return (
             f"stopped early after {hp.early_stopping} epochs without a better dev BLEU (step "
             f"{step}); raise --early_stopping, or 0 to turn it off"
@@ -202,7 +209,7 @@ def nothing_left(hp, trainer: Trainer, budget: Budget, dev: Dev, translator) -> 
         budget.reserve = budget.estimate(dev, translator, trainer.dev_loss) * end_evaluations(hp)
         if budget.out_of_time():
             return (
-                f"has spent max_minutes={hp.max_minutes:g} ({trainer.seconds_used() / 60:.1f} "
+                f"has spent max_minutes={hp.max_minutes:g} ({state.seconds_used() / 60:.1f} "
                 f"min used, and its final dev evaluation needs about {budget.reserve:.0f} s; "
                 f"step {step}); raise --max_minutes"
             )
@@ -214,7 +221,7 @@ def summary(trainer: Trainer, checkpoint: str | None, stop: Stop | None, **field
     stopped, and ``fields`` over the values of a run that trained nothing."""
     return {
         "step": trainer.step,
-        "epoch": int(trainer.epoch),
+        "epoch": int(trainer.state.epoch),
         "history": [],
         "checkpoint": checkpoint,
         "stop_reason": stop.why if stop else None,
@@ -283,7 +290,7 @@ class Run:
         if stats is not None and self.trainer.multi_worker:
             asked = stats.stop > 0
         else:
-            asked = self.trainer.agree(self.interrupt.signum is not None)
+            asked = self.trainer.workers.agree(self.interrupt.signum is not None)
         name = self.interrupt.name or "a signal to another worker"
         return Stop("signal", f"stopped by {name}") if asked else None
 
@@ -302,8 +309,8 @@ def train_loop(
     """The epochs of :func:`train`, from the restored position to the end: each epoch's
     batches (:func:`train_epoch`), its partial accumulation, its dev evaluation and
     checkpoint (:func:`end_of_epoch`), then the end of the run (:func:`finish_run`).
-    ``saved`` is the position (:attr:`Trainer.position`) of logdir's newest checkpoint."""
-    health = Health(hp, trainer, writer)
+    ``saved`` is the position (RunState.position) of logdir's newest checkpoint."""
+    health, state = Health(hp, trainer, writer), trainer.state
     run = Run(hp, trainer, dev, translator, writer, interrupt, budget, health, saved)
     if budget.seconds and not budget.reserve:  # else estimated by nothing_left
         budget.reserve = budget.estimate(dev, translator, trainer.dev_loss) * end_evaluations(hp)
@@ -313,8 +320,8 @@ def train_loop(
             f" (estimated)"
         )
     stop = None
-    while int(trainer.epoch) < hp.num_epochs and stop is None:
-        epoch = int(trainer.epoch)
+    while int(state.epoch) < hp.num_epochs and stop is None:
+        epoch = int(state.epoch)
         stop = train_epoch(run, data, epoch)
         if stop:
             break
@@ -334,9 +341,9 @@ def train_loop(
         if bleu:
             run.bleu_seconds = result["seconds"]
             budget.reserve = run.bleu_seconds * end_evaluations(hp)
-        run.saved = trainer.position
+        run.saved = state.position
         stop = run.signal_stop()
-        if stop is None and hp.early_stopping and int(trainer.bad_epochs) >= hp.early_stopping:
+        if stop is None and hp.early_stopping and int(state.bad_epochs) >= hp.early_stopping:
             stop = Stop("early", f"no better dev BLEU for {hp.early_stopping} epochs")
         stop = stop or run.budget_stop()
     return finish_run(run, stop)
@@ -345,8 +352,8 @@ def train_loop(
 def train_epoch(run: Run, data, epoch: int) -> Stop | None:
     """The batches of ``epoch`` from where the run stands in it, each one update (or one
     accumulation); a Stop when the budget runs out or a signal comes, else None."""
-    hp, trainer = run.hp, run.trainer
-    skip = int(trainer.batch_in_epoch)
+    hp, trainer, state = run.hp, run.trainer, run.trainer.state
+    skip = int(state.batch_in_epoch)
     plan = data.batches(epoch)
     if epoch == 0 and skip == 0:
         pad_s, pad_t = data_load.padding_fraction(plan, data.epoch_corpus(0)[0], hp.pad_multiple)
@@ -368,7 +375,7 @@ def train_epoch(run: Run, data, epoch: int) -> Stop | None:
         with devices.out_of_memory(hp, "a training batch", batch[0].shape, batch[1].shape):
             stats, updated = trainer.train_batch(*batch, stop=run.interrupt.signum is not None)
         window.add(stats)
-        trainer.batch_in_epoch.assign_add(1)
+        state.batch_in_epoch.assign_add(1)
         run.health.after(stats, updated)
         if updated:
             step = trainer.step
@@ -376,8 +383,8 @@ def train_epoch(run: Run, data, epoch: int) -> Stop | None:
                 window = log_progress(run, bar, window, stats, step)
             every = hp.ckpt_every_steps and step % hp.ckpt_every_steps == 0
             if run.budget.checkpoint_due(step) or every:
-                trainer.save()
-                run.saved = trainer.position
+                state.save()
+                run.saved = state.position
             stop = run.budget_stop()
         stop = stop or run.signal_stop(stats)
         if stop:
@@ -389,7 +396,7 @@ def train_epoch(run: Run, data, epoch: int) -> Stop | None:
 def log_progress(run: Run, bar, window: Window, stats: StepStats, step: int) -> Window:
     """The progress bar's loss, learning rate and tokens/s (every 10 updates), and every
     LOG_EVERY updates the TensorBoard scalars; returns the window to fill next."""
-    trainer = run.trainer
+    trainer, state = run.trainer, run.trainer.state
     means, lr = window.means(), float(trainer.schedule(step - 1))
     run.last_loss = means["loss"]
     if run.first_loss != run.first_loss:  # NaN: the first log of this run
@@ -399,10 +406,10 @@ def log_progress(run: Run, bar, window: Window, stats: StepStats, step: int) -> 
     )
     if step % LOG_EVERY and step != 1:
         return window
-    with summaries.summaries_at(run.writer, step, run.hp, trainer.unsaved()):
+    with summaries.summaries_at(run.writer, step, run.hp, state.unsaved()):
         summaries.train_scalars(means, stats.grad_norm, lr)
-        summaries.budget(run.budget.fraction(step), trainer.seconds_used())
-        summaries.skipped_updates(int(trainer.skipped_steps), trainer.loss_scale.value())
+        summaries.budget(run.budget.fraction(step), state.seconds_used())
+        summaries.skipped_updates(int(state.skipped_steps), trainer.loss_scale.value())
         trainer.model.variant.summaries(trainer.model, step, trainer.schedules)
     return Window()
 
@@ -413,6 +420,7 @@ def finish_run(run: Run, stop: Stop | None) -> dict:
     checkpoints are averaged (``--average``) and the default model recorded; then the
     summary line and dict of :func:`train`."""
     hp, trainer, interrupt = run.hp, run.trainer, run.interrupt
+    state = trainer.state
     dropped = trainer.drop_partial()  # only a signal stops the run between updates
     if dropped:
         stop = stop.extended(
@@ -426,12 +434,12 @@ def finish_run(run: Run, stop: Stop | None) -> dict:
             run.history.append(
                 evaluate(hp, trainer, run.dev, run.translator, run.writer, interrupt)
             )
-            trainer.save(best=keep_best(trainer, run.history[-1]["dev_bleu"]))
-            run.saved = trainer.position
+            state.save(best=keep_best(trainer, run.history[-1]["dev_bleu"]))
+            run.saved = state.position
         except DevAbandoned:
             stop = Stop("signal", f"stopped by {interrupt.name} during the final dev evaluation")
-    if trainer.position != run.saved:
-        trainer.save()
+    if state.position != run.saved:
+        state.save()
     signalled = stop is not None and stop.kind == "signal"  # here or in another worker
     averaged = default = None
     if run.history and not signalled and hp.average > 1 and trainer.multi_worker:
@@ -440,28 +448,28 @@ def finish_run(run: Run, stop: Stop | None) -> dict:
         averaged = checkpoints.average_last(
             hp,
             trainer.model,
-            trainer.manager.checkpoints,
+            state.manager.checkpoints,
             trainer.step,
-            float(trainer.best_bleu),
-            trainer.chief,
+            float(state.best_bleu),
+            state.chief,
             lambda: dev_bleu(run.dev, run.translator),
         )
         if averaged:
-            trainer.eval_seconds.assign_add(averaged["seconds"])
-    if trainer.chief and run.history:
+            state.eval_seconds.assign_add(averaged["seconds"])
+    if state.chief and run.history:
         candidates = default_candidates(
             hp, trainer, run.dev, run.translator, averaged, scored=not signalled
         )
         default = checkpoints.record_default(hp.logdir, candidates)
-    share = float(trainer.eval_seconds) / max(trainer.seconds_used(), 1e-9)
+    share = float(state.eval_seconds) / max(state.seconds_used(), 1e-9)
     last_lr = float(trainer.schedule(max(trainer.step - 1, 0)))  # of the last update
     # the path this run saved (a non-chief worker may look before the chief's
     # `checkpoint` file names it), else the one it resumed from
-    path = trainer.last_saved or trainer.latest_checkpoint
+    path = state.last_saved or state.latest_checkpoint
     if signalled:
         stop = stop.extended("; run the same command again to resume")
     print(
-        f"train: {trainer.seconds_used() / 60:.1f} min, {share:.1%} of them on dev "
+        f"train: {state.seconds_used() / 60:.1f} min, {share:.1%} of them on dev "
         f"evaluation; last lr {last_lr:.3g}"
     )
     print(f"train: {stop.why if stop else 'done'}; step {trainer.step}; checkpoint {path}")

@@ -1,7 +1,10 @@
-"""The Trainer of a run: the model, its optimizers and checkpoint, and the compiled train
-step (forward, label-smoothed loss 5.4, gradients, the replicas' sum, clipping, Adam 5.3);
-the dev set it is scored on (:class:`Dev`) and the watch on skipped updates
-(:class:`Health`). train.py runs the loop around it.
+"""The Trainer of a run: the model, its optimizers, and the compiled train step (forward,
+label-smoothed loss 5.4, gradients, the replicas' sum, clipping, Adam 5.3); the dev set it
+is scored on (:class:`Dev`) and the watch on skipped updates (:class:`Health`). Its parts
+live with their own jobs: the checkpointed state of the run (run_state.RunState:
+``trainer.state``), gradient accumulation (accumulation.Accumulation) and what the workers
+of a multi-worker run agree on (devices.Workers: ``trainer.workers``). train.py runs the
+loop around it.
 
 A batch goes: TrainData.dataset -> Trainer.train_batch -> Trainer.train_step -> StepStats.
 """
@@ -9,63 +12,36 @@ A batch goes: TrainData.dataset -> Trainer.train_batch -> Trainer.train_step -> 
 from __future__ import annotations
 
 import contextlib
-import os
-import shutil
 import sys
-import time
-from typing import NamedTuple
 
 import keras
 import numpy as np
 import tensorflow as tf
 from tqdm import tqdm
 
-import checkpoints
 import data_load
 import devices
 import ema
 import fast_ops
-import files
 import hparams
 import optimization
 import summaries
-from devices import LossScale
+from accumulation import Accumulation
+from devices import LossScale, deal_rows
 from hparams import UserError
 from model import Transformer
+from optimization import StepStats
+from run_state import RunState
 from translator import Translator
 
 
-class StepStats(NamedTuple):
-    """What one batch reports, summed over its target tokens (and over the replicas)."""
-
-    loss_sum: float  # label-smoothed cross-entropy
-    nll_sum: float  # plain cross-entropy
-    tokens: float  # non-PAD target tokens
-    correct: float  # tokens whose label has the largest logit
-    grad_norm: float = 0.0  # global gradient norm of the update (0 without an update)
-    skipped: float = 0.0  # 1: a NaN or Inf made every replica skip the update (counted)
-    scale_skip: float = 0.0  # 1: skipped for a float16 loss-scale overflow (normal, not counted)
-    stop: float = 0.0  # > 0: a worker was asked to stop (SIGINT/SIGTERM); all workers see it
-
-
-def deal_rows(strategy, *batch):
-    """With several replicas, the rows of each (N, T) tensor dealt out among them (row i
-    to replica i mod replicas) as per-replica values; else the batch unchanged."""
-    n = strategy.num_replicas_in_sync
-    if n == 1:
-        return batch
-    return strategy.experimental_distribute_values_from_function(
-        lambda ctx: tuple(x[ctx.replica_id_in_sync_group :: n] for x in batch)
-    )
-
-
 class Trainer:
-    """Model, optimizers, checkpoints and the compiled train step of one run."""
+    """Model, optimizers and the compiled train step of one run; ``state`` holds what its
+    checkpoints save (RunState), ``workers`` what its workers agree on (devices.Workers)."""
 
     def __init__(self, hp: hparams.Hparams, tok, strategy, precision: str):
         self.hp, self.tok, self.strategy = hp, tok, strategy
         self.replicas = strategy.num_replicas_in_sync
-        self.multi_worker = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
         with strategy.scope():
             self.model = Transformer.from_hparams(hp, tok.src_vocab_size, tok.tgt_vocab_size)
             self._build_optimizers(loss_scaling=precision == "mixed_float16")
@@ -74,7 +50,15 @@ class Trainer:
             self.ema = ema.MovingAverage(
                 self.model.trainable_variables, hp.ema_decay, self.optimizer.iterations
             )
-        self._build_checkpoints()
+        optimizers = [self.adam, *self.group_optimizers.values()]
+        finite = self.model.weights + [v for o in optimizers for v in o.variables]
+        self.state = RunState(
+            hp, strategy, self.model, self.optimizer, self.group_optimizers, self.ema, finite
+        )
+        for schedule in [self.schedule, *self.schedules.values()]:
+            schedule.progress = self.state.budget_used  # the fraction of the budget used
+        self.workers = devices.Workers(strategy, self.state.chief)
+        self.multi_worker = self.workers.multi_worker
         self._build_steps()
 
     def _build_optimizers(self, loss_scaling: bool) -> None:
@@ -102,109 +86,22 @@ class Trainer:
         for optimizer in [self.adam, *self.group_optimizers.values()]:
             optimizer.summed = True  # apply_gradients sums the replicas' gradients
 
-    # items a checkpoint written before they existed lacks (restored when present)
-    OPTIONAL_ITEMS = (
-        "dropout_rng",
-        "skipped_steps",
-        "budget_used",
-        "seconds",
-        "eval_seconds",
-        "ema",
-    )
-
-    def _build_checkpoints(self) -> None:
-        """The checkpoint holds the model, the optimizers, the position in the data and
-        the dropout layers' random state (so that a resumed run draws the masks the
-        uninterrupted run would have drawn). Multi-worker: every worker takes part in a
-        save (the variables may need a collective read), but only the chief writes into
-        logdir; the others write to a private temporary folder that is deleted right
-        after (see save())."""
-        hp = self.hp
-        # host-side counters, outside the strategy scope: every worker keeps the same ones
-        self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
-        self.batch_in_epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="batch_in_epoch")
-        self.best_bleu = tf.Variable(-1.0, dtype=tf.float32, trainable=False)
-        self.bad_epochs = tf.Variable(0, dtype=tf.int64, trainable=False)
-        self.skipped_steps = tf.Variable(0, dtype=tf.int64, trainable=False)
-        # the budget: the fraction used (read by the wsd/linear schedules, never falls), the
-        # run's wall time and the part of it spent on dev evaluation, over all resumes
-        self.budget_used = tf.Variable(0.0, trainable=False, name="budget_used")
-        for schedule in [self.schedule, *self.schedules.values()]:
-            schedule.progress = self.budget_used
-        self.seconds = tf.Variable(0.0, dtype=tf.float64, trainable=False)
-        self.eval_seconds = tf.Variable(0.0, dtype=tf.float64, trainable=False)
-        self.clock = time.time()  # when this process's share of ``seconds`` began
-        # each keras Dropout layer's SeedGenerator state (2,) int64, in construction order
-        self.rng_states = [v for v in self.model.variables if v.name == "seed_generator_state"]
-        groups = {f"{name}_optimizer": opt for name, opt in self.group_optimizers.items()}
-        self.items = dict(
-            model=self.model,
-            optimizer=self.optimizer,
-            epoch=self.epoch,
-            batch_in_epoch=self.batch_in_epoch,
-            best_bleu=self.best_bleu,
-            bad_epochs=self.bad_epochs,
-            skipped_steps=self.skipped_steps,
-            budget_used=self.budget_used,
-            seconds=self.seconds,
-            eval_seconds=self.eval_seconds,
-            dropout_rng=[v.value for v in self.rng_states],
-            **groups,
-        )
-        if self.ema:
-            self.items["ema"] = self.ema.shadows
-        self.ckpt = tf.train.Checkpoint(**self.items)
-        self.chief = devices.is_chief(self.strategy)
-        self.last_saved = None  # the chief's path of this run's newest checkpoint
-        target = hp.logdir
-        if not self.chief:
-            target = os.path.join(
-                hp.logdir, f".worker-{self.strategy.cluster_resolver.task_id}-tmp"
-            )
-        self.manager = tf.train.CheckpointManager(self.ckpt, target, hp.keep_ckpts)
-        self.best = tf.train.CheckpointManager(self.ckpt, os.path.join(target, "best"), 1)
-
     def _build_steps(self) -> None:
         """Compile the train step (and the accumulation steps when accum_steps > 1)."""
         hp = self.hp
         # one trace for every batch shape (several replicas get per-replica values instead);
         # no autograph: the step has no Python control flow on tensors, and converting its
         # code took half the time of tracing it
-        self._step = self._distributed(self._distributed_step)
+        self._step = self.distributed(self._distributed_step)
         # XLA: the whole step on one replica; on several, the gradients alone (gradients())
         self._compiled, self._gradients = self._replica_step, self.gradients
         if hp.jit_compile and self.replicas == 1:
             self._compiled = fast_ops.xla_function(self._replica_step)
         elif hp.jit_compile:
             self._gradients = fast_ops.xla_function(self.gradients)
-        # gradient accumulation: accum_steps batches make one update; updates happen only
-        # on batch boundaries so checkpoints never hold a partial sum. With several
-        # replicas each keeps its own sums (ON_READ variables: a replica reads and adds to
-        # its copy) and the update sums them across the replicas, as for one batch
-        self.pending = 0
-        if hp.accum_steps > 1:
-            local = tf.VariableSynchronization.ON_READ
-            if self.replicas == 1:
-                local = tf.VariableSynchronization.AUTO  # a plain variable
+        self.accumulation = Accumulation(self) if hp.accum_steps > 1 else None
 
-            def local_sum(shape, dtype=tf.float32):
-                return tf.Variable(tf.zeros(shape, dtype), trainable=False, synchronization=local)
-
-            with self.strategy.scope():
-                self.accum = [local_sum(v.shape, v.dtype) for v in self.model.trainable_variables]
-                self.accum_tokens, self.accum_loss = local_sum([]), local_sum([])
-            accumulate = self._accumulate
-            if hp.jit_compile:
-                accumulate = fast_ops.xla_function(self._accumulate)
-            self._accumulate_fn = self._distributed(lambda *b: self._summed(accumulate, b))
-            self._apply_fn = tf.function(
-                lambda: self._summed(self._apply_accumulated, ()), autograph=False
-            )
-            self._clear_fn = tf.function(
-                lambda: self.strategy.run(self._clear_accumulators), autograph=False
-            )
-
-    def _distributed(self, fn):
+    def distributed(self, fn):
         """tf.function of ``fn(*batch, stop)``: one trace for every batch shape on one
         replica; on several, per-replica values (deal_rows) retraced as little as may be."""
         if self.replicas > 1:
@@ -212,7 +109,7 @@ class Trainer:
         spec = self.batch_spec() + [tf.TensorSpec([], tf.float32)]
         return tf.function(fn, input_signature=spec, autograph=False)
 
-    def _summed(self, fn, args):
+    def summed(self, fn, args):
         """``fn(*args)`` on every replica, its tuple of scalars summed over the replicas."""
         stacked = self.strategy.run(lambda *a: tf.stack(fn(*a)), args)
         return self.strategy.reduce("SUM", stacked, axis=None)
@@ -235,7 +132,7 @@ class Trainer:
 
     def _distributed_step(self, *batch_and_stop) -> StepStats:
         """The replicas' StepStats summed in one all-reduce of a stacked vector."""
-        total = StepStats(*tf.unstack(self._summed(self._compiled, batch_and_stop)))
+        total = StepStats(*tf.unstack(self.summed(self._compiled, batch_and_stop)))
         n = float(self.replicas)  # the mean of what every replica reports alike
         mean = dict(grad_norm=total.grad_norm, skipped=total.skipped, scale_skip=total.scale_skip)
         return total._replace(**{k: v / n for k, v in mean.items()})
@@ -252,7 +149,7 @@ class Trainer:
         asked to stop)."""
         *batch, stop = batch_and_stop
         real = tf.cast(tf.not_equal(batch[2], data_load.PAD_ID), tf.float32)
-        tokens = self._sum_replicas(tf.reduce_sum(real))  # the whole batch's target tokens
+        tokens = self.sum_replicas(tf.reduce_sum(real))  # the whole batch's target tokens
         sums, loss, grads = self._gradients(tokens, *batch)
         norm, skipped, scale_skip = self.apply_gradients(grads, loss)
         return sums._replace(grad_norm=norm, skipped=skipped, scale_skip=scale_skip, stop=stop)
@@ -270,7 +167,7 @@ class Trainer:
             scaled = self.loss_scale.scale(loss)
         return sums, loss, tape.gradient(scaled, self.model.trainable_variables)
 
-    def _sum_replicas(self, x):
+    def sum_replicas(self, x):
         """x summed over the replicas (x itself on one device)."""
         return tf.distribute.get_replica_context().all_reduce("sum", x) if self.replicas > 1 else x
 
@@ -308,7 +205,7 @@ class Trainer:
         loss = tf.cast(loss, tf.float32)
         # all-reduced, so every replica skips the same updates
         bad = tf.cast(tf.logical_not(tf.math.is_finite(tf.stack([norm, loss]))), tf.float32)
-        bad = self._sum_replicas(bad)
+        bad = self.sum_replicas(bad)
         finite = tf.equal(bad[0] + bad[1], 0.0)
         if self.hp.clip_norm > 0:
             grads, _ = tf.clip_by_global_norm(grads, self.hp.clip_norm * scale, norm * scale)
@@ -329,7 +226,7 @@ class Trainer:
         if self.replicas == 1:
             return grads
         present = [i for i, g in enumerate(grads) if g is not None]
-        summed = self._sum_replicas([grads[i] for i in present])
+        summed = self.sum_replicas([grads[i] for i in present])
         for i, g in zip(present, summed):
             grads[i] = g
         return grads
@@ -362,29 +259,16 @@ class Trainer:
 
         tf.distribute.get_replica_context().merge_call(cross_replica, args=(finite, grads))
 
-    # -- gradient accumulation ------------------------------------------------------------
+    # -- a batch: one update, or one accumulation (accumulation.py) ----------------------
     def train_batch(self, *batch, stop: bool = False) -> tuple[StepStats, bool]:
         """Train on one batch (:meth:`batch_spec`): an update, or with accum_steps > 1 one
         accumulation that updates every accum_steps batches; each update moves the moving
         average (:meth:`updated`). Returns (stats, whether the weights were updated: not for
         an accumulation, nor for a skipped update)."""
-        if self.hp.accum_steps <= 1:
-            stats = self.train_step(*batch, stop=stop)
-            return stats, self.updated(stats)
-        if self.pending == 0:  # where drop_partial() returns to
-            self.rng_at_update = [v.numpy() for v in self.rng_states]
-        batch = deal_rows(self.strategy, *batch)
-        stats = StepStats(
-            *(float(x) for x in self._accumulate_fn(*batch, tf.constant(float(stop))))
-        )
-        self.pending += 1
-        if self.pending < self.hp.accum_steps:
-            return stats, False
-        update = self.flush()
-        stats = stats._replace(
-            grad_norm=update.grad_norm, skipped=update.skipped, scale_skip=update.scale_skip
-        )
-        return stats, not (update.skipped or update.scale_skip)  # flush() moved the EMA
+        if self.accumulation:
+            return self.accumulation.batch(*batch, stop=stop)
+        stats = self.train_step(*batch, stop=stop)
+        return stats, self.updated(stats)
 
     def updated(self, stats: StepStats) -> bool:
         """Whether the update of ``stats`` was applied; if so, the moving average (ema.py)
@@ -394,190 +278,20 @@ class Trainer:
             self.ema.update()
         return applied
 
-    def _accumulate(self, *batch_and_stop) -> StepStats:
-        """Add this replica's rows' gradients of the summed loss to its accumulators;
-        their StepStats, with ``stop`` as in :meth:`_replica_step`."""
-        *batch, stop = batch_and_stop
-        with tf.GradientTape() as tape:
-            extras = {}
-            sums = self.loss_sums(batch, training=True, extras=extras)
-            # divided by the token budget so that float16 gradients keep the magnitude
-            # of a per-token mean (the update divides by the real token count)
-            per_budget = sums.loss_sum / float(self.hp.tokens_per_batch)
-            # the variant's term, weighted by the batch's tokens: once per update in all
-            extra = self.model.variant.extra_loss(self.model, extras) * sums.tokens
-            per_budget += extra / float(self.hp.tokens_per_batch)
-            scaled = self.loss_scale.scale(per_budget)
-        grads = tape.gradient(scaled, self.model.trainable_variables)
-        for acc, grad in zip(self.accum, grads):
-            acc.assign_add(tf.convert_to_tensor(grad))
-        self.accum_tokens.assign_add(sums.tokens)
-        self.accum_loss.assign_add(per_budget)
-        return sums._replace(stop=stop)
-
-    def _apply_accumulated(self):
-        """One update with the accumulated gradients (summed over the replicas in
-        apply_gradients) over all their target tokens: (grad norm, skipped, scale_skip)
-        divided by the replicas, for the sum over them that follows."""
-        tokens = self._sum_replicas(self.accum_tokens.read_value())
-        tokens = tf.maximum(tokens, 1.0) / float(self.hp.tokens_per_batch)
-        grads = [acc.read_value() / tokens for acc in self.accum]
-        result = self.apply_gradients(grads, self.accum_loss.read_value())
-        with tf.control_dependencies(result):
-            self._clear_accumulators()
-        return tuple(x / float(self.replicas) for x in result)
-
-    def _clear_accumulators(self) -> None:
-        for acc in self.accum:
-            acc.assign(tf.zeros_like(acc))
-        self.accum_tokens.assign(0.0)
-        self.accum_loss.assign(0.0)
-
     def flush(self) -> StepStats:
-        """Apply a partial accumulation (at the end of an epoch); its update's StepStats
-        (grad_norm, skipped, scale_skip; all 0 when nothing was pending)."""
-        if not self.pending:
-            return StepStats(0.0, 0.0, 0.0, 0.0)
-        self.pending = 0
-        norm, skipped, scale_skip = (float(x) for x in self._apply_fn())
-        stats = StepStats(0.0, 0.0, 0.0, 0.0, norm, skipped, scale_skip)
-        self.updated(stats)
-        return stats
+        """Apply a partial accumulation (at the end of an epoch): Accumulation.flush."""
+        return self.accumulation.flush() if self.accumulation else StepStats(0.0, 0.0, 0.0, 0.0)
 
     def drop_partial(self) -> int:
-        """Forget a partial accumulation (before an interrupted run's checkpoint): the
-        data position and the dropout random state go back to the last update, so that
-        a resumed run trains those batches again as the uninterrupted run would have.
-        Returns the number of batches dropped."""
-        dropped, self.pending = self.pending, 0
-        if dropped:
-            self._clear_fn()
-            self.batch_in_epoch.assign_add(-dropped)
-            for v, value in zip(self.rng_states, self.rng_at_update):
-                v.assign(value)
-        return dropped
+        """Forget a partial accumulation (before a signal's checkpoint): the number of
+        batches dropped (Accumulation.drop_partial)."""
+        return self.accumulation.drop_partial() if self.accumulation else 0
 
-    # -- checkpoints and the dev loss -----------------------------------------------------
-    @property
-    def position(self) -> tuple[int, int, int]:
-        """(step, epoch, batch in epoch): what a checkpoint saved now would resume at."""
-        return self.step, int(self.epoch), int(self.batch_in_epoch)
-
-    def save(self, best: bool = False) -> str:
-        """Checkpoint at the current step (into logdir/best too when ``best``, first, so
-        that a run stopped between the two resumes from a checkpoint that agrees with
-        best/); returns the chief's path. Non-chief workers save to their temporary
-        folder and delete it. A full disk is one UserError line naming the checkpoint and
-        the steps lost (:meth:`unsaved`); the previous checkpoints stay intact."""
-        self.seconds.assign(self.seconds_used())
-        self.clock = time.time()
-        lost = self.unsaved()
-        optimizers = [self.adam, *self.group_optimizers.values()]
-        state = self.model.weights + [v for o in optimizers for v in o.variables]
-        checkpoints.refuse_nonfinite(
-            state + (self.ema.shadows if self.ema else []), self.step, lost
-        )
-        managers = ([self.best] if best else []) + [self.manager]
-        try:
-            for manager in managers:
-                target = os.path.join(manager.directory, f"ckpt-{self.step}")
-                with files.reporting(target, lost):
-                    path = manager.save(checkpoint_number=self.step)
-        except UserError:
-            checkpoints.remove_partial_checkpoints(self.manager.directory)
-            raise
-        if not self.chief:
-            shutil.rmtree(self.manager.directory, ignore_errors=True)
-            path = os.path.join(self.hp.logdir, os.path.basename(path))
-        elif best and self.ema:  # the best EMA weights, as a model a decoder loads
-            with self.ema.applied():
-                checkpoints.write_model(self.model, self.ema_model_path(), lost)
-        self.last_saved = path
-        return path
-
-    def unsaved(self) -> str:
-        """What a run that stops now loses: the steps since logdir's newest checkpoint,
-        from which the same command resumes (said in a failed write's line)."""
-        last = self.latest_checkpoint
-        saved = int(last.rsplit("-", 1)[1]) if last else 0  # <logdir>/ckpt-<step>
-        n = self.step - saved
-        if n <= 0:
-            if last:
-                return f"nothing trained is lost: checkpoint {last} (step {saved}) is intact"
-            return "nothing is lost (no step was trained yet)"
-        steps, are = f"the {n} step{'s' * (n > 1)}", "are" if n > 1 else "is"
-        if not last:
-            return f"{steps} trained so far {are} lost (no checkpoint yet)"
-        return (
-            f"{steps} since checkpoint {last} (step {saved}) {are} lost (a rerun resumes from it)"
-        )
-
-    def ema_model_path(self, step: int | None = None) -> str:
-        """<logdir>/ema/ema-<step>: the EMA weights of the best checkpoint (step: now's)."""
-        return os.path.join(self.hp.logdir, "ema", f"ema-{self.step if step is None else step}")
-
+    # -- what the dev evaluation scores ---------------------------------------------------
     def scored_weights(self):
         """The weights a dev evaluation scores, in the model for a ``with`` block: the
         moving average's with --ema_decay (ema.MovingAverage.applied), else the model's."""
         return self.ema.applied() if self.ema else contextlib.nullcontext()
-
-    def seconds_used(self) -> float:
-        """Wall time of the run so far, over all its resumes (checkpointed)."""
-        return float(self.seconds) + time.time() - self.clock
-
-    @property
-    def latest_checkpoint(self):
-        """The newest checkpoint in logdir (the chief's, for every worker)."""
-        return tf.train.latest_checkpoint(self.hp.logdir)
-
-    def restore(self, ckpt: str = "") -> bool:
-        """Restore ``ckpt``, or else the newest checkpoint in logdir (if any). A damaged
-        checkpoint is one UserError line naming the file and the previous checkpoint."""
-        path = ckpt or self.latest_checkpoint
-        if not path:
-            return False
-        present = checkpoints.checkpoint_items(path)
-        optional = self.OPTIONAL_ITEMS
-        items = {k: v for k, v in self.items.items() if k in present or k not in optional}
-        checkpoints.restore_checkpoint(
-            tf.train.Checkpoint(**items),
-            path,
-            "was it written with another --precision? resume with the same settings or use a "
-            "new --logdir",
-            partial=False,
-        )
-        self.clock = time.time()
-        print(
-            f"train: resumed from {path} at step {self.step}, epoch {int(self.epoch) + 1}, "
-            f"batch {int(self.batch_in_epoch)}"
-        )
-        if self.ema and "ema" not in present:
-            self.ema.reset()
-            print(f"train: {path} holds no moving average of the weights: it starts from them")
-        if "dropout_rng" not in present and self.rng_states:
-            print(f"train: {path} holds no dropout random state (an older checkpoint): fresh masks")
-        return True
-
-    def agree(self, flag: bool) -> bool:
-        """``flag`` of any worker (one small all-reduce in a multi-worker run)."""
-        return self._sum(float(flag)) > 0
-
-    def chief_value(self, value: float) -> float:
-        """The chief's ``value``, on every worker (one small all-reduce in a multi-worker
-        run; the value itself elsewhere): e.g. its clock, which the lr follows."""
-        return self._sum(value if self.chief else 0.0)
-
-    def _sum(self, value: float) -> float:
-        if not self.multi_worker:
-            return value
-        fn = getattr(self, "_sum_fn", None)
-        if fn is None:
-            strategy = self.strategy
-            fn = self._sum_fn = tf.function(
-                lambda x: strategy.reduce("SUM", strategy.run(tf.identity, (x,)), axis=None),
-                autograph=False,
-            )
-        return float(fn(tf.constant(value)))
 
     def dev_loss(self, corpus, batch_size: int) -> tuple[float, float]:
         """Per-token (label-smoothed loss, cross-entropy) on a dev corpus, no dropout."""
@@ -635,28 +349,28 @@ class Health:
         self.hp, self.trainer, self.writer, self.in_a_row = hp, trainer, writer, 0
 
     def after(self, stats: StepStats, updated: bool) -> None:
-        trainer, hp = self.trainer, self.hp
+        trainer, state, hp = self.trainer, self.trainer.state, self.hp
         if updated:
             self.in_a_row = 0
         if not stats.skipped:
             return
-        trainer.skipped_steps.assign_add(1)
+        state.skipped_steps.assign_add(1)
         self.in_a_row += 1
-        step, batch = trainer.step, int(trainer.batch_in_epoch)
+        step, batch = trainer.step, int(state.batch_in_epoch)
         tqdm.write(
             f"train: a NaN or Inf loss or gradient after step {step} (epoch "
-            f"{int(trainer.epoch) + 1}, batch {batch}): update skipped "
+            f"{int(state.epoch) + 1}, batch {batch}): update skipped "
             f"({self.in_a_row} in a row)",
             file=sys.stderr,
         )
-        with summaries.summaries_at(self.writer, step, hp, trainer.unsaved()):
-            summaries.skipped_updates(int(trainer.skipped_steps), trainer.loss_scale.value())
+        with summaries.summaries_at(self.writer, step, hp, state.unsaved()):
+            summaries.skipped_updates(int(state.skipped_steps), trainer.loss_scale.value())
         if hp.max_bad_steps and self.in_a_row >= hp.max_bad_steps:
             raise UserError(
                 f"{self.in_a_row} updates in a row after step {step} had a NaN or Inf loss or "
                 f"gradient and were skipped (max_bad_steps={hp.max_bad_steps}); likely causes: "
                 f"a learning rate too high (--lr, --warmup_steps), float16 overflow (--precision "
-                f"float32 or mixed_bfloat16), or bad data (epoch {int(trainer.epoch) + 1}, "
+                f"float32 or mixed_bfloat16), or bad data (epoch {int(state.epoch) + 1}, "
                 f"batches {batch - self.in_a_row + 1}-{batch}); the last good checkpoint "
-                f"{trainer.latest_checkpoint} is kept"
+                f"{state.latest_checkpoint} is kept"
             )

@@ -19,8 +19,8 @@ import dev_evaluation
 import devices
 import hparams
 import optimization
+import run_state
 import train
-import trainer as trainer_module
 import translator
 from budget import Budget, RunClock
 from eval import evaluate
@@ -72,8 +72,9 @@ def test_linear_schedule_falls_from_the_peak_to_zero():
 # the fraction of the budget used, for each bound
 # ---------------------------------------------------------------------------------------
 class FakeTrainer:
-    """What train.run_clock reads of a Trainer: the step, the wall time and evaluation
-    time of the run, and the budget_used variable."""
+    """What train.run_clock reads of a run's state (RunState: the step, the wall time
+    and evaluation time of the run, and the budget_used variable) and of its workers
+    (devices.Workers.chief_value): one object plays both."""
 
     def __init__(self, step=0, seconds=0.0, eval_seconds=0.0, used=0.0):
         self.step, self.seconds = step, seconds
@@ -87,7 +88,7 @@ class FakeTrainer:
 
 
 def clock(t: FakeTrainer) -> RunClock:
-    return train.run_clock(t)  # what the run's Budget sees of a Trainer
+    return train.run_clock(t, t)  # what the run's Budget sees of a Trainer
 
 
 def budget(trainer, updates_per_epoch=10, **kw):
@@ -162,7 +163,7 @@ class Clock:
     def __init__(self, monkeypatch):
         self.now = 1000.0
         fake = types.SimpleNamespace(time=lambda: self.now, strftime=time.strftime)
-        for module in (train, trainer_module, budget_module, checkpoints, dev_evaluation):
+        for module in (train, run_state, budget_module, checkpoints, dev_evaluation):
             monkeypatch.setattr(module, "time", fake)
         for cls, name, seconds in (
             (Trainer, "train_batch", 0.05),
@@ -361,25 +362,27 @@ def test_average_becomes_the_default_only_where_it_wins(demo_prepro, tmp_path):
     # an average that wins is written, recorded and loaded; the model gets its weights back
     tok = data_load.load_tokenizer(hp)
     trainer = Trainer(hp, tok, tf.distribute.get_strategy(), "float32")
-    trainer.restore()
+    trainer.state.restore()
     own = [w.numpy() for w in trainer.model.weights]
-    trainer.best_bleu.assign(-1.0)
+    trainer.state.best_bleu.assign(-1.0)
     dev = Dev(hp, tok)
     translator = dev.translator(trainer.model, tok, hp)
     averaged = checkpoints.average_last(
         hp,
         trainer.model,
-        trainer.manager.checkpoints,
+        trainer.state.manager.checkpoints,
         trainer.step,
-        float(trainer.best_bleu),
-        trainer.chief,
+        float(trainer.state.best_bleu),
+        trainer.state.chief,
         lambda: train.dev_bleu(dev, translator),
     )
     assert averaged["wins"] and averaged["path"].endswith(f"averaged/avg-last3-{trainer.step}")
     for w, value in zip(trainer.model.weights, own):
         np.testing.assert_array_equal(w.numpy(), value)
     assert averaged["seconds"] > 0
-    best = dict(path=trainer.best.directory, dev_bleu=-1.0, what="best checkpoint by dev BLEU")
+    best = dict(
+        path=trainer.state.best.directory, dev_bleu=-1.0, what="best checkpoint by dev BLEU"
+    )
     chosen = checkpoints.record_default(hp.logdir, [best, dict(averaged, what="average")])
     assert chosen["path"] == averaged["path"]
     saved, _, model, path = checkpoints.load_run(hp.logdir, {})

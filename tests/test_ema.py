@@ -6,34 +6,16 @@ average. On 2 replicas it is compared with one device's in tests/mirrored_cases.
 import json
 import os
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import checkpoints
-import data_load
-import devices
 import train
 import variants
 from helpers import tiny
 from hparams import UserError
-from trainer import Trainer
-
-
-def trainer_for(demo_prepro, tmp_path, **kw) -> tuple[Trainer, list]:
-    """A Trainer of the tiny demo run with ``kw``, seeded, and its first epoch's batches."""
-    hp = tiny(str(tmp_path), data_dir=demo_prepro.data_dir, prepro_dir=demo_prepro.prepro_dir, **kw)
-    tok = data_load.load_tokenizer(hp)
-    strategy, precision = devices.setup_devices(hp)
-    keras.utils.set_random_seed(hp.seed)
-    data = data_load.TrainData(hp)
-    batches = [data_load.build_batch(data.corpus, idx) for idx in data.batches(0)]
-    return Trainer(hp, tok, strategy, precision), batches
-
-
-def values(variables) -> list[np.ndarray]:
-    return [np.array(v) for v in variables]
+from test_trainer import trainer_for, values
 
 
 def test_shadows_follow_the_recurrence_after_each_applied_step(demo_prepro, tmp_path):
@@ -97,9 +79,9 @@ def test_shadows_resume_exactly_from_the_checkpoint(demo_prepro, tmp_path):
     first, _ = trainer_for(demo_prepro, tmp_path / "b", ema_decay=0.9, dropout_rate=0.1)
     for batch in batches[:2]:
         first.train_batch(*batch)
-    path = first.save()
+    path = first.state.save()
     resumed, _ = trainer_for(demo_prepro, tmp_path / "b", ema_decay=0.9, dropout_rate=0.1)
-    assert resumed.restore(path) and resumed.step == 2
+    assert resumed.state.restore(path) and resumed.step == 2
     for batch in batches[2:4]:
         resumed.train_batch(*batch)
     for got, want in zip(values(resumed.ema.shadows), values(straight.ema.shadows)):
@@ -111,10 +93,10 @@ def test_a_checkpoint_without_shadows_starts_them_from_its_weights(demo_prepro, 
     plain, batches = trainer_for(demo_prepro, tmp_path, dropout_rate=0.0)
     for batch in batches[:2]:
         plain.train_batch(*batch)
-    path = plain.save()
+    path = plain.state.save()
     assert "ema" not in checkpoints.checkpoint_items(path)
     turned_on, _ = trainer_for(demo_prepro, tmp_path, ema_decay=0.9, dropout_rate=0.0)
-    assert turned_on.restore(path)
+    assert turned_on.state.restore(path)
     assert "holds no moving average of the weights: it starts from them" in capsys.readouterr().out
     for got, want in zip(values(turned_on.ema.shadows), values(plain.model.trainable_variables)):
         np.testing.assert_array_equal(got, want)
@@ -125,7 +107,7 @@ def test_nonfinite_shadows_are_never_saved(demo_prepro, tmp_path):
     trainer.train_batch(*batches[0])
     trainer.ema.shadows[0].assign(tf.fill(trainer.ema.shadows[0].shape, np.nan))
     with pytest.raises(UserError, match=r"after step 1, ema\S* .*holds a NaN or an Inf"):
-        trainer.save()
+        trainer.state.save()
     assert not tf.train.latest_checkpoint(trainer.hp.logdir)
 
 

@@ -149,7 +149,7 @@ def test_loss_scale_overflow_is_skipped_but_not_counted(demo_prepro, tmp_path):
     assert float(trainer.optimizer.dynamic_scale) == 2.0**59
     health = Health(hp, trainer, tf.summary.create_noop_writer())
     health.after(stats, updated)
-    assert health.in_a_row == 0 and int(trainer.skipped_steps) == 0
+    assert health.in_a_row == 0 and int(trainer.state.skipped_steps) == 0
     trainer.optimizer.dynamic_scale.assign(2.0**10)
     stats, updated = trainer.train_batch(*batch)
     assert updated and trainer.step == 1 and np.isfinite(stats.grad_norm)

@@ -154,7 +154,7 @@ def test_init_optimizer_takes_the_moments_and_restarts_the_step(quick_run, tmp_p
     moments = started(init_optimizer=True)
     assert moments.step == 0
     resumed = Trainer(hparams.apply(hp, {"logdir": parent.logdir}), tok, strategy, precision)
-    assert resumed.restore(summary["checkpoint"]) and resumed.step == 3
+    assert resumed.state.restore(summary["checkpoint"]) and resumed.step == 3
     pairs = [
         (a.numpy(), b.numpy())
         for a, b in zip(moments.adam.variables, resumed.adam.variables)

@@ -205,8 +205,8 @@ def test_interrupted_run_resumes_to_the_same_weights(demo_prepro, tmp_path, caps
     # the same resume from a checkpoint without the dropout state
     strategy = tf.distribute.get_strategy()
     trainer = Trainer(old, data_load.load_tokenizer(old), strategy, "float32")
-    trainer.restore()
-    items = {k: v for k, v in trainer.items.items() if k != "dropout_rng"}
+    trainer.state.restore()
+    items = {k: v for k, v in trainer.state.items.items() if k != "dropout_rng"}
     # ckpt-12 again, as an older version wrote it
     tf.train.CheckpointManager(tf.train.Checkpoint(**items), old.logdir, 3).save(12)
     capsys.readouterr()

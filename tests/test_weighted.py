@@ -474,9 +474,9 @@ def test_training_keeps_the_simplex_and_moves_the_weights(tmp_path):
     assert moved > 1e-3
     assert np.mean(losses[-5:]) < np.mean(losses[:5]) - 0.5
     # the branch optimizer's state is checkpointed and restored
-    path = trainer.manager.save(checkpoint_number=trainer.step)
+    path = trainer.state.manager.save(checkpoint_number=trainer.step)
     again = Trainer(hp, tok, strategy, precision)
-    assert again.restore()
+    assert again.state.restore()
     for k, v in after.items():
         np.testing.assert_array_equal(again.model.variant.branch_weights(again.model)[k], v)
     m1 = [v.numpy() for v in trainer.group_optimizers["branch"].variables]
