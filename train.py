@@ -43,12 +43,9 @@ SCRIPT = cli.Script(
 if __name__ == "__main__":
     cli.start(SCRIPT)  # --help and option errors answer before TensorFlow loads
 
-import dataclasses
 import os
-import signal
 import sys
 import time
-from typing import Any, NamedTuple
 
 import keras
 import numpy as np
@@ -63,19 +60,19 @@ import finetune
 import summaries
 from budget import Budget, RunClock
 from dev_evaluation import (  # noqa: F401 (train.dev_bleu, ...)
-    default_candidates,
+    Run,
+    Stop,
     dev_bleu,
     end_evaluations,
     end_of_epoch,
-    evaluate,
-    keep_best,
+    finish_run,
+    summary,
 )
 from hparams import UserError
 from interrupts import DevAbandoned, Interrupt
 from optimization import StepStats
 from run_state import RunState
 from trainer import Dev, Health, Trainer
-from translator import Translator
 
 LOG_EVERY = 50  # steps between TensorBoard scalar summaries
 
@@ -216,83 +213,12 @@ def nothing_left(hp, trainer: Trainer, budget: Budget, dev: Dev, translator) -> 
     return None
 
 
-def summary(trainer: Trainer, checkpoint: str | None, stop: Stop | None, **fields) -> dict:
-    """:func:`train`'s summary dict: the trainer's position, the checkpoint, why the run
-    stopped, and ``fields`` over the values of a run that trained nothing."""
-    return {
-        "step": trainer.step,
-        "epoch": int(trainer.state.epoch),
-        "history": [],
-        "checkpoint": checkpoint,
-        "stop_reason": stop.why if stop else None,
-        "stop_kind": stop.kind if stop else None,
-        "train_loss": float("nan"),
-        "first_loss": float("nan"),
-        "signal": None,
-        "eval_share": 0.0,
-        "last_lr": float(trainer.schedule(max(trainer.step - 1, 0))),  # of the last update
-        "averaged": None,
-        "default": None,  # the default model chosen: {path, dev_bleu, what}
-        **fields,
-    }
-
-
 def finished_step(trainer) -> int | None:
     """The trainer's step, or None where it cannot be read (after a failed collective)."""
     try:
         return trainer.step
     except tf.errors.OpError:
         return None
-
-
-class Stop(NamedTuple):
-    """Why a run ends before its last epoch. ``kind``: "budget" (max_steps or
-    max_minutes: the final weights get a dev BLEU), "signal" (SIGINT/SIGTERM here or in
-    another worker: the same command resumes) or "early" (early stopping); ``why``: the
-    line train.py prints, which later steps of the run may extend."""
-
-    kind: str
-    why: str
-
-    def extended(self, more: str) -> "Stop":
-        return self._replace(why=self.why + more)
-
-
-@dataclasses.dataclass
-class Run:
-    """What :func:`train_loop` and its steps share: the run's parts and its progress."""
-
-    hp: hparams.Hparams
-    trainer: Trainer
-    dev: Dev
-    translator: Translator
-    writer: Any
-    interrupt: Interrupt
-    budget: Budget
-    health: Health
-    saved: tuple | None  # the position of logdir's newest checkpoint, if any
-    history: list = dataclasses.field(default_factory=list)  # evaluate()'s results
-    bleu_seconds: float = 0.0  # the last dev evaluation with BLEU
-    first_loss: float = float("nan")  # the running loss at this run's first log
-    last_loss: float = float("nan")  # and at its last
-
-    def budget_stop(self) -> Stop | None:
-        hp = self.hp
-        if hp.max_steps and self.trainer.step >= hp.max_steps:
-            return Stop("budget", f"max_steps={hp.max_steps} reached")
-        if self.budget.out_of_time():
-            return Stop("budget", f"max_minutes={hp.max_minutes:g} reached")
-        return None
-
-    def signal_stop(self, stats: StepStats | None = None) -> Stop | None:
-        """A signal agreed by all workers (in the step's all-reduce, or in one of its
-        own), else this process's."""
-        if stats is not None and self.trainer.multi_worker:
-            asked = stats.stop > 0
-        else:
-            asked = self.trainer.workers.agree(self.interrupt.signum is not None)
-        name = self.interrupt.name or "a signal to another worker"
-        return Stop("signal", f"stopped by {name}") if asked else None
 
 
 def train_loop(
@@ -308,7 +234,7 @@ def train_loop(
 ) -> dict:
     """The epochs of :func:`train`, from the restored position to the end: each epoch's
     batches (:func:`train_epoch`), its partial accumulation, its dev evaluation and
-    checkpoint (:func:`end_of_epoch`), then the end of the run (:func:`finish_run`).
+    checkpoint (dev_evaluation.end_of_epoch), then the end of the run (dev_evaluation.finish_run).
     ``saved`` is the position (RunState.position) of logdir's newest checkpoint."""
     health, state = Health(hp, trainer, writer), trainer.state
     run = Run(hp, trainer, dev, translator, writer, interrupt, budget, health, saved)
@@ -332,7 +258,7 @@ def train_loop(
             break
         bleu = budget.bleu_due(run.bleu_seconds) or epoch + 1 == hp.num_epochs
         try:
-            result = end_of_epoch(hp, trainer, dev, translator, writer, interrupt, bleu)
+            result = end_of_epoch(run, bleu)
         except DevAbandoned:
             why = f"stopped by {interrupt.name}; the dev evaluation of epoch {epoch + 1} was"
             stop = Stop("signal", why + " abandoned (it runs again on resume)")
@@ -412,79 +338,6 @@ def log_progress(run: Run, bar, window: Window, stats: StepStats, step: int) -> 
         summaries.skipped_updates(int(state.skipped_steps), trainer.loss_scale.value())
         trainer.model.variant.summaries(trainer.model, step, trainer.schedules)
     return Window()
-
-
-def finish_run(run: Run, stop: Stop | None) -> dict:
-    """The end of a run: a dropped partial accumulation is said; a run ended by its
-    budget gets a dev BLEU of its final weights; the last position is saved; the last
-    checkpoints are averaged (``--average``) and the default model recorded; then the
-    summary line and dict of :func:`train`."""
-    hp, trainer, interrupt = run.hp, run.trainer, run.interrupt
-    state = trainer.state
-    dropped = trainer.drop_partial()  # only a signal stops the run between updates
-    if dropped:
-        stop = stop.extended(
-            f"; a partial gradient accumulation of {dropped} batch(es) was dropped (they are "
-            f"trained again on resume)"
-        )
-    last = run.history[-1] if run.history else {}
-    scored = last.get("step") == trainer.step and last.get("dev_bleu") is not None
-    if stop and stop.kind == "budget" and not scored:  # the final weights may be the best
-        try:
-            run.history.append(
-                evaluate(hp, trainer, run.dev, run.translator, run.writer, interrupt)
-            )
-            state.save(best=keep_best(trainer, run.history[-1]["dev_bleu"]))
-            run.saved = state.position
-        except DevAbandoned:
-            stop = Stop("signal", f"stopped by {interrupt.name} during the final dev evaluation")
-    if state.position != run.saved:
-        state.save()
-    signalled = stop is not None and stop.kind == "signal"  # here or in another worker
-    averaged = default = None
-    if run.history and not signalled and hp.average > 1 and trainer.multi_worker:
-        print("train: --average is skipped in a multi-worker run: use average_checkpoints.py")
-    elif run.history and not signalled and hp.average > 1:
-        averaged = checkpoints.average_last(
-            hp,
-            trainer.model,
-            state.manager.checkpoints,
-            trainer.step,
-            float(state.best_bleu),
-            state.chief,
-            lambda: dev_bleu(run.dev, run.translator),
-        )
-        if averaged:
-            state.eval_seconds.assign_add(averaged["seconds"])
-    if state.chief and run.history:
-        candidates = default_candidates(
-            hp, trainer, run.dev, run.translator, averaged, scored=not signalled
-        )
-        default = checkpoints.record_default(hp.logdir, candidates)
-    share = float(state.eval_seconds) / max(state.seconds_used(), 1e-9)
-    last_lr = float(trainer.schedule(max(trainer.step - 1, 0)))  # of the last update
-    # the path this run saved (a non-chief worker may look before the chief's
-    # `checkpoint` file names it), else the one it resumed from
-    path = state.last_saved or state.latest_checkpoint
-    if signalled:
-        stop = stop.extended("; run the same command again to resume")
-    print(
-        f"train: {state.seconds_used() / 60:.1f} min, {share:.1%} of them on dev "
-        f"evaluation; last lr {last_lr:.3g}"
-    )
-    print(f"train: {stop.why if stop else 'done'}; step {trainer.step}; checkpoint {path}")
-    return summary(
-        trainer,
-        path,
-        stop,
-        history=run.history,
-        train_loss=run.last_loss,
-        first_loss=run.first_loss,
-        signal=interrupt.signum or (signal.SIGTERM if signalled else None),
-        eval_share=share,
-        averaged=averaged,
-        default=default,
-    )
 
 
 def main() -> None:
