@@ -19,10 +19,10 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
-import math
 import os
 from typing import Any
 
+import checks
 import files
 from errors import UserError  # the project's error type, used as hparams.UserError
 
@@ -155,75 +155,90 @@ HELP_GROUPS = {
 # Fields that must agree between preprocessing and training (the vocabulary).
 DATA_KEYS = ("corpus", "src_lang", "tgt_lang", "vocab_type", "vocab_size", "min_cnt")
 
-_TRAINING_ONLY = {"training_only": True}  # a ModelConfig field that leaves the function alone
+# The Hparams fields a model.Transformer is built from, as a ModelConfig (below); those
+# that change training alone (the dropout rates, the ponder-cost weight) are training-only.
+MODEL_FIELDS = (
+    "model_type",
+    "d_model",
+    "d_ff",
+    "num_blocks",
+    "num_heads",
+    "position",
+    "max_position",
+    "max_relative_position",
+    "t5_buckets",
+    "t5_max_distance",
+    "position_add_absolute",
+    "norm",
+    "memory_sentences",
+    "target_memory_sentences",
+    "share_embeddings",
+    "qkv_activation",
+    "qkv_bias",
+    "output_projection",
+    "query_masking",
+    "key_mask_defect",
+    "tie_softmax",
+    "layer_norm_epsilon",
+    "embedding_init",
+    "ut_max_steps",
+    "act",
+    "act_epsilon",
+)
+TRAINING_ONLY_FIELDS = (
+    "dropout_rate",
+    "attention_dropout",
+    "embedding_dropout",
+    "residual_dropout",
+    "act_loss_weight",
+)
 
 
-@dataclasses.dataclass(frozen=True)
-class ModelConfig:
-    """Every setting a :class:`model.Transformer` is built from, in one place: the model
-    reads only these, its ``get_config`` is this dataclass as a dict, and
-    :data:`MODEL_KEYS` (what a checkpoint and the model built to load it must agree on)
-    is every field that changes the model's function. A field marked training-only (the
-    dropout rates, the ponder-cost weight) changes training alone, so a resumed run or a
-    decode may change it. The defaults are the paper's base model (3, 6.1); the
-    ``Hparams`` field of the same name sets each one (:meth:`from_hparams`).
-
-    A new model setting is one field here (and its ``Hparams`` field, which gives its
-    ``--help`` text): its default must reproduce the current model so that every earlier
-    checkpoint still loads and decodes the same.
-    """
-
-    src_vocab_size: int
-    tgt_vocab_size: int
-    model_type: str = "transformer"
-    d_model: int = 512
-    d_ff: int = 2048
-    num_blocks: int = 6
-    num_heads: int = 8
-    position: str = "sinusoid"
-    max_position: int = 1024
-    max_relative_position: int = 16
-    t5_buckets: int = 32
-    t5_max_distance: int = 128
-    position_add_absolute: bool = False
-    norm: str = "post"
-    memory_sentences: int = 0
-    target_memory_sentences: int = 0
-    share_embeddings: bool = True
-    qkv_activation: str = "none"
-    qkv_bias: bool = False
-    output_projection: bool = True
-    query_masking: bool = False
-    key_mask_defect: bool = False
-    tie_softmax: bool = True
-    layer_norm_epsilon: float = 1e-6
-    embedding_init: str = "normal"
-    ut_max_steps: int = 6
-    act: bool = True
-    act_epsilon: float = 0.01
-    dropout_rate: float = dataclasses.field(default=0.1, metadata=_TRAINING_ONLY)
-    attention_dropout: float = dataclasses.field(default=0.0, metadata=_TRAINING_ONLY)
-    # None: dropout_rate
-    embedding_dropout: float | None = dataclasses.field(default=None, metadata=_TRAINING_ONLY)
-    residual_dropout: float | None = dataclasses.field(default=None, metadata=_TRAINING_ONLY)
-    act_loss_weight: float = dataclasses.field(default=0.01, metadata=_TRAINING_ONLY)
+class _ModelConfigMethods:
+    """The methods of :data:`ModelConfig`."""
 
     @classmethod
     def from_hparams(cls, hp: Hparams, src_vocab_size: int, tgt_vocab_size: int):
         """The config of ``hp``'s model for vocabularies of the given sizes."""
-        values = {
-            f.name: getattr(hp, f.name)
-            for f in dataclasses.fields(cls)
-            if f.name not in ("src_vocab_size", "tgt_vocab_size")
-        }
+        values = {name: getattr(hp, name) for name in MODEL_FIELDS + TRAINING_ONLY_FIELDS}
         values["embedding_dropout"] = dropout(hp, "embedding")
         values["residual_dropout"] = dropout(hp, "residual")
         return cls(src_vocab_size, tgt_vocab_size, **values)
 
     def rate(self, where: str) -> float:
-        """The ``embedding`` or ``residual`` dropout rate (its own, else dropout_rate)."""
+        """The ``embedding`` or ``residual`` dropout rate: its own, or dropout_rate where
+        it is negative (None in a config saved before the sentinel was -1)."""
         own = getattr(self, f"{where}_dropout")
-        return self.dropout_rate if own is None else own
+        return self.dropout_rate if own is None or own < 0 else own
+
+
+# Every setting a model.Transformer is built from, in one place: the model reads only
+# these, its ``get_config`` is this frozen dataclass as a dict, and MODEL_KEYS (what a
+# checkpoint and the model built to load it must agree on) is every field that changes
+# the model's function. Its fields are the vocabulary sizes and the Hparams fields named
+# above, each with the type and the default of its Hparams declaration (the one place a
+# setting is declared: a new model setting is one Hparams field, named in MODEL_FIELDS,
+# whose default reproduces the current model so that every earlier checkpoint still loads
+# and decodes the same). Hparams' defaults are the demo's model; the paper's base model
+# (3, 6.1) is the iwslt2016 presets' (_IWSLT2016 below).
+ModelConfig = dataclasses.make_dataclass(
+    "ModelConfig",
+    [("src_vocab_size", int), ("tgt_vocab_size", int)]
+    + [
+        (
+            f.name,
+            f.type,
+            dataclasses.field(
+                default=f.default, metadata={"training_only": f.name in TRAINING_ONLY_FIELDS}
+            ),
+        )
+        for f in dataclasses.fields(Hparams)
+        if f.name in MODEL_FIELDS + TRAINING_ONLY_FIELDS
+    ],
+    bases=(_ModelConfigMethods,),
+    frozen=True,
+)
+ModelConfig.__module__ = __name__  # make_dataclass's module= is Python 3.12's
 
 
 # Fields that must agree between a checkpoint and the model built to load it: the
@@ -447,148 +462,12 @@ def apply(hp: Hparams, overrides: dict[str, Any]) -> Hparams:
     for key, allowed in CHOICES.items():
         if values[key] not in allowed:
             raise UserError(f"--{key} must be one of {', '.join(allowed)}; got {values[key]!r}")
-    check_ranges(values)
-    if values["d_model"] % values["num_heads"]:
-        raise UserError(
-            f"d_model ({values['d_model']}) must be divisible by num_heads ({values['num_heads']})"
-        )
-    if values["model_type"] == "weighted" and values["d_ff"] % values["num_heads"]:
-        raise UserError(
-            f"model_type=weighted splits d_ff ({values['d_ff']}) into num_heads "
-            f"({values['num_heads']}) branch FFNs: d_ff must be divisible by it"
-        )
-    if values["model_type"] == "weighted" and not values["output_projection"]:
-        raise UserError(
-            "model_type=weighted projects each head by its rows of W^O: it needs "
-            "output_projection=true"
-        )
-    check_t5(values)
+    checks.check(values)
     for check in CHECKS:
         check(values)
-    if values["bpe_dropout"] and values["vocab_type"] != "bpe":
-        raise UserError(
-            f"--bpe_dropout drops BPE merges; vocab_type={values['vocab_type']} has none: "
-            "use --vocab_type bpe or --bpe_dropout 0"
-        )
     if values["vocab_type"] == "word":
         values["share_embeddings"] = False  # two vocabularies cannot share one matrix
     return Hparams(**values)
-
-
-def check_ranges(values: dict) -> None:
-    """Each numeric hyperparameter within its range, and every float one finite: a
-    one-line UserError naming it."""
-    for key, value in values.items():
-        if isinstance(value, float) and not math.isfinite(value):
-            raise UserError(f"--{key} must be a finite number; got {value}")
-    for key in (
-        "d_model",
-        "d_ff",
-        "num_blocks",
-        "num_epochs",
-        "num_heads",
-        "vocab_size",
-        "maxlen1",
-        "maxlen2",
-        "tokens_per_batch",
-        "eval_batch_size",
-        "max_position",
-        "max_relative_position",
-        "accum_steps",
-        "warmup_steps",
-        "branch_warmup_steps",
-        "ut_max_steps",
-        "pad_multiple",
-        "beam_size",
-        "keep_ckpts",
-    ):
-        if values[key] < 1:
-            raise UserError(f"--{key} must be a positive integer; got {values[key]}")
-    for key in (
-        "max_len_extra",
-        "max_len",
-        "batch_size",
-        "max_steps",
-        "ckpt_every_steps",
-        "early_stopping",
-        "dev_bleu_sents",
-        "max_bad_steps",
-        "decode_streams",
-        "memory_sentences",
-        "target_memory_sentences",
-    ):
-        if values[key] < 0:
-            raise UserError(f"--{key} must not be negative; got {values[key]}")
-    if not 0 <= values["demo_documents"] < 1:
-        raise UserError(f"--demo_documents must be in [0, 1); got {values['demo_documents']}")
-    for key in ("cooldown", "eval_share"):
-        if not 0 < values[key] <= 1:
-            raise UserError(f"--{key} must be in (0, 1]; got {values[key]}")
-    if values["average"] < 0:
-        raise UserError(f"--average must not be negative; got {values['average']}")
-    for key in (
-        "dropout_rate",
-        "attention_dropout",
-        "label_smoothing",
-        "act_epsilon",
-        "bpe_dropout",
-    ):
-        if not 0 <= values[key] < 1:
-            raise UserError(f"--{key} must be in [0, 1); got {values[key]}")
-    for key in ("act_loss_weight", "clip_norm", "max_minutes", "length_penalty"):
-        if values[key] < 0:
-            raise UserError(f"--{key} must not be negative; got {values[key]:g}")
-    for key in ("lr", "adam_epsilon"):
-        if not values[key] > 0:
-            raise UserError(f"--{key} must be positive; got {values[key]:g}")
-    for key in ("adam_beta1", "adam_beta2", "ema_decay"):
-        if not 0 <= values[key] < 1:
-            raise UserError(f"--{key} must be in [0, 1); got {values[key]:g}")
-    for key in ("embedding_dropout", "residual_dropout"):
-        if not values[key] < 1:
-            raise UserError(
-                f"--{key} must be in [0, 1), or negative to follow dropout_rate; got {values[key]}"
-            )
-    if not values["layer_norm_epsilon"] > 0:
-        raise UserError(
-            f"--layer_norm_epsilon must be positive; got {values['layer_norm_epsilon']:g}"
-        )
-    check_sampling(values)
-
-
-def check_sampling(values: dict) -> None:
-    """Sampling's settings in range, and sampling (sampling_topk other than 1, as in
-    CTranslate2) without a beam."""
-    topk, topp, temperature = (values[f"sampling_{k}"] for k in ("topk", "topp", "temperature"))
-    if topk < 0:
-        raise UserError(f"--sampling_topk must not be negative (0: every token); got {topk}")
-    if not 0 < topp <= 1:
-        raise UserError(f"--sampling_topp must be in (0, 1]; got {topp}")
-    if not 0 < temperature < float("inf"):
-        raise UserError(f"--sampling_temperature must be positive; got {temperature}")
-    if topk == 1 and (topp < 1 or temperature != 1):
-        raise UserError(
-            "--sampling_topp and --sampling_temperature shape sampling, which --sampling_topk "
-            "1 (the default: greedy) turns off: add --sampling_topk 0 (every token) or K > 1"
-        )
-    if topk != 1 and values["beam_size"] > 1:
-        raise UserError(
-            f"--sampling_topk {topk} samples one token at a time: drop --beam_size "
-            f"{values['beam_size']} (or use --sampling_topk 1 for beam search)"
-        )
-
-
-def check_t5(values: dict) -> None:
-    """T5's buckets split into exact and log-spaced ones (the causal decoder has
-    t5_buckets / 2 exact ones, which t5_max_distance must pass)."""
-    buckets, far = values["t5_buckets"], values["t5_max_distance"]
-    if buckets < 4 or buckets % 2:
-        raise UserError(f"--t5_buckets must be an even number >= 4; got {buckets}")
-    if far <= buckets // 2:
-        raise UserError(
-            f"--t5_max_distance ({far}) must exceed t5_buckets / 2 ({buckets // 2}), the "
-            "distances with a bucket of their own; raise it or lower --t5_buckets"
-        )
 
 
 # Checks of a whole set of values that modules above this one add (positions.py adds
@@ -628,6 +507,8 @@ def load(path: str) -> Hparams:
             values = json.load(f)
     except (ValueError, UnicodeDecodeError) as e:
         raise UserError(f"{path} is not valid hparams JSON ({e}); delete it and rerun") from None
+    if "position" not in values and "sinusoid" not in values:
+        values["position"] = "sinusoid"  # a run saved before positions were a setting
     return apply(Hparams(), values)
 
 

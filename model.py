@@ -178,9 +178,11 @@ class Transformer(keras.Model):
     embedding tied to the output projection. Dropout on the embedding sums (5.4).
 
     Every setting comes from one :class:`hparams.ModelConfig` (``self.config``), whose
-    fields are also this model's ``get_config`` and the checkpoint keys. The switches
-    where the TF1 code differs from the paper default to the paper's model
-    (docs/model.md): ``embedding_dropout`` / ``residual_dropout`` (None: ``dropout_rate``),
+    fields are also this model's ``get_config`` and the checkpoint keys, each with its
+    ``Hparams`` default (the demo's model; the paper's base model is the iwslt2016
+    presets'). The switches where the TF1 code differs from the paper default to the
+    paper's model (docs/model.md): ``embedding_dropout`` / ``residual_dropout`` (negative:
+    ``dropout_rate``),
     the attention projections (``qkv_activation``, ``qkv_bias``, ``output_projection``),
     the padding masks (``query_masking``: PAD queries get zero attention weights;
     ``key_mask_defect``: no padding mask at all, as the TF1 code whose masks never
@@ -210,7 +212,7 @@ class Transformer(keras.Model):
     >>> import hparams
     >>> from model import Transformer
     >>> sizes = {"d_model": 16, "num_heads": 4, "d_ff": 32, "num_blocks": 2}
-    >>> hp = hparams.apply(hparams.Hparams(), sizes)  # the paper's model, smaller
+    >>> hp = hparams.apply(hparams.Hparams(), sizes)  # the demo's model, smaller
     >>> model = Transformer.from_hparams(hp, src_vocab_size=24, tgt_vocab_size=24)
     >>> src = tf.constant([[5, 6, 7, 3]])  # (N, T1) source ids
     >>> tgt_in = tf.constant([[2, 9, 10]])  # (N, T2) the decoder's inputs

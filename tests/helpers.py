@@ -61,7 +61,14 @@ def tiny_model(src_vocab=23, tgt_vocab=23, seed=0, **kw):
     """A small built Transformer with random weights (dropout is off at inference)."""
     keras.utils.set_random_seed(seed)
     args = dict(
-        d_model=32, d_ff=64, num_blocks=2, num_heads=4, share_embeddings=src_vocab == tgt_vocab
+        d_model=32,
+        d_ff=64,
+        num_blocks=2,
+        num_heads=4,
+        share_embeddings=src_vocab == tgt_vocab,
+        # the paper's positions and dropout, as in tiny() (the defaults are the demo's)
+        position="sinusoid",
+        dropout_rate=0.1,
     )
     args.update(kw)
     model = Transformer(src_vocab, tgt_vocab, **args)

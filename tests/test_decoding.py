@@ -369,7 +369,8 @@ def trained():
         return tf.constant(out)
 
     src, dec, lab = (pad([p[i] for p in pairs]) for i in range(3))
-    model = Transformer(16, 16, d_model=32, d_ff=64, num_blocks=1, num_heads=2, dropout_rate=0.0)
+    sizes = dict(d_model=32, d_ff=64, num_blocks=1, num_heads=2)
+    model = Transformer(16, 16, **sizes, position="sinusoid", dropout_rate=0.0)
     model.build_all()
     opt = keras.optimizers.Adam(3e-3)
 

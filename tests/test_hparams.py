@@ -409,6 +409,19 @@ def test_save_load_round_trip(tmp_path):
     assert type(back.share_embeddings) is bool
 
 
+def test_a_run_saved_before_positions_were_a_setting_loads_its_sinusoid(tmp_path):
+    """The default position is the demo's (xl); a saved run that names neither position
+    nor the original's sinusoid flag had the sinusoid, and loads with it."""
+    path = tmp_path / "hparams.json"
+    values = {"d_model": 64}
+    path.write_text(json.dumps(values))
+    assert hparams.Hparams().position == "xl"
+    assert hparams.load(str(path)).position == "sinusoid"
+    for saved, position in (({"sinusoid": False}, "learned"), ({"position": "t5"}, "t5")):
+        path.write_text(json.dumps({**values, **saved}))
+        assert hparams.load(str(path)).position == position
+
+
 def test_load_missing_file_mentions_prepro_and_train(tmp_path):
     path = tmp_path / "nope" / "hparams.json"
     with pytest.raises(hparams.UserError) as e:

@@ -143,7 +143,9 @@ def test_the_modules_are_found():
         "weighted",
     } <= LIBRARIES
     graph = import_graph(TREES)
-    assert {"dev_evaluation", "devices", "trainer"} <= graph["train"] and "model" in graph["trainer"]
+    assert {"dev_evaluation", "devices", "trainer"} <= graph["train"] and "model" in graph[
+        "trainer"
+    ]
 
 
 # ---------------------------------------------------------------------------------------

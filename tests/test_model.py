@@ -140,8 +140,8 @@ def test_mixed_bfloat16_model(norm):
 # ---------------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_parameter_count_base_model():
-    m = Transformer(
-        32000, 32000, d_model=512, d_ff=2048, num_blocks=6, num_heads=8, share_embeddings=True
+    m = Transformer(  # the paper's base model (3, 6.1; the defaults are the demo's)
+        32000, 32000, d_model=512, d_ff=2048, num_blocks=6, num_heads=8, position="sinusoid"
     )
     m.build()
     expected = analytic_count(32000, 32000, 512, 2048, 6)
@@ -313,6 +313,11 @@ def test_model_keys_are_the_config_fields():
         assert getattr(c, name) == getattr(hp, name), name
     m = Transformer(config=c)
     assert Transformer.from_config(m.get_config()).config == c
+    # one default per setting: a model built without settings is hparams.py's default model
+    default = hparams.ModelConfig.from_hparams(hparams.Hparams(), 11, 11)
+    unresolved = dict(embedding_dropout=-1.0, residual_dropout=-1.0)  # -1: dropout_rate
+    assert Transformer(11, 11).config == dataclasses.replace(default, **unresolved)
+    assert default.d_model == hparams.Hparams.d_model
     with pytest.raises(TypeError, match="not both"):
         Transformer(11, 13, config=c)
 
@@ -510,10 +515,15 @@ def before(name):
         return json.load(f)[name]
 
 
+# the earlier code's defaults (the paper's positions and dropout), which BEFORE_CONFIGS
+# leave out (the defaults are now the demo's); a saved hparams.json always names them
+EARLIER_DEFAULTS = dict(position="sinusoid", dropout_rate=0.1)
+
+
 def built(name, seed=None):
     c = BEFORE_CONFIGS[name]
     keras.utils.set_random_seed(c["seed"] if seed is None else seed)
-    model = Transformer(c["src"], c["tgt"], **c["kw"])
+    model = Transformer(c["src"], c["tgt"], **{**EARLIER_DEFAULTS, **c["kw"]})
     model.build_all()
     return model
 

@@ -131,9 +131,10 @@ def analytic_weighted_count(V, d, d_ff, n, h):
 @pytest.mark.parametrize("d,d_ff,n,h", [(32, 64, 2, 4), (48, 96, 3, 8), (512, 2048, 6, 8)])
 def test_parameter_count_parity(d, d_ff, n, h):
     V = 1000
-    m = Transformer(V, V, d_model=d, d_ff=d_ff, num_blocks=n, num_heads=h, model_type="weighted")
+    sizes = dict(d_model=d, d_ff=d_ff, num_blocks=n, num_heads=h, position="sinusoid")
+    m = Transformer(V, V, **sizes, model_type="weighted")
     m.build()
-    std = Transformer(V, V, d_model=d, d_ff=d_ff, num_blocks=n, num_heads=h)
+    std = Transformer(V, V, **sizes)
     std.build()
     assert std.count_params() == analytic_count(V, V, d, d_ff, n)
     assert m.count_params() == analytic_weighted_count(V, d, d_ff, n, h)
