@@ -1,4 +1,5 @@
-"""Token ids, text reading and cleaning, vocabularies, encoding and the tf.data pipeline.
+"""Token ids, text cleaning, vocabularies, encoding and the tf.data pipeline (text files
+are read by files.read_lines).
 
 Encoding follows the updated Kyubyong code: the source gets </S>; the target becomes
 ``<S> y </S>``, from which the decoder input ``<S> y`` and the labels ``y </S>`` are the
@@ -9,7 +10,6 @@ their own longest sequence (rounded up to ``pad_multiple``), seeded and determin
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import hashlib
 import os
 from dataclasses import dataclass
@@ -28,44 +28,6 @@ RESERVED = ("<PAD>", "<UNK>", "<S>", "</S>")  # ids 0..3 in every vocabulary
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 
 _LEGACY_CLEAN = regex.compile(r"[^\s\p{Latin}']")
-
-
-# ---------------------------------------------------------------------------------------
-# Reading text files
-# ---------------------------------------------------------------------------------------
-def read_text(path: str) -> str:
-    """The whole file as text (gunzipped if it ends in .gz, see :func:`decode_text`)."""
-    files.require_file(path)
-    opener = gzip.open if path.endswith(".gz") else open
-    try:
-        with opener(path, "rb") as f:
-            data = f.read()
-    except (OSError, EOFError) as e:
-        raise UserError(f"{path} could not be read ({e}); is it a complete .gz file?") from None
-    return decode_text(data, path)
-
-
-def decode_text(data: bytes, name: str) -> str:
-    """UTF-8 bytes as text without a leading byte-order mark; bytes that are not UTF-8
-    are one clear error naming ``name`` and the line."""
-    try:
-        return data.decode("utf-8").removeprefix("\ufeff")
-    except UnicodeDecodeError as e:
-        raise files.not_utf8(name, data[: e.start].count(b"\n") + 1, data[e.start]) from None
-
-
-def split_lines(text: str) -> list[str]:
-    """The lines of a text (split at \\n alone, so \\r\\n endings work and no other
-    character ends a line) with surrounding whitespace removed."""
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return [line.strip() for line in lines]
-
-
-def read_lines(path: str) -> list[str]:
-    """Lines of a plain text file with surrounding whitespace removed."""
-    return split_lines(read_text(path))
 
 
 def clean(line: str) -> str:

@@ -202,7 +202,7 @@ def evaluate(
     if bool(test_src) != bool(test_ref):
         raise UserError("--test_src and --test_ref go together")
     if test_src:
-        sources, refs = data_load.read_lines(test_src), data_load.read_lines(test_ref)
+        sources, refs = files.read_lines(test_src), files.read_lines(test_ref)
         if len(sources) != len(refs):
             raise UserError(
                 f"{test_src} has {len(sources)} lines but {test_ref} has "
@@ -266,7 +266,7 @@ def read_contrastive(path: str) -> list[dict]:
     decoder memory; without it, the model's own translations are); other keys (e.g.
     "pronoun", a class to report apart) are kept."""
     items = []
-    for n, line in enumerate(data_load.read_lines(path), 1):
+    for n, line in enumerate(files.read_lines(path), 1):
         if not line.strip():
             continue
         try:

@@ -6,8 +6,10 @@ truncated file. A write that the storage refuses (a full disk, a file-size limit
 a read-only file system) or that this user may not make (a folder without write
 permission) becomes one :class:`errors.UserError` line naming the file, the cause and what
 to do (:func:`reporting`), also for the files TensorFlow writes (checkpoints, SavedModels,
-TensorBoard events), and for stdout (:func:`print_text`). And the input side's first
-checks, which need no TensorFlow: :func:`require_file`, :func:`check_text`.
+TensorBoard events), and for stdout (:func:`print_text`). And the input side, which needs
+no TensorFlow: its first checks (:func:`require_file`, :func:`check_text`) and reading a
+text file, gzipped or not, as lines (:func:`read_lines`), bytes that are not UTF-8 one
+line naming the file and the line.
 """
 
 from __future__ import annotations
@@ -206,3 +208,41 @@ def check_text(path: str) -> None:
         raise not_utf8(path, line, e.object[e.start]) from None
     except (OSError, EOFError) as e:
         raise UserError(f"{path} could not be read ({e}); is it a complete .gz file?") from None
+
+
+# ---------------------------------------------------------------------------------------
+# Reading text files
+# ---------------------------------------------------------------------------------------
+def read_text(path: str) -> str:
+    """The whole file as text (gunzipped if it ends in .gz, see :func:`decode_text`)."""
+    require_file(path)
+    opener = gzip.open if path.endswith(".gz") else open
+    try:
+        with opener(path, "rb") as f:
+            data = f.read()
+    except (OSError, EOFError) as e:
+        raise UserError(f"{path} could not be read ({e}); is it a complete .gz file?") from None
+    return decode_text(data, path)
+
+
+def decode_text(data: bytes, name: str) -> str:
+    """UTF-8 bytes as text without a leading byte-order mark; bytes that are not UTF-8
+    are one clear error naming ``name`` and the line."""
+    try:
+        return data.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as e:
+        raise not_utf8(name, data[: e.start].count(b"\n") + 1, data[e.start]) from None
+
+
+def split_lines(text: str) -> list[str]:
+    """The lines of a text (split at \\n alone, so \\r\\n endings work and no other
+    character ends a line) with surrounding whitespace removed."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [line.strip() for line in lines]
+
+
+def read_lines(path: str) -> list[str]:
+    """Lines of a plain text file with surrounding whitespace removed."""
+    return split_lines(read_text(path))

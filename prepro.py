@@ -78,7 +78,7 @@ def read_iwslt_train(path: str) -> tuple[list[str], list[str]]:
     are talk metadata, and its ``<talkid>N</talkid>`` line starts talk N. A text line
     before any talk id is a document of its own (``line<k>``)."""
     texts, docs, talk = [], [], None
-    for line in data_load.read_lines(path):
+    for line in files.read_lines(path):
         if line.startswith("<"):
             if line.startswith("<talkid>") and line.endswith("</talkid>"):
                 talk = line[len("<talkid>") : -len("</talkid>")].strip()
@@ -93,7 +93,7 @@ def read_iwslt_xml(path: str) -> tuple[list[str], list[str]]:
     order: entities and CDATA unescaped, the text inside nested tags kept, whitespace runs
     made one space. A segment's document is the ``docid`` of its ``<doc>`` (else the
     ``<talkid>`` inside it); a segment outside any ``<doc>`` is a document of its own."""
-    text = data_load.read_text(path)
+    text = files.read_text(path)
     try:
         root = ET.fromstring(text)
     except ET.ParseError as e:
@@ -155,7 +155,7 @@ def read_split(hp: hparams.Hparams, split: str) -> tuple[list[str], list[str], l
     no documents: each line is one (its line number)."""
     src_path, tgt_path = corpus_files(hp)[split]
     if hp.corpus == "parallel":
-        src, tgt = data_load.read_lines(src_path), data_load.read_lines(tgt_path)
+        src, tgt = files.read_lines(src_path), files.read_lines(tgt_path)
         docs = [str(k) for k in range(1, len(src) + 1)]
         tgt_docs = docs[: len(tgt)]
     else:

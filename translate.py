@@ -63,7 +63,6 @@ if __name__ == "__main__":
 
 import sys
 
-import data_load
 import document_decoding
 import ensemble
 import files
@@ -92,9 +91,9 @@ def main() -> None:
     translator.one_thread_per_stream(hp, files.count_lines(opts["input"]))  # None: stdin
     hp, tok, model, _ = ensemble.load_ensemble(runs, overrides, opts["ckpt"], "translate")
     if opts["input"]:
-        lines = data_load.read_lines(opts["input"])
+        lines = files.read_lines(opts["input"])
     else:
-        lines = data_load.split_lines(data_load.decode_text(sys.stdin.buffer.read(), "stdin"))
+        lines = files.split_lines(files.decode_text(sys.stdin.buffer.read(), "stdin"))
     if opts["attention"]:
         if len(runs) > 1:
             raise UserError("--attention plots one run's attention: drop --ensemble")
@@ -150,7 +149,7 @@ def aligned_lines(path: str, lines: list[str], option: str) -> list[str] | None:
     """The lines of ``path`` (None if no path), one per input line, or one UserError."""
     if not path:
         return None
-    given = data_load.read_lines(path)
+    given = files.read_lines(path)
     if len(given) != len(lines):
         raise UserError(
             f"--{option} {path} has {len(given)} lines but the input has {len(lines)}: "

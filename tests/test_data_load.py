@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 import data_load
+import files
 import hparams
 import prepro
 from hparams import UserError
@@ -133,17 +134,17 @@ def test_reserved_token_ids():
 def test_read_lines_strips_and_keeps_empty_lines(tmp_path):
     p = tmp_path / "x.txt"
     p.write_bytes("eins \r\n\r\n  drei\r\nvier".encode())  # CRLF, no final newline
-    assert data_load.read_lines(str(p)) == ["eins", "", "drei", "vier"]
+    assert files.read_lines(str(p)) == ["eins", "", "drei", "vier"]
     p.write_bytes(b"")
-    assert data_load.read_lines(str(p)) == []
+    assert files.read_lines(str(p)) == []
 
 
 def test_read_gzipped_text(tmp_path):
     p = tmp_path / "train.de.gz"
     with gzip.open(p, "wb") as f:
         f.write("Grüße aus Köln\n  Straße  \n\nEnde\n".encode())
-    assert data_load.read_lines(str(p)) == ["Grüße aus Köln", "Straße", "", "Ende"]
-    assert data_load.read_text(str(p)) == "Grüße aus Köln\n  Straße  \n\nEnde\n"
+    assert files.read_lines(str(p)) == ["Grüße aus Köln", "Straße", "", "Ende"]
+    assert files.read_text(str(p)) == "Grüße aus Köln\n  Straße  \n\nEnde\n"
 
 
 def test_truncated_gzip_is_a_user_error(tmp_path):
@@ -151,10 +152,10 @@ def test_truncated_gzip_is_a_user_error(tmp_path):
     p = tmp_path / "broken.de.gz"
     p.write_bytes(good[: len(good) // 2])
     with pytest.raises(UserError, match=re.escape(str(p)) + ".*could not be read"):
-        data_load.read_lines(str(p))
+        files.read_lines(str(p))
 
 
-@pytest.mark.parametrize("reader", [data_load.read_text, data_load.read_lines])
+@pytest.mark.parametrize("reader", [files.read_text, files.read_lines])
 def test_missing_file_names_path(tmp_path, reader):
     p = tmp_path / "nowhere" / "train.de"
     with pytest.raises(UserError) as e:

@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 import checkpoints
 import data_load
 import export
+import files
 import hparams
 import prepro
 import translate
@@ -140,7 +141,7 @@ def test_read_lines(tmp_path_factory, file):
     data, lines, bad = file
     path = written(tmp_path_factory, "corpus.de", data)
     error = bad and rf"^{re.escape(path)}:{bad}: not valid UTF-8"
-    reads_as(data_load.read_lines, path, [line.strip() for line in lines], error)
+    reads_as(files.read_lines, path, [line.strip() for line in lines], error)
 
 
 ENTITIES = [("&amp;", "&"), ("&lt;", "<"), ("&gt;", ">"), ("&quot;", '"'), ("&apos;", "'")]

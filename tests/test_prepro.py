@@ -19,6 +19,7 @@ import pytest
 import cli
 import data_load
 import download
+import files
 import hparams
 import prepro
 from helpers import ROOT, tgz_bytes
@@ -234,7 +235,7 @@ def test_read_iwslt_xml_bare_ampersand(tmp_path):
 
 @pytest.mark.parametrize(
     "reader",
-    [data_load.read_text, data_load.read_lines, prepro.read_iwslt_train, prepro.read_iwslt_xml],
+    [files.read_text, files.read_lines, prepro.read_iwslt_train, prepro.read_iwslt_xml],
 )
 def test_non_utf8_names_file_and_line(tmp_path, reader):
     p = tmp_path / "latin1.de"
