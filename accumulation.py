@@ -79,7 +79,7 @@ class Accumulation:
             # of a per-token mean (the update divides by the real token count)
             per_budget = sums.loss_sum / self.tokens_per_batch
             # the variant's term, weighted by the batch's tokens: once per update in all
-            extra = model.variant.extra_loss(model, extras) * sums.tokens
+            extra = trainer.hooks.extra_loss(model, extras) * sums.tokens
             per_budget += extra / self.tokens_per_batch
             scaled = trainer.loss_scale.scale(per_budget)
         grads = tape.gradient(scaled, model.trainable_variables)

@@ -83,7 +83,7 @@ class MultiHeadAttention(keras.layers.Layer):
 
     See 3.2.2. Separate W^Q, W^K, W^V (d_model x d_model, split into h heads of d_k) and
     the output projection W^O; like the paper (and tensor2tensor) no biases. The TF1 code
-    differs, behind switches: ``activation='relu'`` and ``use_bias`` give its
+    differs, behind switches: ``qkv_activation='relu'`` and ``qkv_bias`` give its
     ReLU(x W + b) projections; ``output_projection=False`` drops W^O (the heads are
     concatenated and go straight to the residual), as in the TF1 and 2019 Kyubyong code.
 
@@ -101,7 +101,7 @@ class MultiHeadAttention(keras.layers.Layer):
         num_heads: h (the paper's base model: 8).
         dropout_rate: dropout on the attention weights (not in the paper; 0).
         scale: divide the scores by sqrt(d_k) (3.2.1).
-        activation, use_bias: the TF1 code's ReLU(x W + b) projections ("relu", True).
+        qkv_activation, qkv_bias: the TF1 code's ReLU(x W + b) projections ("relu", True).
         output_projection: W^O (3.2.2); False concatenates the heads, as the TF1 code.
         position: the stack's relative position scheme (self-attention), or None.
 
@@ -131,8 +131,8 @@ class MultiHeadAttention(keras.layers.Layer):
         num_heads: int,
         dropout_rate: float = 0.0,
         scale: bool = True,
-        activation: str = "none",
-        use_bias: bool = False,
+        qkv_activation: str = "none",
+        qkv_bias: bool = False,
         output_projection: bool = True,
         position: positions.StackPosition | None = None,
         **kwargs,
@@ -141,7 +141,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.d_model, self.num_heads, self.dropout_rate = d_model, num_heads, dropout_rate
         self.d_k = d_model // num_heads
         self.scale = scale
-        self.activation, self.use_bias = activation, use_bias
+        self.qkv_activation, self.qkv_bias = qkv_activation, qkv_bias
         self.output_projection = output_projection
         self.dropout = keras.layers.Dropout(dropout_rate) if dropout_rate > 0 else None
         self.relative = None if position is None else positions.LayerPosition(position)
@@ -157,7 +157,7 @@ class MultiHeadAttention(keras.layers.Layer):
         if self.output_projection:
             self.w_o = self.add_weight(name="w_o", shape=shape, initializer="glorot_uniform")
         self.b_q = self.b_k = self.b_v = None
-        if self.use_bias:
+        if self.qkv_bias:
             bias = dict(shape=(self.d_model,), initializer="zeros")
             self.b_q = self.add_weight(name="b_q", **bias)
             self.b_k = self.add_weight(name="b_k", **bias)
@@ -170,7 +170,7 @@ class MultiHeadAttention(keras.layers.Layer):
         y = fast_ops.dense(x, cast(w.value, self.compute_dtype))
         if b is not None:
             y = y + cast(b.value, self.compute_dtype)
-        if self.activation == "relu":
+        if self.qkv_activation == "relu":
             y = tf.nn.relu(y)
         n, t = tf.shape(y)[0], tf.shape(y)[1]
         if y.shape[1] == 1:  # one position (a decoding step): the same memory, no copy
@@ -272,7 +272,7 @@ class MultiHeadAttention(keras.layers.Layer):
             "num_heads": self.num_heads,
             "dropout_rate": self.dropout_rate,
             "scale": self.scale,
-            "activation": self.activation,
-            "use_bias": self.use_bias,
+            "qkv_activation": self.qkv_activation,
+            "qkv_bias": self.qkv_bias,
             "output_projection": self.output_projection,
         }

@@ -132,8 +132,8 @@ class _Block(keras.layers.Layer):
         a = self.args
         return dict(
             dropout_rate=a["attention_dropout"],
-            activation=a["qkv_activation"],
-            use_bias=a["qkv_bias"],
+            qkv_activation=a["qkv_activation"],
+            qkv_bias=a["qkv_bias"],
             output_projection=a["output_projection"],
             position=self.relative if name == "self_attn" else None,
         )

@@ -336,7 +336,7 @@ def log_progress(run: Run, bar, window: Window, stats: StepStats, step: int) -> 
         summaries.train_scalars(means, stats.grad_norm, lr)
         summaries.budget(run.budget.fraction(step), state.seconds_used())
         summaries.skipped_updates(int(state.skipped_steps), trainer.loss_scale.value())
-        trainer.model.variant.summaries(trainer.model, step, trainer.schedules)
+        trainer.hooks.summaries(trainer.model, step, trainer.schedules)
     return Window()
 
 

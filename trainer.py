@@ -44,6 +44,8 @@ class Trainer:
         self.replicas = strategy.num_replicas_in_sync
         with strategy.scope():
             self.model = Transformer.from_hparams(hp, tok.src_vocab_size, tok.tgt_vocab_size)
+            # what the model variant changes in training (variants.Training)
+            self.hooks = self.model.variant.training
             self._build_optimizers(loss_scaling=precision == "mixed_float16")
         self.ema = None  # the weights' moving average (ema.py), with --ema_decay
         if hp.ema_decay > 0:
@@ -74,7 +76,7 @@ class Trainer:
         if loss_scaling:
             self.optimizer = keras.optimizers.LossScaleOptimizer(self.optimizer)
         self.loss_scale = LossScale(self.optimizer, loss_scaling)
-        groups = model.variant.optimizer_groups(model, hp)
+        groups = self.hooks.optimizer_groups(model, hp)
         self.schedules = {name: schedule for name, (_, schedule) in groups.items()}
         self.group_of = {id(v): name for name, (vs, _) in groups.items() for v in vs}
         self.group_optimizers = {}
@@ -163,7 +165,7 @@ class Trainer:
             extras = {}  # what the layers report for this pass (the ponder cost)
             sums = self.loss_sums(batch, training=True, extras=extras)
             loss = sums.loss_sum / tf.maximum(tokens, 1.0)
-            loss += self.model.variant.extra_loss(self.model, extras) / self.replicas
+            loss += self.hooks.extra_loss(self.model, extras) / self.replicas
             scaled = self.loss_scale.scale(loss)
         return sums, loss, tape.gradient(scaled, self.model.trainable_variables)
 

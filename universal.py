@@ -308,12 +308,42 @@ class UniversalDecoder(_Recurrent):
         return out, dict(cache, k=keys, v=values, ponder=ponder)
 
 
+class Training(variants.Training):
+    """``model_type=universal`` in training: the ACT ponder cost in the loss and its
+    figures in TensorBoard."""
+
+    def extra_loss(self, model, extras: dict):
+        """act_loss_weight x (the encoder's + the decoder's mean ponder cost N + R in the
+        pass that reported ``extras``)."""
+        if not model.config.act:
+            return tf.constant(0.0, tf.float32)
+        costs = [
+            extras[stack.name]["ponder_cost"] for stack in model.variant.stacks(model).values()
+        ]
+        return model.config.act_loss_weight * tf.add_n(costs)
+
+    def summaries(self, model, step: int, schedules: dict) -> None:
+        """ponder/<stack>_mean and _max: the steps used per real token in the last
+        training batch; train/act_loss: its ACT term of the loss."""
+        if not model.config.act:
+            return
+        cost = 0.0
+        for name, stack in model.variant.stacks(model).items():
+            # numpy(): the first replica's copy with several (float() of a mirrored
+            # variable fails)
+            tf.summary.scalar(f"ponder/{name}_mean", float(stack.ponder_mean.numpy()))
+            tf.summary.scalar(f"ponder/{name}_max", float(stack.ponder_max.numpy()))
+            cost += float(stack.ponder_cost.numpy())
+        tf.summary.scalar("train/act_loss", model.config.act_loss_weight * cost)
+
+
 class Variant(variants.Variant):
     """``model_type=universal``: one recurrent encoder and one recurrent decoder stack
     (``num_blocks`` is not used; ``ut_max_steps`` is the depth), positions added at every
     step by the stacks, and the ACT ponder cost in the loss."""
 
     name = "universal"
+    training = Training()
     positions_in_layers = True
     document_memory = False  # its recurrent stack has no per-layer memory yet
     STACKS = ("encoder_0", "decoder_0")
@@ -336,28 +366,6 @@ class Variant(variants.Variant):
 
     def stacks(self, model) -> dict:
         return {"encoder": model.encoder_layers[0], "decoder": model.decoder_layers[0]}
-
-    def extra_loss(self, model, extras: dict):
-        """act_loss_weight x (the encoder's + the decoder's mean ponder cost N + R in the
-        pass that reported ``extras``)."""
-        if not model.config.act:
-            return tf.constant(0.0, tf.float32)
-        costs = [extras[stack.name]["ponder_cost"] for stack in self.stacks(model).values()]
-        return model.config.act_loss_weight * tf.add_n(costs)
-
-    def summaries(self, model, step: int, schedules: dict) -> None:
-        """ponder/<stack>_mean and _max: the steps used per real token in the last
-        training batch; train/act_loss: its ACT term of the loss."""
-        if not model.config.act:
-            return
-        cost = 0.0
-        for name, stack in self.stacks(model).items():
-            # numpy(): the first replica's copy with several (float() of a mirrored
-            # variable fails)
-            tf.summary.scalar(f"ponder/{name}_mean", float(stack.ponder_mean.numpy()))
-            tf.summary.scalar(f"ponder/{name}_max", float(stack.ponder_max.numpy()))
-            cost += float(stack.ponder_cost.numpy())
-        tf.summary.scalar("train/act_loss", model.config.act_loss_weight * cost)
 
     def per_token(self, model, stack: str, extras: dict):
         """The ACT steps each token of ``stack`` used in the pass that reported

@@ -1,6 +1,6 @@
-"""The model-variant hook: :class:`Variant`, what a ``model_type`` changes in the model
-and in training; this base is the paper's Transformer (weighted.py and universal.py
-subclass it; model.VARIANTS lists them).
+"""The model-variant hook: :class:`Variant`, what a ``model_type`` changes in the model, and
+:class:`Training`, what it changes in training (``Variant.training``); these bases are the
+paper's Transformer (weighted.py and universal.py subclass both; model.VARIANTS lists them).
 """
 
 from __future__ import annotations
@@ -11,45 +11,14 @@ import tensorflow as tf
 import modules
 
 
-class Variant:
-    """What a ``model_type`` changes, at one hook; this base is the paper's Transformer.
-
-    A variant module (weighted.py, ...) subclasses it, is listed in model.VARIANTS and
-    in hparams.CHOICES["model_type"], and overrides what it needs:
-    * layer construction: :meth:`encoder_layer`, :meth:`decoder_layer` (a layer class
-      also owns its decoding cache: ``init_cache``, ``step``, ``reorder_cache``), how
-      many (:meth:`num_layers`), their extra arguments (:meth:`layer_args`) and whether
-      they add the positions themselves (``positions_in_layers``), and whether they
-      attend to earlier sentences (``document_memory``);
+class Training:
+    """What a ``model_type`` changes in training: the hooks the Trainer calls
+    (``trainer.hooks``, the model variant's ``training``); this base adds nothing. A variant
+    module subclasses it beside its :class:`Variant` and overrides what it needs:
     * :meth:`extra_loss`: terms added to the training loss;
     * :meth:`optimizer_groups`: variables trained by an optimizer of their own;
-    * :meth:`summaries`: TensorBoard summaries written with the training scalars;
-    * :meth:`specs_lines`: lines added to the run's ``specs`` file;
-    * :meth:`per_token`: a value per token that the attention figures draw as bars.
+    * :meth:`summaries`: TensorBoard summaries written with the training scalars.
     """
-
-    name = "transformer"
-    # True: the layers add the position embedding themselves (they get the model's
-    # embeddings.PositionalEncoding as ``position``) and the model's embedding adds none
-    positions_in_layers = False
-    # True: each encoder layer takes ``memory`` / ``memory_mask``, the states of earlier
-    # sentences (document context, recurrence.encode_in_context)
-    document_memory = True
-
-    def num_layers(self, num_blocks: int) -> int:
-        """How many encoder (and decoder) layers the model builds."""
-        return num_blocks
-
-    def layer_args(self, config) -> dict:
-        """Arguments of the variant's layers taken from the model's ``config``
-        (hparams.ModelConfig)."""
-        return {}
-
-    def encoder_layer(self, **args) -> keras.layers.Layer:
-        return modules.EncoderLayer(**args)
-
-    def decoder_layer(self, **args) -> keras.layers.Layer:
-        return modules.DecoderLayer(**args)
 
     def extra_loss(self, model, extras: dict):
         """A scalar float32 added once to the mean training loss of each update (with
@@ -66,6 +35,48 @@ class Variant:
 
     def summaries(self, model, step: int, schedules: dict) -> None:
         """Write TensorBoard summaries (inside the caller's writer context)."""
+
+
+class Variant:
+    """What a ``model_type`` changes, at one hook; this base is the paper's Transformer.
+
+    A variant module (weighted.py, ...) subclasses it, is listed in model.VARIANTS and
+    in hparams.CHOICES["model_type"], and overrides what it needs:
+    * layer construction: :meth:`encoder_layer`, :meth:`decoder_layer` (a layer class
+      also owns its decoding cache: ``init_cache``, ``step``, ``reorder_cache``), how
+      many (:meth:`num_layers`), their extra arguments (:meth:`layer_args`) and whether
+      they add the positions themselves (``positions_in_layers``), and whether they
+      attend to earlier sentences (``document_memory``);
+    * ``training``: its :class:`Training` hooks (the loss terms, optimizer groups and
+      summaries it adds to training);
+    * :meth:`specs_lines`: lines added to the run's ``specs`` file;
+    * :meth:`per_token`: a value per token that the attention figures draw as bars.
+    """
+
+    name = "transformer"
+    # True: the layers add the position embedding themselves (they get the model's
+    # embeddings.PositionalEncoding as ``position``) and the model's embedding adds none
+    positions_in_layers = False
+    # True: each encoder layer takes ``memory`` / ``memory_mask``, the states of earlier
+    # sentences (document context, recurrence.encode_in_context)
+    document_memory = True
+    # what the variant changes in training (the Trainer's ``hooks``)
+    training = Training()
+
+    def num_layers(self, num_blocks: int) -> int:
+        """How many encoder (and decoder) layers the model builds."""
+        return num_blocks
+
+    def layer_args(self, config) -> dict:
+        """Arguments of the variant's layers taken from the model's ``config``
+        (hparams.ModelConfig)."""
+        return {}
+
+    def encoder_layer(self, **args) -> keras.layers.Layer:
+        return modules.EncoderLayer(**args)
+
+    def decoder_layer(self, **args) -> keras.layers.Layer:
+        return modules.DecoderLayer(**args)
 
     def specs_lines(self, model) -> list[str]:
         return []

@@ -191,6 +191,32 @@ class WeightedDecoderLayer(_WeightedBlock, modules.DecoderLayer):
 # ---------------------------------------------------------------------------------------
 # The hook: layers, kappa/alpha optimizer, summaries, specs
 # ---------------------------------------------------------------------------------------
+class Training(variants.Training):
+    """``model_type=weighted`` in training: kappa and alpha trained by their own Adam
+    (:meth:`optimizer_groups`), and their values in TensorBoard."""
+
+    def optimizer_groups(self, model, hp) -> dict:
+        variables = [
+            w for sub in Variant.branched_layers(model).values() for w in (sub.kappa, sub.alpha)
+        ]
+        lr = hp.lr
+        if hp.lr_schedule == "kyubyong":  # lr warmup^0.5 step^-0.5 past the warmup
+            lr *= (hp.warmup_steps / hp.branch_warmup_steps) ** 0.5
+        schedule = optimization.TransformerSchedule(
+            hp.lr_schedule, hp.d_model, hp.branch_warmup_steps, lr, hp.cooldown
+        )
+        return {Variant.GROUP: (variables, schedule)}
+
+    def summaries(self, model, step: int, schedules: dict) -> None:
+        """kappa and alpha of every layer: one scalar per branch (branch/<layer>/kappa_<i>)
+        and a histogram per layer, plus their lr (train/branch_lr)."""
+        tf.summary.scalar(f"train/{Variant.GROUP}_lr", float(schedules[Variant.GROUP](step - 1)))
+        for name, value in model.variant.branch_weights(model).items():
+            tf.summary.histogram(f"branch/{name}", value)
+            for i, x in enumerate(value):
+                tf.summary.scalar(f"branch/{name}_{i}", float(x))
+
+
 class Variant(variants.Variant):
     """``model_type=weighted``: weighted layers; kappa and alpha trained by their own Adam
     with the main schedule's kind but ``branch_warmup_steps`` (sec. 4: 400 steps), and a
@@ -198,6 +224,7 @@ class Variant(variants.Variant):
     gives: d_model^-0.5 step^-0.5 whatever the warmup)."""
 
     name = "weighted"
+    training = Training()
     GROUP = "branch"  # its optimizer is checkpointed as branch_optimizer
 
     def encoder_layer(self, **args):
@@ -220,27 +247,6 @@ class Variant(variants.Variant):
             out[f"{name}/kappa"] = sub.kappa.numpy()
             out[f"{name}/alpha"] = sub.alpha.numpy()
         return out
-
-    def optimizer_groups(self, model, hp) -> dict:
-        variables = [
-            w for sub in self.branched_layers(model).values() for w in (sub.kappa, sub.alpha)
-        ]
-        lr = hp.lr
-        if hp.lr_schedule == "kyubyong":  # lr warmup^0.5 step^-0.5 past the warmup
-            lr *= (hp.warmup_steps / hp.branch_warmup_steps) ** 0.5
-        schedule = optimization.TransformerSchedule(
-            hp.lr_schedule, hp.d_model, hp.branch_warmup_steps, lr, hp.cooldown
-        )
-        return {self.GROUP: (variables, schedule)}
-
-    def summaries(self, model, step: int, schedules: dict) -> None:
-        """kappa and alpha of every layer: one scalar per branch (branch/<layer>/kappa_<i>)
-        and a histogram per layer, plus their lr (train/branch_lr)."""
-        tf.summary.scalar(f"train/{self.GROUP}_lr", float(schedules[self.GROUP](step - 1)))
-        for name, value in self.branch_weights(model).items():
-            tf.summary.histogram(f"branch/{name}", value)
-            for i, x in enumerate(value):
-                tf.summary.scalar(f"branch/{name}_{i}", float(x))
 
     def specs_lines(self, model) -> list[str]:
         """Each layer's kappa and alpha values."""

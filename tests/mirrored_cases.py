@@ -45,21 +45,21 @@ def compare(strategy, hp, variant):
     poison = tf.Variable(0.0)
     if variant == "extra":  # an extra loss term that depends on the weights
 
-        class L2(variants.Variant):
+        class L2(variants.Training):
             def extra_loss(self, model, extras):
                 return 0.5 * tf.reduce_sum(tf.square(model.tgt_embedding.embeddings))
 
-        single.model.variant = mirrored.model.variant = L2()
+        single.hooks = mirrored.hooks = L2()
     elif variant == "plain":  # once poison is set, a NaN in the gradients of replica 1 alone
 
-        class NaNInReplica1(variants.Variant):
+        class NaNInReplica1(variants.Training):
             def extra_loss(self, model, extras):
                 ctx = tf.distribute.get_replica_context()
                 one = tf.logical_and(tf.equal(ctx.replica_id_in_sync_group, 1), poison > 0)
                 embeddings = model.tgt_embedding.embeddings
                 return tf.where(one, np.nan, 0.0) * tf.reduce_sum(embeddings)
 
-        mirrored.model.variant = NaNInReplica1()
+        mirrored.hooks = NaNInReplica1()
     halting0 = [w.numpy() for w in single.model.weights if "halting" in w.path]
     if variant == "accum":  # batches 0 and 1 make the first update, 2 and 3 the second
         norms = []

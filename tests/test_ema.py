@@ -25,11 +25,11 @@ def test_shadows_follow_the_recurrence_after_each_applied_step(demo_prepro, tmp_
     trainer, batches = trainer_for(demo_prepro, tmp_path, ema_decay=decay)
     poison = tf.Variable(0.0)
 
-    class Poisoned(variants.Variant):  # once poison is set, a NaN loss: the update is skipped
+    class Poisoned(variants.Training):  # once poison is set, a NaN loss: the update is skipped
         def extra_loss(self, model, extras):
             return tf.where(poison > 0, np.nan, 0.0)
 
-    trainer.model.variant = Poisoned()
+    trainer.hooks = Poisoned()
     weights = trainer.model.trainable_variables
     expected = values(weights)
     np.testing.assert_array_equal(values(trainer.ema.shadows)[0], expected[0])

@@ -40,7 +40,7 @@ NAN, INF = float("nan"), float("inf")
 # NaN or Inf: the update is skipped by every optimizer
 # ---------------------------------------------------------------------------------------
 class Poisoned:
-    """A model variant whose extra loss gains ``value * sum(target embedding)`` while
+    """Training hooks whose extra loss gains ``value * sum(target embedding)`` while
     ``flag`` is set: a NaN or Inf gradient injected at will."""
 
     def __init__(self, variant, value):
@@ -96,7 +96,7 @@ def test_nan_or_inf_update_is_skipped_everywhere(
     tok = data_load.load_tokenizer(hp)
     strategy, precision = devices.setup_devices(hp)
     trainer = Trainer(hp, tok, strategy, precision)
-    trainer.model.variant = poisoned = Poisoned(trainer.model.variant, value)
+    trainer.hooks = poisoned = Poisoned(trainer.hooks, value)
     flag = poisoned.flag
     data = data_load.TrainData(hp)
     batches = [data_load.build_batch(data.corpus, b) for b in data.batches(0)[:6]]
@@ -174,7 +174,7 @@ def test_max_bad_steps_stops_and_keeps_the_last_good_checkpoint(demo_prepro, tmp
         weight = tf.where(calls > 4, NAN, 0.0)
         return weight * tf.reduce_sum(model.tgt_embedding.embeddings)
 
-    monkeypatch.setattr(variants.Variant, "extra_loss", extra_loss)
+    monkeypatch.setattr(variants.Training, "extra_loss", extra_loss)
     good = os.path.join(hp.logdir, "ckpt-4")
     expected = (
         "3 updates in a row after step 4 had a NaN or Inf loss or gradient and were skipped "

@@ -596,7 +596,9 @@ def test_legacy_preset_builds_the_tf1_model():
     for layer in m.encoder_layers + m.decoder_layers:
         for attn in (layer.self_attn, getattr(layer, "cross_attn", None)):
             if attn is not None:
-                assert attn.activation == "relu" and attn.use_bias and not attn.output_projection
+                assert (
+                    attn.qkv_activation == "relu" and attn.qkv_bias and not attn.output_projection
+                )
                 assert attn.dropout is not None and attn.dropout.rate == 0.1
         for res in (layer.res1, layer.res2):
             assert res.dropout.rate == 0.0 and res.ln.epsilon == 1e-8

@@ -408,8 +408,8 @@ def test_variant_defaults_are_the_papers_transformer():
     assert type(encoder) is modules.EncoderLayer and type(decoder) is modules.DecoderLayer
     assert isinstance(encoder.ffn, modules.FeedForward)
     assert isinstance(decoder.cross_attn, attention.MultiHeadAttention)
-    extra = variant.extra_loss(None, {})
+    extra = variant.training.extra_loss(None, {})
     assert extra.dtype == tf.float32 and float(extra) == 0.0
-    assert variant.optimizer_groups(None, None) == {}
+    assert variant.training.optimizer_groups(None, None) == {}
     assert variant.specs_lines(None) == []
-    assert variant.summaries(None, 1, {}) is None
+    assert variant.training.summaries(None, 1, {}) is None

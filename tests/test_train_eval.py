@@ -236,8 +236,8 @@ def test_mixed_precision_training_loss_falls(demo_prepro):
         assert abs(last[precision] - last["float32"]) < 0.1, (precision, last)
 
 
-class L2Variant(variants.Variant):
-    """A variant whose extra loss depends on the weights: 0.5 * |E|^2 of the embedding."""
+class L2Variant(variants.Training):
+    """Training hooks whose extra loss depends on the weights: 0.5 * |E|^2 of the embedding."""
 
     def extra_loss(self, model, extras):
         return 0.5 * tf.reduce_sum(tf.square(model.tgt_embedding.embeddings))
@@ -261,7 +261,7 @@ def test_gradient_accumulation_equals_larger_batch(tmp_path, demo_prepro, extra_
     for a, b in zip(acc.model.weights, big.model.weights):
         b.assign(a)
     if extra_loss:
-        acc.model.variant = big.model.variant = L2Variant()
+        acc.hooks = big.hooks = L2Variant()
     initial = [w.numpy() for w in acc.model.weights]
     data = data_load.TrainData(hp_acc)
     b1, b2 = data.batches(0)[:2]

@@ -90,11 +90,11 @@ def test_a_nonfinite_loss_changes_no_variable(demo_prepro, tmp_path):
     trainer, batches = trainer_for(demo_prepro, tmp_path)
     poison = tf.Variable(0.0)
 
-    class Poisoned(variants.Variant):  # once poison is set, a NaN loss
+    class Poisoned(variants.Training):  # once poison is set, a NaN loss
         def extra_loss(self, model, extras):
             return tf.where(poison > 0, np.nan, 0.0)
 
-    trainer.model.variant = Poisoned()  # before the step is traced
+    trainer.hooks = Poisoned()  # before the step is traced
     trainer.train_batch(*batches[0])
     poison.assign(1.0)
     optimizer_state = trainer.adam.variables

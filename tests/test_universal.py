@@ -248,7 +248,7 @@ def test_extra_loss_is_the_weighted_ponder_cost_and_has_a_gradient():
     with tf.GradientTape() as tape:
         memory, mask = m.encode(src, extras=extras)
         m.decode(tgt, memory, mask, extras=extras)
-        loss = m.variant.extra_loss(m, extras)
+        loss = m.variant.training.extra_loss(m, extras)
     assert sorted(extras) == ["decoder_0", "encoder_0"]
     enc = m.variant.per_token(m, "encoder", extras).numpy()
     dec = m.variant.per_token(m, "decoder", extras).numpy()
@@ -262,7 +262,7 @@ def test_extra_loss_is_the_weighted_ponder_cost_and_has_a_gradient():
     extras = {}
     plain.encode(src, extras=extras)
     assert extras == {} and plain.variant.per_token(plain, "encoder", extras) is None
-    assert float(plain.variant.extra_loss(plain, extras)) == 0.0
+    assert float(plain.variant.training.extra_loss(plain, extras)) == 0.0
 
 
 # ---------------------------------------------------------------------------------------

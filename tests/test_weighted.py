@@ -256,7 +256,7 @@ def test_hparams_weighted_validation():
 # the variant hook: the kappa/alpha optimizer group
 # ---------------------------------------------------------------------------------------
 def test_optimizer_groups_hold_every_kappa_and_alpha():
-    """weighted.Variant().optimizer_groups: one group, 'branch', with the kappa and alpha
+    """weighted.Training().optimizer_groups: one group, 'branch', with the kappa and alpha
     of every layer and a schedule of the run's kind with branch_warmup_steps."""
     m = weighted_model(17, n=2)
     hp = hparams.apply(
@@ -271,7 +271,7 @@ def test_optimizer_groups_hold_every_kappa_and_alpha():
             "branch_warmup_steps": 300,
         },
     )
-    groups = weighted.Variant().optimizer_groups(m, hp)
+    groups = weighted.Training().optimizer_groups(m, hp)
     assert list(groups) == ["branch"]
     variables, schedule = groups["branch"]
     expected = [
@@ -300,7 +300,7 @@ def test_branch_rate_equals_the_main_rate_past_both_warmups(kind):
     m = weighted_model(17, n=1)
     values = dict(lr_schedule=kind, lr=3e-4, warmup_steps=4000, branch_warmup_steps=400)
     hp = hparams.apply(hparams.Hparams(), dict(values, model_type="weighted", d_model=32))
-    _, branch = weighted.Variant().optimizer_groups(m, hp)["branch"]
+    _, branch = weighted.Training().optimizer_groups(m, hp)["branch"]
     main = optimization.TransformerSchedule(kind, 32, 4000, 3e-4)
     for step in (4000, 10000, 50000):  # schedules take the optimizer's iterations (step - 1)
         assert float(branch(step - 1)) == pytest.approx(float(main(step - 1)), rel=1e-6)
@@ -384,7 +384,7 @@ def test_variant_summaries_write_every_branch_weight(tmp_path):
     schedule = optimization.TransformerSchedule("noam", 32, 400)
     writer = tf.summary.create_file_writer(str(tmp_path))
     with writer.as_default(step=5):
-        m.variant.summaries(m, 5, {"branch": schedule})
+        m.variant.training.summaries(m, 5, {"branch": schedule})
     writer.close()
     acc = event_accumulator.EventAccumulator(str(tmp_path), size_guidance={"tensors": 0})
     acc.Reload()
