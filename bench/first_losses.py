@@ -6,10 +6,17 @@ without changing arithmetic.
     python bench/first_losses.py --steps 100 --out /tmp/old.json --tree /tmp/old
     python bench/first_losses.py --compare /tmp/old.json /tmp/new.json
 
+    # a document-memory run (its own corpus: prepro.py with the same --set values first)
+    python prepro.py --demo_documents 0.5 --data_dir data/doc --prepro_dir prepro/doc
+    python bench/first_losses.py --steps 100 --out /tmp/doc.json --set demo_documents=0.5 \
+        --set data_dir=data/doc --set prepro_dir=prepro/doc --set memory_sentences=1
+
 With TensorFlow's op determinism on, the run's Trainer trains on the first ``--steps``
 batches of epoch 0 of the chosen preset and writes each batch's label-smoothed loss per
-target token (float32 sum over float32 count). ``--tree PATH`` runs another checkout of the
-project (``git worktree add /tmp/old HEAD~1``) on this checkout's preprocessed data.
+target token (float32 sum over float32 count); ``--set KEY=VALUE`` (repeatable) changes a
+hyperparameter of the preset, e.g. a document memory. ``--tree PATH`` runs another
+checkout of the project (``git worktree add /tmp/old HEAD~1``) on this checkout's
+preprocessed data.
 ``--compare A B`` prints whether two such files are identical and the largest difference.
 """
 
@@ -20,7 +27,7 @@ import sys
 import common
 
 
-def first_losses(preset: str, steps: int) -> list[float]:
+def first_losses(preset: str, steps: int, overrides: dict | None = None) -> list[float]:
     import keras
     import numpy as np
     import tensorflow as tf
@@ -32,15 +39,15 @@ def first_losses(preset: str, steps: int) -> list[float]:
     from train_throughput import project_setup_devices
 
     setup_devices = project_setup_devices()
-    hp = hparams.preset(preset)
+    hp = hparams.apply(hparams.preset(preset), overrides or {})
     tok = data_load.load_tokenizer(hp)
     strategy, precision = setup_devices(hp)
     keras.utils.set_random_seed(hp.seed)
     data = data_load.TrainData(hp)
     trainer = train.Trainer(hp, tok, strategy, precision)
     losses = []
-    for src, dec_in, labels in data.dataset(0):
-        stats, _ = trainer.train_batch(src, dec_in, labels)
+    for batch in data.dataset(0):  # with a document memory, the context too
+        stats, _ = trainer.train_batch(*batch)
         losses.append(float(np.float32(stats[0]) / np.float32(stats[2])))
         if len(losses) == steps:
             break
@@ -53,6 +60,13 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--out", default="")
     ap.add_argument("--tree", default="", help="another checkout of the project to run")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a hyperparameter over the preset's (repeatable)",
+    )
     ap.add_argument("--compare", nargs=2, metavar=("A", "B"))
     return ap
 
@@ -67,7 +81,8 @@ def main() -> None:
         sys.exit(0 if same else 1)
     if args.tree:
         common.use_tree(args.tree)
-    losses = first_losses(args.preset, args.steps)
+    overrides = dict(item.split("=", 1) for item in args.set)
+    losses = first_losses(args.preset, args.steps, overrides)
     text = json.dumps(losses)
     if args.out:
         with open(args.out, "w") as f:

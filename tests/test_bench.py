@@ -834,6 +834,34 @@ def test_another_tree_is_imported_in_place_of_this_one(tmp_path, monkeypatch):
     assert hparams.WHERE == "other tree"
 
 
+@pytest.mark.slow
+def test_first_losses_of_a_document_memory_run_repeat_bit_for_bit(demo_prepro, tmp_path):
+    """bench/first_losses.py --set: a document-memory run of the tiny demo gives the same
+    losses twice (the check that a change moved code alone), and another label smoothing
+    other losses, which --compare tells apart in its exit status."""
+    default = hparams.Hparams()
+    changed = {k: v for k, v in dataclasses.asdict(demo_prepro).items() if v != getattr(default, k)}
+    memory = {**changed, "position": "xl", "memory_sentences": 1, "dropout_rate": 0.1}
+    script = os.path.join(common.ROOT, "bench", "first_losses.py")
+
+    def losses(name, values):
+        out = tmp_path / f"{name}.json"
+        sets = [a for k, v in values.items() for a in ("--set", f"{k}={v}")]
+        subprocess.run(
+            [sys.executable, script, "--steps", "3", "--out", str(out), *sets],
+            check=True,
+            capture_output=True,
+        )
+        return str(out)
+
+    a, b = losses("a", memory), losses("b", memory)
+    other = losses("c", {**memory, "label_smoothing": 0.3})
+    compare = [sys.executable, script, "--compare"]
+    same = subprocess.run([*compare, a, b], capture_output=True, text=True)
+    assert same.returncode == 0 and "3 and 3 losses; identical: True" in same.stdout
+    assert subprocess.run([*compare, a, other], capture_output=True).returncode == 1
+
+
 def test_the_hp_route_merges_repeats_and_counts_each_return():
     import hp_route
 
