@@ -186,8 +186,8 @@ def test_memory_needs_a_relative_family_and_layers_that_take_it():
     ):
         with pytest.raises(hparams.UserError, match=match):
             hparams.apply(base, {"memory_sentences": 1, **extra})
-    with pytest.raises(ValueError, match="is absolute"):
-        relative_model("xl").__class__(23, 23, memory_sentences=1)
+    with pytest.raises(ValueError, match="is absolute"):  # a model built from keywords too
+        relative_model("xl").__class__(23, 23, memory_sentences=1, position="sinusoid")
 
 
 def corpus_of(docs_sentences: list[list[np.ndarray]]) -> data_load.Corpus:
