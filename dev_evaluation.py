@@ -95,20 +95,21 @@ def default_candidates(run: Run, averaged: dict | None, scored: bool = True) -> 
     where ``scored`` and one process holds the run); the average where it beat the best
     (checkpoints.average_last)."""
     hp, trainer, dev, translator = run.hp, run.trainer, run.dev, run.translator
-    best = tf.train.latest_checkpoint(trainer.state.best.directory)
+    state = trainer.state
+    best = tf.train.latest_checkpoint(state.best.directory)
     if not best:
         return []
     candidates = [
-        dict(path=best, dev_bleu=float(trainer.state.best_bleu), what="best checkpoint by dev BLEU")
+        dict(path=best, dev_bleu=float(state.best_bleu), what="best checkpoint by dev BLEU")
     ]
-    ema_path = trainer.state.ema_model_path(int(best.rsplit("-", 1)[1]))
+    ema_path = state.ema_model_path(int(best.rsplit("-", 1)[1]))
     if trainer.ema and tf.io.gfile.exists(ema_path + ".index"):
         what = f"EMA weights (decay {hp.ema_decay:g}) of the best checkpoint"
         candidates[0].update(path=ema_path, what=what)
         if scored and not trainer.multi_worker:
             t0 = time.time()
             bleu = checkpoints.scored(trainer.model, best, lambda: dev_bleu(dev, translator))
-            trainer.state.eval_seconds.assign_add(time.time() - t0)
+            state.eval_seconds.assign_add(time.time() - t0)
             candidates.append(dict(path=best, dev_bleu=bleu, what="best checkpoint's own weights"))
     if averaged and averaged["wins"]:
         names = ", ".join(os.path.basename(p) for p in averaged["checkpoints"])
@@ -122,18 +123,19 @@ def evaluate(run: Run, bleu: bool = True) -> dict:
     abandons it (:class:`DevAbandoned`; in one process only: other workers would wait for
     this one). Returns {epoch, step, dev_loss, dev_bleu (None without BLEU), seconds}."""
     hp, trainer, dev, translator = run.hp, run.trainer, run.dev, run.translator
-    epoch, step, t0 = int(trainer.state.epoch) + 1, trainer.step, time.time()
+    state = trainer.state
+    epoch, step, t0 = int(state.epoch) + 1, trainer.step, time.time()
     with run.interrupt.abandonable_region(not trainer.multi_worker), trainer.scored_weights():
         dev_loss, dev_nll = trainer.dev_loss(dev.corpus, max(1, hp.tokens_per_batch // 64))
         hyps = translator.translate(dev.src, dev.docs) if bleu else []
         scores = metrics.scores(hyps, dev.ref) if bleu else None
     seconds = time.time() - t0
-    trainer.state.eval_seconds.assign_add(seconds)
-    if bleu and trainer.state.chief:
+    state.eval_seconds.assign_add(seconds)
+    if bleu and state.chief:
         name = f"E{epoch:02d}S{step}L{dev_loss:.2f}"
         text = "\n".join(hyps) + f"\nBLEU = {scores['sacrebleu']:.2f}\n"
-        files.atomic_write(os.path.join(hp.evaldir, name), text, trainer.state.unsaved())
-    with summaries.summaries_at(run.writer, step, hp, trainer.state.unsaved()):
+        files.atomic_write(os.path.join(hp.evaldir, name), text, state.unsaved())
+    with summaries.summaries_at(run.writer, step, hp, state.unsaved()):
         summaries.dev_figures(dev_loss, dev_nll, scores)
         if bleu:
             summaries.sample_translations(dev.src, dev.ref, hyps)

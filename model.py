@@ -162,7 +162,7 @@ def run_layer(layer, extras, *args, **kwargs):
     """One stack layer called with ``return_attention=True``: (output, weights). A layer
     may return a third element, a dict of tensors it reports for this pass (the Universal
     Transformer's ponder cost); it goes into ``extras`` (when given) under the layer's
-    name, for Variant.extra_loss and Variant.per_token."""
+    name, for Training.extra_loss and Variant.per_token."""
     x, w, *reported = layer(*args, return_attention=True, **kwargs)
     if reported and extras is not None:
         extras[layer.name] = reported[0]

@@ -83,6 +83,6 @@ class Variant:
 
     def per_token(self, model, stack: str, extras: dict):
         """A value per token of ``stack`` ("encoder" | "decoder") in the forward pass
-        whose layer reports are ``extras`` (as in :meth:`extra_loss`), (N, T), that the
+        whose layer reports are ``extras`` (as in Training.extra_loss), (N, T), that the
         attention figures draw as bars (the Universal Transformer's ACT steps), or None."""
         return None

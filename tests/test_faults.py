@@ -43,17 +43,17 @@ class Poisoned:
     """Training hooks whose extra loss gains ``value * sum(target embedding)`` while
     ``flag`` is set: a NaN or Inf gradient injected at will."""
 
-    def __init__(self, variant, value):
-        self.variant, self.value = variant, value
+    def __init__(self, hooks, value):
+        self.hooks, self.value = hooks, value
         self.flag = tf.Variable(0.0, trainable=False)
 
     def __getattr__(self, name):
-        return getattr(self.variant, name)
+        return getattr(self.hooks, name)
 
     def extra_loss(self, model, extras):
         weight = tf.where(self.flag > 0, self.value, 0.0)
         embeddings = tf.cast(model.tgt_embedding.embeddings, tf.float32)
-        return self.variant.extra_loss(model, extras) + weight * tf.reduce_sum(embeddings)
+        return self.hooks.extra_loss(model, extras) + weight * tf.reduce_sum(embeddings)
 
 
 def state(trainer):

@@ -328,7 +328,7 @@ def test_mirrored_step_equals_single_device_step(demo_prepro, mirrored):
     to the replicas) gives the loss and the updated weights of a single-device step, also
     with a variant's extra loss term (counted once, not once per replica). A NaN in one
     replica's gradients makes both skip the update. The Universal Transformer's ponder
-    cost is each replica's own pass's (Variant.extra_loss reads the layers' reports), and
+    cost is each replica's own pass's (Training.extra_loss reads the layers' reports), and
     its gradient trains the halting units (mirrored_cases.py, run once for the session).
     With clip_norm, two steps that both clip give the one-device weights: the replicas'
     summed gradient is clipped by its own norm, which is the grad_norm both report. So do
