@@ -18,7 +18,7 @@ import tensorflow as tf
 
 import fast_ops
 from devices import deal_rows
-from optimization import StepStats
+from optimization import NO_UPDATE, StepStats
 
 
 class Accumulation:
@@ -113,7 +113,7 @@ class Accumulation:
         (grad_norm, skipped, scale_skip; all 0 when nothing was pending). An applied update
         moves the moving average (Trainer.updated)."""
         if not self.pending:
-            return StepStats(0.0, 0.0, 0.0, 0.0)
+            return NO_UPDATE
         self.pending = 0
         norm, skipped, scale_skip = (float(x) for x in self._apply_fn())
         stats = StepStats(0.0, 0.0, 0.0, 0.0, norm, skipped, scale_skip)

@@ -134,3 +134,7 @@ class StepStats(NamedTuple):
     skipped: float = 0.0  # 1: a NaN or Inf made every replica skip the update (counted)
     scale_skip: float = 0.0  # 1: skipped for a float16 loss-scale overflow (normal, not counted)
     stop: float = 0.0  # > 0: a worker was asked to stop (SIGINT/SIGTERM); all workers see it
+
+
+# what a batch boundary without an update reports (nothing accumulated to apply)
+NO_UPDATE = StepStats(0.0, 0.0, 0.0, 0.0)

@@ -30,7 +30,7 @@ from accumulation import Accumulation
 from devices import LossScale, deal_rows
 from hparams import UserError
 from model import Transformer
-from optimization import StepStats
+from optimization import NO_UPDATE, StepStats
 from run_state import RunState
 from translator import Translator
 
@@ -282,7 +282,7 @@ class Trainer:
 
     def flush(self) -> StepStats:
         """Apply a partial accumulation (at the end of an epoch): Accumulation.flush."""
-        return self.accumulation.flush() if self.accumulation else StepStats(0.0, 0.0, 0.0, 0.0)
+        return self.accumulation.flush() if self.accumulation else NO_UPDATE
 
     def drop_partial(self) -> int:
         """Forget a partial accumulation (before a signal's checkpoint): the number of
