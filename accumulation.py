@@ -43,7 +43,7 @@ class Accumulation:
             self.tokens, self.loss = local_sum([]), local_sum([])
         accumulate = self._accumulate
         if hp.jit_compile:
-            accumulate = fast_ops.xla_function(self._accumulate)
+            accumulate = fast_ops.function(self._accumulate, trainer.kernels.for_xla())
         self._accumulate_fn = trainer.distributed(lambda *b: trainer.summed(accumulate, b))
         self._apply_fn = tf.function(lambda: trainer.summed(self._apply, ()), autograph=False)
         self._clear_fn = tf.function(lambda: strategy.run(self._clear), autograph=False)

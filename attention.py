@@ -219,12 +219,12 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def attend_step(self, query, k, v, mask=None, query_mask=None, offset=0, k_offset=0):
         """``attend(...)[0]`` of one query position, query (N, 1, d_model) -> (N, 1,
-        d_model) (a decoding step). Where fast_ops.decode_kernels() gives the C++ kernels
+        d_model) (a decoding step). Where the decoder's kernels hold the C++ library
         and only the content logits enter (no relative bias or value term, no query mask,
         float32), the scaled dot products, the mask, the softmax and the weighted sum of
         every head are one kernel. k, v: (N, h, T_k, d_k); mask (N or 1, 1, 1, T_k) bool
         or None. See 3.2.1, 3.2.2."""
-        lib = fast_ops.decode_kernels()
+        lib = fast_ops.kernels().decode_lib
         q, bias, value_term = self._query(query, tf.shape(k)[2], None, offset, k_offset)
         plain = bias is None and value_term is None and query_mask is None
         if lib is None or not plain or q.dtype != tf.float32:

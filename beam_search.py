@@ -176,12 +176,12 @@ def best_extensions(logits, alive_logp, forced=None):
     the hypothesis each extends, the token), each (R, k), best first. A hypothesis's own
     k best tokens hold every one of those, so the top-k runs over k * k candidates, the
     log-softmax over those alone: (z - max z) - log sum exp(z - max z), the arithmetic of
-    tf.nn.log_softmax (one C++ kernel where fast_ops.decode_kernels() gives it).
+    tf.nn.log_softmax (one C++ kernel where the decoder's kernels hold the library).
     ``forced``: (inside (R * k,) bool, token (R * k,) int32) of a target prefix: a
     hypothesis inside its prefix has one extension, by the prefix's token, at its
     log-probability (:class:`greedy_search.Prefix`)."""
     r, k = tf.shape(alive_logp)[0], alive_logp.shape[1]
-    lib = fast_ops.decode_kernels()
+    lib = fast_ops.kernels().decode_lib
     if lib is not None and logits.dtype == tf.float32:
         row_logp, row_tok = lib.native_top_log_softmax(logits, k=k)  # (R * k, k)
     else:
@@ -285,13 +285,21 @@ def final_beams(i, limits, alpha: float, k: int, alive_seq, alive_logp, fin_seq,
     return tf.where(after, data_load.PAD_ID, seqs), scores
 
 
-def beam_decoder(model, beam_size: int, alpha: float = 0.6, max_len: int = 0, prefix: bool = False):
+def beam_decoder(
+    model,
+    beam_size: int,
+    alpha: float = 0.6,
+    max_len: int = 0,
+    prefix: bool = False,
+    kernels=None,
+):
     """A compiled ``fn(src (N, T1) int32, extra int32[, prefix tokens (N, P) int32, prefix
     lengths (N,) int32]) -> (ids (N, k, L), scores (N, k))`` (:func:`beam_loop`).
 
     A tf.function graph; unlike the greedy loop it is not XLA-compiled: with its
     data-dependent buffer sizes, XLA on CPU (TF 2.21) crashed on it. Traced without
-    autograph, as the greedy loop.
+    autograph, as the greedy loop. ``kernels``: a fast_ops.Kernels (this machine's
+    decoding kernels by default).
     """
 
     def decode(src, extra, *forced):
@@ -299,4 +307,4 @@ def beam_decoder(model, beam_size: int, alpha: float = 0.6, max_len: int = 0, pr
         return beam_loop(model, src, extra, beam_size, alpha, max_len, prefix=forced)
 
     spec = decoder_signature(prefix=prefix)
-    return fast_ops.decoding_function(decode, input_signature=spec)
+    return fast_ops.decoding_function(decode, kernels, input_signature=spec)

@@ -1,10 +1,12 @@
 """Rewrites of standard TensorFlow/Keras ops, kept only where they pay for themselves.
 
 Each rewrite computes what the standard op computes, faster on this project's train
-step; each has a switch in :data:`ENABLED` so that ``bench/train_throughput.py --ablate
+step; each has a switch (:data:`SWITCHES`) so that ``bench/train_throughput.py --ablate
 NAME --paired`` can turn it off alone and measure it against the standard op in the same
-process. Switches are read when a function is traced, so set them before building the
-model and the train step.
+process. The choice is made once per function, when it is built: :meth:`Kernels.resolve`
+turns the switches, the device and ``TRANSFORMER_NATIVE`` into one :class:`Kernels`, and
+:func:`function` traces the function under it (:func:`kernels` is what the layers read
+while it traces, as Keras hands a layer its ``training`` flag).
 
 A rewrite stays only with a median gain of at least 5 % on the path it serves, in float32
 or under mixed_bfloat16. Kept, re-measured on a 2-core AMD EPYC (CPU family 25, model 17)
@@ -18,7 +20,7 @@ docs/performance.md):
 * ``native_ln``, the LayerNorm as C++ kernels (native.py, CPU only, train step only), on
   pre-norm's LayerNorms: +10.0 % float32, +6.4 % mixed_bfloat16;
 * ``native_decode``, a decoding step's attention of one position, its LayerNorms and the
-  beam's top k as C++ kernels (native.py, CPU only, inside :func:`decoding_function`
+  beam's top k as C++ kernels (native.py, CPU only, in a decoder: ``Kernels.resolve(decoding=True)``
   only): beam 4 +41 %, greedy +31 % sentences/s one batch at a time; +31 % and +9 % two
   batches at once (``python bench/decode.py --preset multi30k --logdir LOGDIR
   --ablate native_decode``, docs/performance.md).
@@ -40,22 +42,17 @@ gradient (``output_xent``) and W^Q, W^K, W^V as one product (``fused_qkv``).
 
 from __future__ import annotations
 
+import dataclasses
 import threading
+from typing import Any
 
 import keras
 import tensorflow as tf
 
 import native
 
-# name -> use the rewrite (True) or the standard op (False)
-ENABLED = {
-    "dense2d": True,
-    "xent_grad": True,
-    "native_ln": True,
-    "native_decode": True,
-    "f32_scores": True,
-    "f32_logits": True,
-}
+# The switches, each on unless a benchmark turns it off (Kernels.resolve's ``off``).
+SWITCHES = ("dense2d", "xent_grad", "native_ln", "native_decode", "f32_scores", "f32_logits")
 # Switches that buy accuracy, not speed: their cost is measured the same way and must stay
 # within PRECISION_COST_BAR of the tokens/s without them (the median of the pairs).
 PRECISION = ("f32_scores", "f32_logits")
@@ -79,7 +76,7 @@ def dense(x, w, transpose_b: bool = False):
     tokens/s in float32, +47.7 % under mixed_bfloat16 (medians of 3 on/off pairs, the
     module docstring's command).
     """
-    if not ENABLED["dense2d"] or x.shape.rank == 2:
+    if not kernels().dense2d or x.shape.rank == 2:
         return tf.matmul(x, w, transpose_b=transpose_b)
     lead = tf.shape(x)[:-1]
     y = tf.matmul(tf.reshape(x, (-1, tf.shape(x)[-1])), w, transpose_b=transpose_b)
@@ -95,7 +92,7 @@ def cross_entropy_terms(logits, labels, epsilon: float = 0.1):
     count as correct) and has no gradient. See optimization.cross_entropy_terms for the
     formula; this is the switchable implementation."""
     logits, labels, epsilon = cast(logits, tf.float32), tf.cast(labels, tf.int32), float(epsilon)
-    if ENABLED["xent_grad"]:
+    if kernels().xent_grad:
         return _xent_custom_gradient(logits, labels, epsilon)
     logp = tf.nn.log_softmax(logits, axis=-1)
     nll = -tf.gather(logp, labels, axis=-1, batch_dims=1)
@@ -170,7 +167,7 @@ def logits_product(a, b, transpose_b: bool = False, switch: str = "f32_scores"):
     cost: ``python bench/train_throughput.py --preset multi30k --ablate
     f32_scores,f32_logits --precision mixed_bfloat16 --paired``).
     """
-    if not ENABLED[switch] or a.dtype == tf.float32 and b.dtype == tf.float32:
+    if not getattr(kernels(), switch) or a.dtype == tf.float32 and b.dtype == tf.float32:
         b = cast(b, a.dtype)
         if b.shape.rank == 2:
             return cast(dense(a, b, transpose_b), tf.float32)
@@ -247,11 +244,11 @@ def _float32_out(a, b, transpose_b: bool):
 class LayerNormalization(keras.layers.LayerNormalization):
     """keras.layers.LayerNormalization over the last axis (3.1: gamma * (x - mean) /
     sqrt(var + epsilon) + beta, in float32). x: (..., d) -> the same shape; in a training
-    call on a CPU with ``native_ln`` on (read when the train step is traced), the forward
-    and the gradient are one C++ kernel each (native.py), whose result keeps x's dtype;
-    so is the forward in a decoding function (:func:`decode_kernels`). Other calls
-    (export, a GPU, an XLA function) are Keras'. The same layer, weights and
-    checkpoints.
+    call of a train step whose kernels hold the library (:attr:`Kernels.train_lib`: a CPU,
+    ``native_ln`` on, no XLA), the forward and the gradient are one C++ kernel each
+    (native.py), whose result keeps x's dtype; so is the forward in a decoder
+    (:attr:`Kernels.decode_lib`). Other calls (export, a GPU, an XLA function) are
+    Keras'. The same layer, weights and checkpoints.
 
     Rewrite: one pass over each row each way, where Keras' formula and the gradients that
     autodiff chains through its moments make about ten; with x^ = (x - mean) r, r = 1 /
@@ -263,7 +260,8 @@ class LayerNormalization(keras.layers.LayerNormalization):
     def call(self, inputs, training=None):
         lib = None
         if self.plain(len(inputs.shape)):
-            lib = native_kernels() if training else decode_kernels()
+            chosen = kernels()
+            lib = chosen.train_lib if training else chosen.decode_lib
         if lib is None:
             return super().call(inputs)
         x = cast(inputs, tf.float32)
@@ -285,62 +283,104 @@ class LayerNormalization(keras.layers.LayerNormalization):
         return self.axis in ([-1], [rank - 1]) and not self.rms_scaling
 
 
-def native_kernels():
-    """native.ops() where ``native_ln`` is on, no GPU is visible (the kernels are CPU-only)
-    and no XLA function is being traced (:func:`xla_function`), else None. Read when the
-    train step is traced."""
-    if not ENABLED["native_ln"] or _XLA_TRACING.depth or tf.config.list_physical_devices("GPU"):
-        return None
-    return native.ops()
+@dataclasses.dataclass(frozen=True)
+class Kernels:
+    """The kernels that one traced function uses, chosen when the function is built
+    (:meth:`resolve`) and read while it traces (:func:`kernels`): a rewrite switch each
+    (on: the rewrite, off: the standard op), and the C++ op library (native.py) or None for
+    the two places that may use it: ``train_lib`` for a LayerNorm's training calls
+    (``native_ln``), ``decode_lib`` for a decoder's LayerNorms, attention of one position
+    and the beam's top k (``native_decode``). ``jit_compile``: the function is compiled by
+    XLA, which never gets a C++ op (:func:`function`). ``Kernels()``: every rewrite, no C++
+    op, what a call outside any built function uses (eager code, export.py's
+    SavedModel)."""
+
+    dense2d: bool = True
+    xent_grad: bool = True
+    f32_scores: bool = True
+    f32_logits: bool = True
+    train_lib: Any = None
+    decode_lib: Any = None
+    jit_compile: bool = False
+
+    @classmethod
+    def resolve(cls, off=(), decoding: bool = False, jit_compile: bool = False) -> "Kernels":
+        """The kernels of a train step (a decoder with ``decoding``; an XLA function with
+        ``jit_compile``), the switches in ``off`` turned off. The one place where the
+        device and the environment are read: the C++ ops only on a CPU-only machine,
+        outside XLA (no tf2xla kernel), and where native.ops() loads them
+        (``TRANSFORMER_NATIVE=0`` turns them off)."""
+        off = set(off)
+        unknown = sorted(off - set(SWITCHES))
+        if unknown:
+            raise ValueError(
+                f"no kernel switch {', '.join(unknown)}; the switches are {', '.join(SWITCHES)}"
+            )
+        train, decode = "native_ln" not in off, decoding and "native_decode" not in off
+        lib = None
+        if (train or decode) and not jit_compile and not tf.config.list_physical_devices("GPU"):
+            lib = native.ops()
+        rewrites = {name: name not in off for name in ("dense2d", "xent_grad", *PRECISION)}
+        return cls(
+            **rewrites,
+            train_lib=lib if train else None,
+            decode_lib=lib if decode else None,
+            jit_compile=jit_compile,
+        )
+
+    def for_xla(self) -> "Kernels":
+        """These kernels for a function that XLA compiles: the same rewrites, no C++ op."""
+        return dataclasses.replace(self, train_lib=None, decode_lib=None, jit_compile=True)
 
 
-class _Tracing(threading.local):
-    """How many functions of one kind this thread is tracing (each thread its own count:
-    decoding streams trace on threads of their own)."""
+class _Active(threading.local):
+    """The Kernels of the function this thread is tracing (each thread its own: decoding
+    streams and a mirrored strategy's replicas trace on threads of their own)."""
 
-    depth = 0
-
-
-_XLA_TRACING = _Tracing()  # xla_function's functions
-_DECODING = _Tracing()  # decoding_function's functions
+    kernels = None
 
 
-def decode_kernels():
-    """native.ops() inside a function that :func:`decoding_function` traces, where
-    ``native_decode`` is on, no GPU is visible and no XLA function is being traced; else
-    None (TensorFlow's ops). Read when the decoding function is traced."""
-    if not _DECODING.depth or _XLA_TRACING.depth or not ENABLED["native_decode"]:
-        return None
-    return None if tf.config.list_physical_devices("GPU") else native.ops()
+_ACTIVE = _Active()
+_STANDARD = Kernels()
 
 
-def decoding_function(fn, **kwargs):
-    """tf.function(fn, autograph=False, **kwargs) whose trace may use the decoding
-    kernels (:func:`decode_kernels`). Only the decoders of this process trace through it:
-    what export.py traces into a SavedModel keeps TensorFlow's ops, so that the exported
-    model never needs the library."""
-    return tf.function(_flagged(fn, _DECODING), autograph=False, **kwargs)
+def kernels() -> Kernels:
+    """The Kernels of the function that this thread is tracing (:func:`function`,
+    :func:`under`); ``Kernels()`` outside one."""
+    return _ACTIVE.kernels or _STANDARD
 
 
-def _flagged(fn, tracing: _Tracing):
-    """fn, run with ``tracing`` counted up in this thread: what a function traced from it
-    reads."""
+def under(chosen: Kernels, fn):
+    """fn, run with ``chosen`` as this thread's :func:`kernels`: what is traced from it
+    uses them (for a function that another thread runs, such as strategy.run's)."""
 
     def traced(*args):
-        tracing.depth += 1
+        outer, _ACTIVE.kernels = _ACTIVE.kernels, chosen
         try:
             return fn(*args)
         finally:
-            tracing.depth -= 1
+            _ACTIVE.kernels = outer
 
     return traced
 
 
-def xla_function(fn, **kwargs):
-    """tf.function(fn, jit_compile=True, autograph=False, **kwargs) that traces ``fn`` with
-    the native kernels off. XLA compiles a function from the op registry of its own
-    kernels (tf2xla) and refuses an op that has none, as the custom ops of native.py have
-    none; their work is what XLA fuses by itself (a LayerNorm, dropout and a residual sum
-    into one loop), so the traced function uses TensorFlow's ops and the rewrites of this
-    module instead."""
-    return tf.function(_flagged(fn, _XLA_TRACING), jit_compile=True, autograph=False, **kwargs)
+def function(fn, chosen: Kernels, **kwargs):
+    """tf.function(fn, autograph=False, **kwargs) that traces ``fn`` under the kernels
+    ``chosen`` (:meth:`Kernels.resolve`), compiled by XLA where they say ``jit_compile``.
+    XLA compiles a function from the op registry of its own kernels (tf2xla) and refuses
+    an op that has none, as the custom ops of native.py have none; their work is what XLA
+    fuses by itself (a LayerNorm, dropout and a residual sum into one loop), so an XLA
+    function's kernels never hold the library (:meth:`Kernels.for_xla`)."""
+    if chosen.jit_compile:
+        if chosen.train_lib is not None or chosen.decode_lib is not None:
+            raise ValueError("an XLA function cannot run the C++ ops: use Kernels.for_xla()")
+        kwargs["jit_compile"] = True
+    return tf.function(under(chosen, fn), autograph=False, **kwargs)
+
+
+def decoding_function(fn, chosen: Kernels | None = None, **kwargs):
+    """:func:`function` of a decoder: under ``chosen``, by default the decoding kernels of
+    this machine (``Kernels.resolve(decoding=True)``). Only the decoders of this process
+    are built with them: what export.py traces into a SavedModel is Keras' own ops
+    (``Kernels()``), so that the exported model never needs the library."""
+    return function(fn, chosen or Kernels.resolve(decoding=True), **kwargs)

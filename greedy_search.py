@@ -246,7 +246,7 @@ def decoder_signature(sampling: bool = False, prefix: bool = False) -> list:
     return spec + (Prefix.spec() if prefix else [])
 
 
-def greedy_decoder(model, max_len: int = 0, strategy=argmax, prefix: bool = False):
+def greedy_decoder(model, max_len: int = 0, strategy=argmax, prefix: bool = False, kernels=None):
     """A compiled ``fn(src (N, T1) int32, extra scalar int32[, ids (N,) int32 where
     ``strategy`` samples][, prefix tokens (N, P) int32, prefix lengths (N,) int32]) ->
     (N, L) int32`` (:func:`greedy_loop`).
@@ -256,7 +256,8 @@ def greedy_decoder(model, max_len: int = 0, strategy=argmax, prefix: bool = Fals
     buffers decoded 3x slower on CPU: each new source shape compiled a program). Traced
     without autograph: the loop is an explicit tf.while_loop and the layers branch only
     on Python values, so there is nothing to convert, and the trace takes half the time
-    (the wait before the first translation)."""
+    (the wait before the first translation). ``kernels``: a fast_ops.Kernels (this
+    machine's decoding kernels by default)."""
     sampling = strategy is not argmax
 
     def decode(src, extra, *args):
@@ -265,7 +266,7 @@ def greedy_decoder(model, max_len: int = 0, strategy=argmax, prefix: bool = Fals
         return greedy_loop(model, src, extra, max_len, strategy=strategy, ids=ids, prefix=forced)
 
     spec = decoder_signature(sampling, prefix)
-    return fast_ops.decoding_function(decode, input_signature=spec)
+    return fast_ops.decoding_function(decode, kernels, input_signature=spec)
 
 
 def naive_greedy(model, src, max_len: int, limits=None, encoded=None, context=None):

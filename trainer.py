@@ -39,8 +39,10 @@ class Trainer:
     """Model, optimizers and the compiled train step of one run; ``state`` holds what its
     checkpoints save (RunState), ``workers`` what its workers agree on (devices.Workers)."""
 
-    def __init__(self, hp: hparams.Hparams, tok, strategy, precision: str):
+    def __init__(self, hp: hparams.Hparams, tok, strategy, precision: str, kernels=None):
         self.hp, self.tok, self.strategy = hp, tok, strategy
+        # the kernels its functions trace (fast_ops.Kernels: a benchmark turns some off)
+        self.kernels = kernels or fast_ops.Kernels.resolve()
         self.replicas = strategy.num_replicas_in_sync
         with strategy.scope():
             self.model = Transformer.from_hparams(hp, tok.src_vocab_size, tok.tgt_vocab_size)
@@ -98,22 +100,24 @@ class Trainer:
         # XLA: the whole step on one replica; on several, the gradients alone (gradients())
         self._compiled, self._gradients = self._replica_step, self.gradients
         if hp.jit_compile and self.replicas == 1:
-            self._compiled = fast_ops.xla_function(self._replica_step)
+            self._compiled = fast_ops.function(self._replica_step, self.kernels.for_xla())
         elif hp.jit_compile:
-            self._gradients = fast_ops.xla_function(self.gradients)
+            self._gradients = fast_ops.function(self.gradients, self.kernels.for_xla())
         self.accumulation = Accumulation(self) if hp.accum_steps > 1 else None
 
     def distributed(self, fn):
         """tf.function of ``fn(*batch, stop)``: one trace for every batch shape on one
         replica; on several, per-replica values (deal_rows) retraced as little as may be."""
         if self.replicas > 1:
-            return tf.function(fn, reduce_retracing=True, autograph=False)
+            return fast_ops.function(fn, self.kernels, reduce_retracing=True)
         spec = self.batch_spec() + [tf.TensorSpec([], tf.float32)]
-        return tf.function(fn, input_signature=spec, autograph=False)
+        return fast_ops.function(fn, self.kernels, input_signature=spec)
 
     def summed(self, fn, args):
-        """``fn(*args)`` on every replica, its tuple of scalars summed over the replicas."""
-        stacked = self.strategy.run(lambda *a: tf.stack(fn(*a)), args)
+        """``fn(*args)`` on every replica (traced under the run's kernels on the replica's
+        own thread), its tuple of scalars summed over the replicas."""
+        replica = fast_ops.under(self.kernels, lambda *a: tf.stack(fn(*a)))
+        stacked = self.strategy.run(replica, args)
         return self.strategy.reduce("SUM", stacked, axis=None)
 
     def batch_spec(self) -> list:
@@ -299,10 +303,10 @@ class Trainer:
         """Per-token (label-smoothed loss, cross-entropy) on a dev corpus, no dropout."""
         fn = getattr(self, "_dev_fn", None)
         if fn is None:
-            fn = self._dev_fn = tf.function(
+            fn = self._dev_fn = fast_ops.function(
                 lambda *batch: tf.stack(self.loss_sums(batch, False)[:4]),
+                self.kernels,
                 input_signature=self.batch_spec(),
-                autograph=False,
             )
         order = np.argsort(corpus.src_lens, kind="stable")
         total = np.zeros(4)

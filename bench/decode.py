@@ -28,7 +28,7 @@ once, 1 intra-op thread each, in a fresh process each), and CTranslate2's (ctran
 converts the model; float32 and int8 weights; one batch at a time on every core, and one
 batch per core at once), greedy and each beam size of ``--beams``. Each row gives
 sentences/s, sacreBLEU and how many outputs are ours token for token; then the ratios
-of the best layouts. ``--ablate NAME`` (a switch of fast_ops.ENABLED) adds our rows with
+of the best layouts. ``--ablate NAME`` (a switch of fast_ops.SWITCHES) adds our rows with
 that switch off, decoded in the same process as the rows with it on, pass for pass in
 turn, and prints the ratio of each pair. ``--profile`` first prints where one greedy
 step's and one beam-4 step's time go.
@@ -410,21 +410,20 @@ def layout_worker(cfg: dict) -> None:
     batches = [tf.constant(b) for _, b in data_load.eval_batches(ids, cfg["batch"], 1 << 30)]
     extra = tf.constant(hp.max_len_extra, tf.int32)
 
-    def decoder():  # traced on its first call (one trace: the signature has free sizes)
+    def decoder(off=()):  # traced on its first call (one trace: the signature has free sizes)
+        kernels = fast_ops.Kernels.resolve(off, decoding=True)
         if cfg["beam"] > 1:
-            beam = beam_search.beam_decoder(model, cfg["beam"], 0.6)
+            beam = beam_search.beam_decoder(model, cfg["beam"], 0.6, kernels=kernels)
             fn = lambda b: beam(b, extra)[0].numpy()[:, 0]  # noqa: E731
         else:
-            greedy = greedy_search.greedy_decoder(model)
+            greedy = greedy_search.greedy_decoder(model, kernels=kernels)
             fn = lambda b: greedy(b, extra).numpy()  # noqa: E731
         fn(batches[0])
         return fn
 
     fns = {"": decoder()}
     if cfg["ablate"]:
-        fast_ops.ENABLED[cfg["ablate"]] = False
-        fns[cfg["ablate"]] = decoder()
-        fast_ops.ENABLED[cfg["ablate"]] = True
+        fns[cfg["ablate"]] = decoder([cfg["ablate"]])
     times = {name: [] for name in fns}
     outs = {}
     with ThreadPoolExecutor(cfg["streams"]) as pool:
@@ -563,10 +562,10 @@ def main() -> None:
         layout_worker(json.loads(opts["worker"]))
         return
     reps = opts["repeats"]
-    if opts["ablate"] and opts["ablate"] not in fast_ops.ENABLED:
+    if opts["ablate"] and opts["ablate"] not in fast_ops.SWITCHES:
         sys.exit(
             f"bench: --ablate {opts['ablate']}: no such switch; fast_ops.py's switches are "
-            f"{', '.join(fast_ops.ENABLED)}"
+            f"{', '.join(fast_ops.SWITCHES)}"
         )
     hp, tok, model, path = checkpoints.load_run(hp.logdir, {}, who="bench")
     differ = pinned_mismatch(hp)

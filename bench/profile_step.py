@@ -111,9 +111,9 @@ def op_time_by_type(events, kind: str = "") -> dict[str, float]:
     return dict(total)
 
 
-def step_and_batches(preset: str, size: str, overrides: dict, count: int):
-    """(trainer, batches, hparams): a new trainer of the size's model and the first
-    ``count`` batches of the preset's plan."""
+def step_and_batches(preset: str, size: str, overrides: dict, count: int, off=()):
+    """(trainer, batches, hparams): a new trainer of the size's model, the fast_ops
+    switches in ``off`` turned off, and the first ``count`` batches of the preset's plan."""
     import keras
 
     import data_load
@@ -127,7 +127,9 @@ def step_and_batches(preset: str, size: str, overrides: dict, count: int):
     tok = data_load.load_tokenizer(hp)
     strategy, precision = throughput.project_setup_devices()(hp)
     keras.utils.set_random_seed(hp.seed)
-    trainer = train.Trainer(hp, tok, strategy, precision)
+    import fast_ops
+
+    trainer = train.Trainer(hp, tok, strategy, precision, fast_ops.Kernels.resolve(off))
     return trainer, throughput.batches_for(hp, data_load.TrainData(hp), count), hp
 
 
@@ -242,13 +244,10 @@ def main() -> None:
     hp, opts = cli.parse_args(extra=OPTIONS)
     import tensorflow as tf
 
-    import fast_ops
-
-    for name in [x.strip() for x in opts["ablate"].split(",") if x.strip()]:
-        fast_ops.ENABLED[name] = False
+    off = [x.strip() for x in opts["ablate"].split(",") if x.strip()]
     precision = hp.precision if "precision" in opts["_set"] else "float32"
     trainer, batches, hp = step_and_batches(
-        opts["_preset"], opts["size"], dict(precision=precision), opts["steps"]
+        opts["_preset"], opts["size"], dict(precision=precision), opts["steps"], off
     )
     events, wall, cpu = profile(trainer, batches)
     print(

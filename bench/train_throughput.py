@@ -292,21 +292,18 @@ def run_ours(cfg: dict) -> dict:
     import keras
 
     import data_load
+    import fast_ops
     import hparams
     import train
 
-    if cfg.get("ablate"):
-        import fast_ops
-
-        for name in cfg["ablate"]:
-            fast_ops.ENABLED[name] = False
+    kernels = fast_ops.Kernels.resolve(cfg.get("ablate") or ())
     setup_devices = project_setup_devices()
     hp = hparams.apply(hparams.preset(cfg["preset"]), cfg["hparams"])
     tok = data_load.load_tokenizer(hp)
     strategy, precision = setup_devices(hp)
     keras.utils.set_random_seed(hp.seed)
     data = data_load.TrainData(hp)
-    trainer = train.Trainer(hp, tok, strategy, precision)
+    trainer = train.Trainer(hp, tok, strategy, precision, kernels)
     batches = batches_for(hp, data, cfg["warmup"] + cfg["steps"])
     step_times = []
     peaks = Peaks(precision)
@@ -474,19 +471,18 @@ def run_paired(cfg: dict) -> dict:
     tok = data_load.load_tokenizer(hp)
     strategy, precision = project_setup_devices()(hp)
     data = data_load.TrainData(hp)
-    trainers, switches = {}, [n for n in cfg["rewrite"].split("+") if n in fast_ops.ENABLED]
+    trainers, switches = {}, [n for n in cfg["rewrite"].split("+") if n in fast_ops.SWITCHES]
     for on in (True, False):
         keras.utils.set_random_seed(hp.seed)
         side = hp
         if "ema" in cfg["rewrite"].split("+"):  # not a rewrite: the moving average's cost
             side = hparams.apply(hp, {"ema_decay": EMA_DECAY if on else 0.0})
-        trainers[on] = train.Trainer(side, tok, strategy, precision)
+        kernels = fast_ops.Kernels.resolve(() if on else switches)  # a+b: both off
+        trainers[on] = train.Trainer(side, tok, strategy, precision, kernels)
     batches = batches_for(hp, data, cfg["warmup"] + cfg["steps"])
     step_times = {True: [], False: []}
     for i, batch in enumerate(batches):
         for on in (True, False) if i % 2 == 0 else (False, True):
-            for name in switches:  # a+b: both switches together
-                fast_ops.ENABLED[name] = on  # read when a new batch shape is traced
             t0 = time.perf_counter()
             trainers[on].train_batch(*batch)  # numbers: waits for the step
             step_times[on].append(time.perf_counter() - t0)

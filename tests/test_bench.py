@@ -906,10 +906,9 @@ def test_ctranslate2_outputs_are_cut_at_our_budget_and_the_anchor_ratios(capsys)
 @pytest.mark.slow
 def test_the_ablated_switch_takes_turns_with_the_decoder_that_has_it(quick_run, capsys):
     """``--ablate native_decode``: one worker decodes with the switch on and with it off,
-    pass by pass, and answers both rows, which decode the same; the switch is on again
-    afterwards."""
+    pass by pass (each decoder built with its own fast_ops.Kernels), and answers both
+    rows, which decode the same."""
     import decode
-    import fast_ops
 
     hp, _ = quick_run
     cfg = dict(logdir=hp.logdir, sents=5, batch=2, repeats=2, beam=2, streams=1, intra=0)
@@ -919,7 +918,6 @@ def test_the_ablated_switch_takes_turns_with_the_decoder_that_has_it(quick_run, 
     assert sorted(got) == ["", "native_decode"]
     assert got[""]["outs"] == got["native_decode"]["outs"] and len(got[""]["outs"]) == 5
     assert all(r["seconds"] > 0 for r in got.values())
-    assert fast_ops.ENABLED["native_decode"]
 
 
 def test_the_anchor_prints_each_ablated_pair_and_leaves_it_out_of_the_best(capsys):

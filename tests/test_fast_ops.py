@@ -1,8 +1,7 @@
 """fast_ops.py: every rewrite computes what its standard op computes.
 
-Each test runs the rewrite and the standard op (its switch in fast_ops.ENABLED set to
-False through monkeypatch, which restores it) on the same inputs and compares values and
-gradients.
+Each test runs the rewrite and the standard op (under fast_ops.Kernels with its switch
+on, then off) on the same inputs and compares values and gradients.
 """
 
 import numpy as np
@@ -17,14 +16,11 @@ import positions
 
 
 def both_ways(monkeypatch, name, fn):
-    """fn() with the rewrite ``name`` on, then with the standard op."""
-    assert fast_ops.ENABLED[name], f"{name} is on by default"
-    with monkeypatch.context() as patch:
-        patch.setitem(fast_ops.ENABLED, name, True)
-        fast = fn()
-    with monkeypatch.context() as patch:
-        patch.setitem(fast_ops.ENABLED, name, False)
-        standard = fn()
+    """fn() under kernels with the rewrite ``name`` on, then under the standard op."""
+    del monkeypatch  # (the signature of the callers)
+    assert getattr(fast_ops.Kernels(), name), f"{name} is on by default"
+    fast = fast_ops.under(fast_ops.Kernels.resolve(), fn)()
+    standard = fast_ops.under(fast_ops.Kernels.resolve([name]), fn)()
     return fast, standard
 
 
@@ -39,16 +35,19 @@ def values_and_grads(fn, *inputs):
     return out.numpy(), [g.numpy() for g in tape.gradient(total, inputs)]
 
 
-def test_a_decoding_trace_is_seen_by_the_thread_that_traces_only():
-    """decoding_function's flag (the decoding kernels on) is the tracing thread's own: a
-    decoding stream tracing on its thread does not turn the kernels on for a function
-    that another thread traces meanwhile (export.py's, say)."""
+def test_a_decoding_trace_is_seen_by_the_thread_that_traces_only(monkeypatch):
+    """A decoder's kernels are the tracing thread's own: a decoding stream tracing on its
+    thread does not hand the C++ ops to a function that another thread traces meanwhile
+    (export.py's, say), which gets Kernels() (no library)."""
     import threading
 
+    sentinel = object()
+    monkeypatch.setattr(fast_ops.native, "ops", lambda: sentinel)
+    monkeypatch.setattr(fast_ops.tf.config, "list_physical_devices", lambda kind=None: [])
     inside, release, seen = threading.Event(), threading.Event(), {}
 
     def body():
-        seen["tracer"] = fast_ops._DECODING.depth
+        seen["tracer"] = fast_ops.kernels().decode_lib
         inside.set()
         release.wait(30)
         return tf.constant(1)
@@ -56,16 +55,42 @@ def test_a_decoding_trace_is_seen_by_the_thread_that_traces_only():
     tracer = threading.Thread(target=fast_ops.decoding_function(body))
     tracer.start()
     assert inside.wait(30)
-    seen["other"] = fast_ops._DECODING.depth
+    seen["other"] = fast_ops.kernels().decode_lib
     release.set()
     tracer.join(30)
-    assert seen == {"tracer": 1, "other": 0}
+    assert seen == {"tracer": sentinel, "other": None}
+    assert fast_ops.kernels() == fast_ops.Kernels()
 
 
 def test_switches_cover_every_rewrite():
     names = {"dense2d", "xent_grad", "native_ln", "native_decode", "f32_scores", "f32_logits"}
-    assert set(fast_ops.ENABLED) == names
-    assert set(fast_ops.PRECISION) <= set(fast_ops.ENABLED)
+    assert set(fast_ops.SWITCHES) == names
+    assert set(fast_ops.PRECISION) <= set(fast_ops.SWITCHES)
+    fields = {f.name for f in fast_ops.dataclasses.fields(fast_ops.Kernels)}
+    assert names - {"native_ln", "native_decode"} <= fields
+
+
+def test_kernels_resolve_once_from_the_switches_the_device_and_the_environment(monkeypatch):
+    """Kernels.resolve is where the choice is made: a switch turned off, a visible GPU, an
+    XLA function, a decoder or not; an unknown switch is one clear error."""
+    sentinel, gpus = object(), []
+    monkeypatch.setattr(fast_ops.native, "ops", lambda: sentinel)
+    monkeypatch.setattr(fast_ops.tf.config, "list_physical_devices", lambda kind=None: gpus)
+    train, decode = fast_ops.Kernels.resolve(), fast_ops.Kernels.resolve(decoding=True)
+    assert (train.train_lib, train.decode_lib) == (sentinel, None)
+    assert (decode.train_lib, decode.decode_lib) == (sentinel, sentinel)
+    off = fast_ops.Kernels.resolve(["native_ln", "dense2d"], decoding=True)
+    assert (off.train_lib, off.decode_lib, off.dense2d, off.xent_grad) == (
+        None, sentinel, False, True,
+    )  # fmt: skip
+    xla = fast_ops.Kernels.resolve(decoding=True, jit_compile=True)
+    assert (xla.train_lib, xla.decode_lib, xla.jit_compile) == (None, None, True)
+    assert decode.for_xla() == fast_ops.dataclasses.replace(xla, dense2d=decode.dense2d)
+    gpus.append("GPU:0")
+    gpu = fast_ops.Kernels.resolve(decoding=True)
+    assert (gpu.train_lib, gpu.decode_lib) == (None, None)
+    with pytest.raises(ValueError, match="no kernel switch fused_qkv; the switches are dense2d"):
+        fast_ops.Kernels.resolve(["fused_qkv"])
 
 
 # ---------------------------------------------------------------------------------------
@@ -359,17 +384,23 @@ def test_broadcast_logits_product_has_a_16bit_backward():
 
 
 def test_xla_function_traces_without_the_native_kernels(monkeypatch):
-    """XLA cannot compile the C++ ops (no tf2xla kernel): an xla_function traces with
-    them off, and they are on again outside it."""
+    """XLA cannot compile the C++ ops (no tf2xla kernel): a function compiled by XLA
+    traces under kernels without them, even inside a train step that has them, and one
+    handed the library is refused."""
     sentinel = object()
     monkeypatch.setattr(fast_ops.native, "ops", lambda: sentinel)
     monkeypatch.setattr(fast_ops.tf.config, "list_physical_devices", lambda kind=None: [])
     seen = []
 
     def step(x):
-        seen.append(fast_ops.native_kernels())
+        seen.append(fast_ops.kernels().train_lib)
         return 2.0 * x
 
-    assert float(fast_ops.xla_function(step)(tf.constant(1.5))) == 3.0
-    assert seen == [None]
-    assert fast_ops.native_kernels() is sentinel
+    train = fast_ops.Kernels.resolve()
+    xla = fast_ops.function(step, train.for_xla())
+    outer = fast_ops.function(lambda x: xla(x) + step(x), train)
+    assert float(outer(tf.constant(1.5))) == 6.0
+    assert seen == [None, sentinel]
+    assert fast_ops.kernels().train_lib is None  # outside any function: Kernels()
+    with pytest.raises(ValueError, match="XLA function cannot run the C.. ops"):
+        fast_ops.function(step, fast_ops.dataclasses.replace(train, jit_compile=True))

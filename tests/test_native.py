@@ -156,15 +156,14 @@ def test_layer_norm_layer_uses_the_kernel_in_training_only(monkeypatch, training
     weights = tf.constant(rng.normal(size=x.shape).astype(np.float32))
 
     def run(native_on):
-        monkeypatch.setitem(fast_ops.ENABLED, "native_ln", native_on)
-
-        @tf.function
-        def fn(x):
+        def step(x):
             with tf.GradientTape() as tape:
                 tape.watch(x)
                 y = layer(x, training=training)
                 total = tf.reduce_sum(y * weights)
             return y, tape.gradient(total, [x, layer.gamma, layer.beta])
+
+        fn = fast_ops.function(step, fast_ops.Kernels.resolve([] if native_on else ["native_ln"]))
 
         graph = fn.get_concrete_function(tf.TensorSpec(x.shape)).graph
         kinds = {op.type for op in graph.get_operations()}
@@ -590,8 +589,9 @@ def test_decoders_use_the_kernels_and_decode_the_same(monkeypatch, position, mod
     spec = (tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([], tf.int32))
     results = {}
     for on in (True, False):
-        monkeypatch.setitem(fast_ops.ENABLED, "native_decode", on)
-        greedy, beam = greedy_search.greedy_decoder(model), beam_search.beam_decoder(model, 3)
+        kernels = fast_ops.Kernels.resolve([] if on else ["native_decode"], decoding=True)
+        greedy = greedy_search.greedy_decoder(model, kernels=kernels)
+        beam = beam_search.beam_decoder(model, 3, kernels=kernels)
         kinds = graph_ops(greedy, *spec) | graph_ops(beam, *spec)
         assert ("NativeStepAttention" in kinds) == on
         assert ("NativeTopLogSoftmax" in kinds) == on
