@@ -43,6 +43,7 @@ gradient (``output_xent``) and W^Q, W^K, W^V as one product (``fused_qkv``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 from typing import Any
 
@@ -53,6 +54,9 @@ import native
 
 # The switches, each on unless a benchmark turns it off (Kernels.resolve's ``off``).
 SWITCHES = ("dense2d", "xent_grad", "native_ln", "native_decode", "f32_scores", "f32_logits")
+# the switches of TensorFlow-op rewrites (a field of Kernels each); the native_ ones choose
+# where the C++ op library goes (Kernels.train_lib, Kernels.decode_lib)
+REWRITES = tuple(name for name in SWITCHES if not name.startswith("native_"))
 # Switches that buy accuracy, not speed: their cost is measured the same way and must stay
 # within PRECISION_COST_BAR of the tokens/s without them (the median of the pairs).
 PRECISION = ("f32_scores", "f32_logits")
@@ -247,8 +251,9 @@ class LayerNormalization(keras.layers.LayerNormalization):
     call of a train step whose kernels hold the library (:attr:`Kernels.train_lib`: a CPU,
     ``native_ln`` on, no XLA), the forward and the gradient are one C++ kernel each
     (native.py), whose result keeps x's dtype; so is the forward in a decoder
-    (:attr:`Kernels.decode_lib`). Other calls (export, a GPU, an XLA function) are
-    Keras'. The same layer, weights and checkpoints.
+    (:attr:`Kernels.decode_lib`). Other calls (export, a GPU, an XLA function, a call
+    outside a function that :func:`function` built) are Keras'. The same layer, weights
+    and checkpoints.
 
     Rewrite: one pass over each row each way, where Keras' formula and the gradients that
     autodiff chains through its moments make about ten; with x^ = (x - mean) r, r = 1 /
@@ -320,7 +325,7 @@ class Kernels:
         lib = None
         if (train or decode) and not jit_compile and not tf.config.list_physical_devices("GPU"):
             lib = native.ops()
-        rewrites = {name: name not in off for name in ("dense2d", "xent_grad", *PRECISION)}
+        rewrites = {name: name not in off for name in REWRITES}
         return cls(
             **rewrites,
             train_lib=lib if train else None,
@@ -352,12 +357,16 @@ def kernels() -> Kernels:
 
 def under(chosen: Kernels, fn):
     """fn, run with ``chosen`` as this thread's :func:`kernels`: what is traced from it
-    uses them (for a function that another thread runs, such as strategy.run's)."""
+    uses them (for a function that another thread runs, such as strategy.run's). Inside
+    an XLA function's trace, ``chosen`` loses the C++ ops (:meth:`Kernels.for_xla`)."""
 
-    def traced(*args):
-        outer, _ACTIVE.kernels = _ACTIVE.kernels, chosen
+    @functools.wraps(fn)
+    def traced(*args, **kwargs):
+        outer = _ACTIVE.kernels
+        inside_xla = outer is not None and outer.jit_compile
+        _ACTIVE.kernels = chosen.for_xla() if inside_xla else chosen
         try:
-            return fn(*args)
+            return fn(*args, **kwargs)
         finally:
             _ACTIVE.kernels = outer
 
@@ -371,6 +380,8 @@ def function(fn, chosen: Kernels, **kwargs):
     an op that has none, as the custom ops of native.py have none; their work is what XLA
     fuses by itself (a LayerNorm, dropout and a residual sum into one loop), so an XLA
     function's kernels never hold the library (:meth:`Kernels.for_xla`)."""
+    if "jit_compile" in kwargs:
+        raise ValueError("fast_ops.function compiles with XLA where its kernels say so")
     if chosen.jit_compile:
         if chosen.train_lib is not None or chosen.decode_lib is not None:
             raise ValueError("an XLA function cannot run the C++ ops: use Kernels.for_xla()")

@@ -41,8 +41,10 @@ class Trainer:
 
     def __init__(self, hp: hparams.Hparams, tok, strategy, precision: str, kernels=None):
         self.hp, self.tok, self.strategy = hp, tok, strategy
-        # the kernels its functions trace (fast_ops.Kernels: a benchmark turns some off)
-        self.kernels = kernels or fast_ops.Kernels.resolve()
+        # the kernels its functions trace (fast_ops.Kernels: a benchmark turns some off);
+        # with XLA the model is only called inside XLA functions: no C++ LayerNorm to load
+        off = ("native_ln",) if hp.jit_compile else ()
+        self.kernels = kernels or fast_ops.Kernels.resolve(off)
         self.replicas = strategy.num_replicas_in_sync
         with strategy.scope():
             self.model = Transformer.from_hparams(hp, tok.src_vocab_size, tok.tgt_vocab_size)

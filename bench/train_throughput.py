@@ -57,7 +57,7 @@ sublayer's output and on the attention weights, label smoothing 0.1 (epsilon / V
 token of the vocabulary, as in 5.4) averaged over the real target tokens (PAD left out),
 and the output projection tied to the one token embedding that both languages share
 (logits = hidden @ E^T: no bias, no scale on the logits):
-* ours: train.Trainer's compiled step (its label-smoothed cross-entropy, fast_ops.Adam)
+* ours: train.Trainer's compiled step (its label-smoothed cross-entropy, optimization.Adam)
   on the token-budget, length-bucketed batch plan (tokens_per_batch, pad_multiple), with
   XLA off/on and float32/mixed_bfloat16, and one float32 row per position family
   (``position`` learned, shaw, t5, xl, alibi, rotary; their tokens/s also as a fraction
@@ -296,14 +296,15 @@ def run_ours(cfg: dict) -> dict:
     import hparams
     import train
 
-    kernels = fast_ops.Kernels.resolve(cfg.get("ablate") or ())
+    # (none without --ablate: a --baseline_tree from before fast_ops.Kernels takes none)
+    kernels = [fast_ops.Kernels.resolve(cfg["ablate"])] if cfg.get("ablate") else []
     setup_devices = project_setup_devices()
     hp = hparams.apply(hparams.preset(cfg["preset"]), cfg["hparams"])
     tok = data_load.load_tokenizer(hp)
     strategy, precision = setup_devices(hp)
     keras.utils.set_random_seed(hp.seed)
     data = data_load.TrainData(hp)
-    trainer = train.Trainer(hp, tok, strategy, precision, kernels)
+    trainer = train.Trainer(hp, tok, strategy, precision, *kernels)
     batches = batches_for(hp, data, cfg["warmup"] + cfg["steps"])
     step_times = []
     peaks = Peaks(precision)

@@ -13,6 +13,7 @@ import tensorflow as tf
 
 import beam_search
 import data_load
+import devices
 import greedy_search
 import hparams
 from model import Transformer
@@ -196,6 +197,15 @@ def check_beam_scores(model, src, ids, scores, limits, context=None, target_cont
         total = logp[r, np.arange(len(hyp)), hyp].sum()
         penalty = ((5.0 + len(hyp)) / 6.0) ** 0.6
         np.testing.assert_allclose(score, total / penalty, atol=1e-4, err_msg=str(hyp))
+
+
+def step_ops(trainer, batch) -> set[str]:
+    """The op types of the trainer's compiled step on ``batch``, its inner functions'
+    (XLA's, the replicas') included."""
+    args = devices.deal_rows(trainer.strategy, *batch)
+    graph_def = trainer._step.get_concrete_function(*args, tf.constant(0.0)).graph.as_graph_def()
+    inner = {node.op for f in graph_def.library.function for node in f.node_def}
+    return inner | {node.op for node in graph_def.node}
 
 
 def tgz_bytes(members) -> bytes:

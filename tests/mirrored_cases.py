@@ -13,23 +13,14 @@ import numpy as np
 import tensorflow as tf
 
 import data_load
-import devices
 import hparams
 import native
 import variants
+from helpers import step_ops
 from trainer import Trainer
 
 CASES = ("plain", "extra", "universal", "clip", "accum", "weighted_overflow")
 CLIP_NORM = 0.1  # below the tiny model's gradient norms at its first steps: every step clips
-
-
-def step_ops(trainer, batch) -> set[str]:
-    """The op types of the trainer's compiled step on ``batch``, its inner functions'
-    included."""
-    args = devices.deal_rows(trainer.strategy, *batch)
-    graph_def = trainer._step.get_concrete_function(*args, tf.constant(0.0)).graph.as_graph_def()
-    inner = {node.op for f in graph_def.library.function for node in f.node_def}
-    return inner | {node.op for node in graph_def.node}
 
 
 def compare(strategy, hp, variant):

@@ -15,12 +15,13 @@ import optimization
 import positions
 
 
-def both_ways(monkeypatch, name, fn):
+def both_ways(name, fn):
     """fn() under kernels with the rewrite ``name`` on, then under the standard op."""
-    del monkeypatch  # (the signature of the callers)
     assert getattr(fast_ops.Kernels(), name), f"{name} is on by default"
-    fast = fast_ops.under(fast_ops.Kernels.resolve(), fn)()
-    standard = fast_ops.under(fast_ops.Kernels.resolve([name]), fn)()
+    fast = fast_ops.under(fast_ops.Kernels(), fn)()
+    standard = fast_ops.under(
+        fast_ops.dataclasses.replace(fast_ops.Kernels(), **{name: False}), fn
+    )()
     return fast, standard
 
 
@@ -67,7 +68,8 @@ def test_switches_cover_every_rewrite():
     assert set(fast_ops.SWITCHES) == names
     assert set(fast_ops.PRECISION) <= set(fast_ops.SWITCHES)
     fields = {f.name for f in fast_ops.dataclasses.fields(fast_ops.Kernels)}
-    assert names - {"native_ln", "native_decode"} <= fields
+    assert fields == set(fast_ops.REWRITES) | {"train_lib", "decode_lib", "jit_compile"}
+    assert set(fast_ops.REWRITES) == names - {"native_ln", "native_decode"}
 
 
 def test_kernels_resolve_once_from_the_switches_the_device_and_the_environment(monkeypatch):
@@ -97,12 +99,12 @@ def test_kernels_resolve_once_from_the_switches_the_device_and_the_environment(m
 # dense2d
 # ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("shape", [(2, 5, 8), (3, 8), (2, 1, 3, 8)])
-def test_dense2d_same_values_and_gradients(monkeypatch, shape):
+def test_dense2d_same_values_and_gradients(shape):
     rng = np.random.default_rng(0)
     x = rng.normal(size=shape).astype(np.float32)
     w = rng.normal(size=(8, 6)).astype(np.float32)
     (y_fast, g_fast), (y_std, g_std) = both_ways(
-        monkeypatch, "dense2d", lambda: values_and_grads(fast_ops.dense, x, w)
+        "dense2d", lambda: values_and_grads(fast_ops.dense, x, w)
     )
     assert y_fast.shape == shape[:-1] + (6,)
     np.testing.assert_allclose(y_fast, y_std, rtol=1e-5, atol=1e-5)
@@ -122,7 +124,7 @@ def test_dense2d_with_unknown_shapes_in_a_graph():
 
 
 @pytest.mark.parametrize("shape", [(2, 5, 16), (7, 16)])
-def test_dense2d_transpose_b_is_the_tied_output_projection(monkeypatch, shape):
+def test_dense2d_transpose_b_is_the_tied_output_projection(shape):
     """dense(x, E, transpose_b=True) = x E^T (TokenEmbedding.logits), both ways."""
     rng = np.random.default_rng(2)
     x = rng.normal(size=shape).astype(np.float32)
@@ -132,7 +134,7 @@ def test_dense2d_transpose_b_is_the_tied_output_projection(monkeypatch, shape):
         return fast_ops.dense(a, b, transpose_b=True)
 
     (y_fast, g_fast), (y_std, g_std) = both_ways(
-        monkeypatch, "dense2d", lambda: values_and_grads(project, x, emb)
+        "dense2d", lambda: values_and_grads(project, x, emb)
     )
     assert y_fast.shape == shape[:-1] + (24,)
     np.testing.assert_allclose(y_fast, y_std, rtol=1e-5, atol=1e-4)
@@ -182,13 +184,11 @@ XENT_CASES = {
 
 @pytest.mark.parametrize("case", sorted(XENT_CASES))
 @pytest.mark.parametrize("eps", [0.0, 0.1, 0.3])
-def test_xent_grad_equals_autodiff_of_the_standard_formula(monkeypatch, case, eps):
+def test_xent_grad_equals_autodiff_of_the_standard_formula(case, eps):
     """xent_grad, the loss and gradient of every run, against autodiff of the standard
     formula and that formula in float64."""
     logits, labels = XENT_CASES[case]
-    fast, standard = both_ways(
-        monkeypatch, "xent_grad", lambda: xent_values_and_grads(logits, labels, eps)
-    )
+    fast, standard = both_ways("xent_grad", lambda: xent_values_and_grads(logits, labels, eps))
     for name, a, b in zip(("loss", "nll", "correct", "gradient"), fast, standard):
         assert np.all(np.isfinite(a)), name
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5, err_msg=name)
@@ -220,7 +220,7 @@ def test_modules_cross_entropy_follows_the_switch(monkeypatch):
         runs.append(len(calls))
         return xent_values_and_grads(logits, labels, 0.1, terms=optimization.cross_entropy_terms)
 
-    fast, standard = both_ways(monkeypatch, "xent_grad", run)
+    fast, standard = both_ways("xent_grad", run)
     assert runs == [0, 1] and len(calls) == 1  # on: once; off: not at all
     for a, b in zip(fast, standard):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
@@ -237,14 +237,14 @@ def bf16(x):
 
 
 @pytest.mark.parametrize("batched", [False, True])
-def test_logits_product_accumulates_in_float32(monkeypatch, batched):
+def test_logits_product_accumulates_in_float32(batched):
     """16-bit operands, float32 products: 256 + 0.5 stays 256.5 (bfloat16 has 8
     significant bits and rounds it to 256); the switch off gives the rounded product."""
     a = bf16([[1.0, 1.0], [1.0, -1.0]])
     b = bf16([[256.0, 256.0], [0.5, 0.0]])
     if batched:
         a, b = a[None], b[None]
-    exact, rounded = both_ways(monkeypatch, "f32_scores", lambda: fast_ops.logits_product(a, b))
+    exact, rounded = both_ways("f32_scores", lambda: fast_ops.logits_product(a, b))
     assert exact.dtype == rounded.dtype == tf.float32
     np.testing.assert_array_equal(np.reshape(exact, (2, 2)), [[256.5, 256.0], [255.5, 256.0]])
     assert np.reshape(rounded, (2, 2))[0, 0] == 256.0  # the 16-bit rounding
@@ -290,13 +290,13 @@ def test_logits_product_gradients_are_the_16bit_products(a_shape, b_shape, trans
     np.testing.assert_allclose(tf.cast(db, tf.float32), rb, atol=0.02 * scale)
 
 
-def test_attention_scores_are_float32_under_bfloat16(monkeypatch):
+def test_attention_scores_are_float32_under_bfloat16():
     """Keys whose scores differ by 0.5 out of 256 get different weights: softmax of
     (256.5, 256) / sqrt(2), not the (0.5, 0.5) of the rounded scores."""
     q, k = bf16([[[[1.0, 1.0]]]]), bf16([[[[256.0, 0.5], [256.0, 0.0]]]])
     v = bf16([[[[1.0, 0.0], [0.0, 1.0]]]])
     exact, rounded = both_ways(
-        monkeypatch, "f32_scores", lambda: attention.scaled_dot_product_attention(q, k, v)[1]
+        "f32_scores", lambda: attention.scaled_dot_product_attention(q, k, v)[1]
     )
     p = 1.0 / (1.0 + np.exp(-0.5 / np.sqrt(2.0)))
     np.testing.assert_allclose(exact.numpy()[0, 0, 0], [p, 1.0 - p], rtol=1e-4)
@@ -304,7 +304,7 @@ def test_attention_scores_are_float32_under_bfloat16(monkeypatch):
 
 
 @pytest.mark.parametrize("layer", ["tied", "own"])
-def test_output_logits_are_float32_under_bfloat16(monkeypatch, layer):
+def test_output_logits_are_float32_under_bfloat16(layer):
     """The pre-softmax projection (3.4) of a mixed_bfloat16 model: logits 256.5 and 256."""
     if layer == "tied":
         out = embeddings.TokenEmbedding(8, 2, dtype="mixed_bfloat16")
@@ -315,12 +315,12 @@ def test_output_logits_are_float32_under_bfloat16(monkeypatch, layer):
         out.build()
         out.kernel.assign(np.array([[256.0, 256.0] + [0.0] * 6, [0.5, 0.0] + [0.0] * 6]))
     x = bf16([[1.0, 1.0]])
-    exact, rounded = both_ways(monkeypatch, "f32_logits", lambda: out.logits(x))
+    exact, rounded = both_ways("f32_logits", lambda: out.logits(x))
     np.testing.assert_array_equal(exact.numpy()[0, :2], [256.5, 256.0])
     assert rounded.numpy()[0, 0] == 256.0
 
 
-def test_shaw_and_xl_logit_terms_are_float32_under_bfloat16(monkeypatch):
+def test_shaw_and_xl_logit_terms_are_float32_under_bfloat16():
     """Shaw's q a^K and Transformer-XL's (q + v) (R W_R) accumulate in float32 from the
     16-bit operands, as the float64 product of those operands."""
     stack = positions.StackPosition("shaw", 2, 1, max_relative_position=1)
@@ -329,7 +329,7 @@ def test_shaw_and_xl_logit_terms_are_float32_under_bfloat16(monkeypatch):
     shaw.a_k.assign(np.array([[256.0, 0.5], [256.0, 0.0], [256.0, -0.5]]))
     q, pos = bf16([[[[1.0, 1.0]]]]), tf.constant([1])
     exact, rounded = both_ways(
-        monkeypatch, "f32_scores", lambda: shaw.family.terms(shaw, q, pos, tf.range(3), 1.0)[1]
+        "f32_scores", lambda: shaw.family.terms(shaw, q, pos, tf.range(3), 1.0)[1]
     )
     np.testing.assert_array_equal(exact.numpy()[0, 0, 0], [256.5, 256.0, 255.5])
     assert rounded.numpy()[0, 0, 0, 0] == 256.0
@@ -342,7 +342,7 @@ def test_shaw_and_xl_logit_terms_are_float32_under_bfloat16(monkeypatch):
     q_values = np.array([[300.0, 200.0], [100.0, -250.0], [-64.0, 128.0]], np.float32)
     q = bf16(q_values[None, None])
     exact, rounded = both_ways(
-        monkeypatch, "f32_scores", lambda: xl.family.terms(xl, q, tf.range(3), tf.range(3), 1.0)[1]
+        "f32_scores", lambda: xl.family.terms(xl, q, tf.range(3), tf.range(3), 1.0)[1]
     )
     d = np.arange(3)[:, None] - np.arange(3)[None]  # i - j
     r = tf.cast(bf16(np.stack([np.sin(d), np.cos(d)], -1)), tf.float32).numpy()
@@ -383,7 +383,7 @@ def test_broadcast_logits_product_has_a_16bit_backward():
     assert sorted(found) == [("bfloat16", "bfloat16")] * 2 + [("bfloat16", "float32")]
 
 
-def test_xla_function_traces_without_the_native_kernels(monkeypatch):
+def test_an_xla_function_traces_without_the_native_kernels(monkeypatch):
     """XLA cannot compile the C++ ops (no tf2xla kernel): a function compiled by XLA
     traces under kernels without them, even inside a train step that has them, and one
     handed the library is refused."""
@@ -404,3 +404,9 @@ def test_xla_function_traces_without_the_native_kernels(monkeypatch):
     assert fast_ops.kernels().train_lib is None  # outside any function: Kernels()
     with pytest.raises(ValueError, match="XLA function cannot run the C.. ops"):
         fast_ops.function(step, fast_ops.dataclasses.replace(train, jit_compile=True))
+    with pytest.raises(ValueError, match="compiles with XLA where its kernels say so"):
+        fast_ops.function(step, train, jit_compile=True)
+    # a function built with the library but traced inside an XLA function loses it
+    seen.clear()
+    nested = fast_ops.function(lambda x: fast_ops.under(train, step)(x), train.for_xla())
+    assert float(nested(tf.constant(1.0))) == 2.0 and seen == [None]

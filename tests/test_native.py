@@ -143,9 +143,10 @@ def test_layer_norm_gradient_columns_do_not_depend_on_the_thread_count(tmp_path)
 @needs_compiler
 @pytest.mark.parametrize("training", [True, False])
 def test_layer_norm_layer_uses_the_kernel_in_training_only(monkeypatch, training):
-    """In a training call the layer runs the kernel, with the same values and gradients as
-    Keras' LayerNormalization; a call that is not training (decoding, export) keeps
-    TensorFlow's ops, so that no SavedModel needs the library."""
+    """In a training call of a train step's function (fast_ops.function under the
+    trainer's kernels) the layer runs the kernel, with the same values and gradients as
+    Keras' LayerNormalization; a call there that is not training (the dev loss) keeps
+    TensorFlow's ops."""
     library()
     rng = np.random.default_rng(3)
     x = (3.0 * rng.normal(size=(2, 70, 16)) + 1.0).astype(np.float32)

@@ -10,8 +10,10 @@ import tensorflow as tf
 
 import data_load
 import devices
+import fast_ops
+import native
 import variants
-from helpers import tiny
+from helpers import step_ops, tiny
 from trainer import Trainer
 
 
@@ -30,14 +32,16 @@ def values(variables) -> list[np.ndarray]:
     return [np.array(v) for v in variables]
 
 
-def reference_sums(model, batch, epsilon: float):
+def reference_sums(model, batch, epsilon: float, kernels=None):
     """The batch's label-smoothed loss, cross-entropy, target tokens and correct tokens,
     in numpy from the model's logits: q = (1 - eps) one_hot(y) + eps / V (5.4); and the
-    loss's gradients, per target token, from a tape of its own."""
+    loss's gradients, per target token, from a tape of its own. The model runs under
+    ``kernels`` (the trainer's: the same LayerNorm kernels as its step)."""
     src, dec_in, labels = batch
     variables = model.trainable_variables
+    forward = fast_ops.under(kernels or fast_ops.Kernels(), model.forward)
     with tf.GradientTape() as tape:
-        logits = model.logits(model.forward(src, dec_in, training=True))
+        logits = model.logits(forward(src, dec_in, training=True))
         real = tf.cast(tf.not_equal(labels, data_load.PAD_ID), tf.float32)
         vocab = logits.shape[-1]
         q = (1 - epsilon) * tf.one_hot(labels, vocab) + epsilon / vocab
@@ -63,7 +67,9 @@ def test_one_update_reports_its_batch_and_takes_adams_first_step(demo_prepro, tm
     (bias-corrected moments m = g, v = g^2), i.e. by lr where |g| is well above eps."""
     trainer, batches = trainer_for(demo_prepro, tmp_path, dropout_rate=0.0, clip_norm=0.0)
     batch, hp = batches[0], trainer.hp
-    (loss, nll, tokens, correct), grads = reference_sums(trainer.model, batch, hp.label_smoothing)
+    (loss, nll, tokens, correct), grads = reference_sums(
+        trainer.model, batch, hp.label_smoothing, trainer.kernels
+    )
     before = values(trainer.model.trainable_variables)
     lr = float(trainer.schedule(0))
     stats, updated = trainer.train_batch(*batch)
@@ -174,3 +180,23 @@ def test_one_process_workers_agree_with_themselves(demo_prepro, tmp_path):
     assert not workers.multi_worker and workers.chief
     assert workers.agree(True) and not workers.agree(False)
     assert workers.chief_value(3.5) == 3.5
+
+
+def test_the_step_traces_the_kernels_its_trainer_resolved(demo_prepro, tmp_path):
+    """The train step uses the C++ LayerNorm (forward and gradient) where the library
+    builds; an XLA step never does (XLA has no kernel for a custom op); a benchmark's
+    Kernels without native_ln gives Keras' LayerNorm; and a plain tf.function that calls
+    the model in training (outside any function the trainer built) gets TensorFlow's ops."""
+    native_ln = {"NativeLayerNorm", "NativeLayerNormGrad"}
+    trainer, batches = trainer_for(demo_prepro, tmp_path / "plain", norm="pre")
+    assert (step_ops(trainer, batches[0]) >= native_ln) == (native.ops() is not None)
+    xla, batches = trainer_for(demo_prepro, tmp_path / "xla", norm="pre", jit_compile=True)
+    assert xla.kernels.train_lib is None and not step_ops(xla, batches[0]) & native_ln
+    hp, tok = trainer.hp, trainer.tok
+    off = fast_ops.Kernels.resolve(["native_ln"])
+    keras_ln = Trainer(hp, tok, tf.distribute.get_strategy(), "float32", off)
+    assert not step_ops(keras_ln, batches[0]) & native_ln
+    src, dec_in, _ = batches[0]
+    plain = tf.function(lambda s, d: trainer.model.forward(s, d, training=True))
+    graph = plain.get_concrete_function(tf.constant(src), tf.constant(dec_in)).graph
+    assert not {op.type for op in graph.get_operations()} & native_ln
