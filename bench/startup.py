@@ -28,7 +28,7 @@ SENTENCE = "Ein Mann mit einem orangefarbenen Hut starrt auf etwas."
 PARTS = r"""
 import json, sys, time
 t0 = time.perf_counter()
-import data_load, decoding, tensorflow as tf
+import checkpoints, data_load, greedy_search, tensorflow as tf
 t1 = time.perf_counter()
 hp, tok, model, _ = checkpoints.load_run(sys.argv[1], {}, who="bench")
 t2 = time.perf_counter()

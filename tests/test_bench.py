@@ -936,3 +936,31 @@ def test_the_anchor_prints_each_ablated_pair_and_leaves_it_out_of_the_best(capsy
     assert "greedy, native_decode on / off, one batch at a time: 0.50x" in out
     # the best of ours is the row with the switch on (1 s), not the faster one without it
     assert out[-2].endswith("best layout: 2.00x; both one batch at a time on every core: 2.00x")
+
+
+@pytest.mark.slow
+def test_startup_times_each_part_of_the_first_translation(quick_run):
+    """bench/startup.py on a trained run, one repeat, no eval.py rows: the first line of
+    translate.py, the parts of its wait (imports, restore, trace, decode) and the trace
+    times with and without autograph, each a positive number of seconds."""
+    hp, _ = quick_run
+    root = os.path.dirname(BENCH)
+    proc = subprocess.run(
+        [sys.executable, "bench/startup.py", "--logdir", hp.logdir, "--repeats", "1"]
+        + ["--skip_eval"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = {}
+    for line in proc.stdout.splitlines()[2:]:  # the title and the column labels first
+        name, _, value = line.rstrip().rpartition(" ")
+        rows[name.strip()] = float(value)
+    parts, on_off = ("imports", "restore", "trace", "decode"), ("on", "off")
+    assert set(rows) == {
+        "translate.py, 1 sentence, to the first line",
+        *(f"of which {part} (in-process)" for part in parts),
+        *(f"trace: {loop}, autograph {on}" for loop in ("greedy", "beam 4") for on in on_off),
+    }, proc.stdout
+    assert min(rows.values()) > 0, proc.stdout
