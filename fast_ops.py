@@ -20,10 +20,10 @@ docs/performance.md):
 * ``native_ln``, the LayerNorm as C++ kernels (native.py, CPU only, train step only), on
   pre-norm's LayerNorms: +10.0 % float32, +6.4 % mixed_bfloat16;
 * ``native_decode``, a decoding step's attention of one position, its LayerNorms and the
-  beam's top k as C++ kernels (native.py, CPU only, in a decoder: ``Kernels.resolve(decoding=True)``
-  only): beam 4 +41 %, greedy +31 % sentences/s one batch at a time; +31 % and +9 % two
-  batches at once (``python bench/decode.py --preset multi30k --logdir LOGDIR
-  --ablate native_decode``, docs/performance.md).
+  beam's top k as C++ kernels (native.py, CPU only, decoders only:
+  ``Kernels.resolve(decoding=True)``): beam 4 +41 %, greedy +31 % sentences/s one batch
+  at a time; +31 % and +9 % two batches at once (``python bench/decode.py --preset
+  multi30k --logdir LOGDIR --ablate native_decode``, docs/performance.md).
 
 The switches of :data:`PRECISION` (f32_scores, f32_logits) are not rewrites: they buy
 float32 accuracy under mixed precision and are measured for their cost instead (see
