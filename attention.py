@@ -172,18 +172,19 @@ class MultiHeadAttention(keras.layers.Layer):
             y = y + cast(b.value, self.compute_dtype)
         if self.qkv_activation == "relu":
             y = tf.nn.relu(y)
-        n, t = tf.shape(y)[0], tf.shape(y)[1]
         if y.shape[1] == 1:  # one position (a decoding step): the same memory, no copy
-            return tf.reshape(y, (n, self.num_heads, 1, self.d_k))
-        return tf.transpose(tf.reshape(y, (n, t, self.num_heads, self.d_k)), (0, 2, 1, 3))
+            return tf.reshape(y, (-1, self.num_heads, 1, self.d_k))
+        split = tf.concat([tf.shape(y)[:2], [self.num_heads, self.d_k]], 0)
+        return tf.transpose(tf.reshape(y, split), (0, 2, 1, 3))
 
     def _merge(self, heads):
         """(N, h, T, d_k) -> Concat(heads) W^O (N, T, d_model); Concat(heads) without W^O."""
-        n, t = tf.shape(heads)[0], tf.shape(heads)[2]
         if heads.shape[2] == 1:  # one position: the same memory, no copy
-            concat = tf.reshape(heads, (n, 1, self.d_model))
+            concat = tf.reshape(heads, (-1, 1, self.d_model))
         else:
-            concat = tf.reshape(tf.transpose(heads, (0, 2, 1, 3)), (n, t, self.d_model))
+            positions = tf.transpose(heads, (0, 2, 1, 3))
+            merged = tf.concat([tf.shape(positions)[:2], [self.d_model]], 0)
+            concat = tf.reshape(positions, merged)
         if not self.output_projection:
             return concat
         return fast_ops.dense(concat, cast(self.w_o.value, self.compute_dtype))

@@ -82,9 +82,11 @@ def dense(x, w, transpose_b: bool = False):
     """
     if not kernels().dense2d or x.shape.rank == 2:
         return tf.matmul(x, w, transpose_b=transpose_b)
-    lead = tf.shape(x)[:-1]
-    y = tf.matmul(tf.reshape(x, (-1, tf.shape(x)[-1])), w, transpose_b=transpose_b)
-    return tf.reshape(y, tf.concat([lead, tf.shape(y)[-1:]], 0))
+    # the static sizes where they are known: fewer shape ops to trace (no arithmetic moves)
+    d_in = x.shape[-1] if x.shape[-1] is not None else tf.shape(x)[-1]
+    y = tf.matmul(tf.reshape(x, (-1, d_in)), w, transpose_b=transpose_b)
+    d_out = [y.shape[-1]] if y.shape[-1] is not None else tf.shape(y)[-1:]
+    return tf.reshape(y, tf.concat([tf.shape(x)[:-1], d_out], 0))
 
 
 # ---------------------------------------------------------------------------------------
