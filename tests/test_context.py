@@ -26,6 +26,13 @@ from test_budget import lr_at
 from test_interrupts import ckpt_tensor, signal_after
 
 RELATIVE = [name for name, family in positions.REGISTRY.items() if family.relative]
+
+
+def norms_in_turn(*norms: str) -> list:
+    """(family, norm): each relative family once, with ``norms`` in turn."""
+    return [(k, norms[i % len(norms)]) for i, k in enumerate(RELATIVE)]
+
+
 LAYERS = 2  # tiny_model's num_blocks
 
 
@@ -71,7 +78,7 @@ def recomputed(model, doc, k, sentences, depth):
 
 # each family with each norm once across the two tests (their pairs are complementary)
 @pytest.mark.slow
-@pytest.mark.parametrize("kind,norm", [(k, ("pre", "post")[i % 2]) for i, k in enumerate(RELATIVE)])
+@pytest.mark.parametrize("kind,norm", norms_in_turn("pre", "post"))
 def test_recomputed_context_equals_reused_states(kind, norm):
     """With the num_blocks * M sentences before it, a sentence's context recomputed from
     scratch (training) gives the states of reading the whole document in order
@@ -219,7 +226,7 @@ def three_documents(depth: int, extra: int = 4):
 # every family once, the norms in turn (the encoder's states are compared under both
 # norms for every family above; what this adds, the lanes and the caches, is the same)
 @pytest.mark.slow
-@pytest.mark.parametrize("kind,norm", [(k, ("post", "pre")[i % 2]) for i, k in enumerate(RELATIVE)])
+@pytest.mark.parametrize("kind,norm", norms_in_turn("post", "pre"))
 def test_documents_decode_in_lanes_as_recomputed(kind, norm):
     """Documents decoded as lanes (2 at a time, so a lane takes a new document: its
     memory starts empty), each sentence with the cached decoder over the encoder states

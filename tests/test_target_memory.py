@@ -13,12 +13,12 @@ import hparams
 import recurrence
 import translator
 from helpers import check_beam_scores, rand_ids, relative_model
-from test_context import RELATIVE, corpus_of, document, three_documents
+from test_context import corpus_of, document, norms_in_turn, three_documents
 
 # every family once in each test, the norms in turn, the other way round in each: the
 # file runs every (family, norm) pair once
-PAIRS = [(k, ("post", "pre")[i % 2]) for i, k in enumerate(RELATIVE)]
-OTHER_PAIRS = [(k, ("pre", "post")[i % 2]) for i, k in enumerate(RELATIVE)]
+PAIRS = norms_in_turn("post", "pre")
+OTHER_PAIRS = norms_in_turn("pre", "post")
 
 
 def targets(seed, rows=2, sentences=6, vocab=23):
