@@ -151,7 +151,7 @@ def build_module(model, tok, hp: hparams.Hparams):
                 ][:, 0]
             return greedy_search.greedy_loop(model, src, extra, hp.max_len, encoded, context)
 
-        @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
         def translate(self, sentences):
             # the search loops need a row: an empty batch decodes one empty sentence,
             # whose translation is dropped, and gives an empty batch
@@ -162,7 +162,7 @@ def build_module(model, tok, hp: hparams.Hparams):
 
         if model.reads_documents:  # a document signature for a model with memory
 
-            @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+            @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
             def translate_document(self, sentences):
                 """The sentences (N,) of one document, in order, each translated with the
                 encoder states of the memory_sentences (M) before it and the decoder
