@@ -2,7 +2,8 @@
 
 Each test checks real numbers: the masks, the worked self-attention example, the sinusoid
 formula, the embeddings, label smoothing and the loss, the learning-rate schedules, the
-mask value under reduced precision, and the model-variant hook's defaults. The model
+mask value under reduced precision, the model-variant hook's defaults, and the
+feed-forward network and Adam against Keras' own, bit for bit. The model
 built from these layers is tested in test_model.py, the decoding loops in
 test_decoding.py, the rewrites of fast_ops.py in test_fast_ops.py.
 """
@@ -413,3 +414,73 @@ def test_variant_defaults_are_the_papers_transformer():
     assert variant.training.optimizer_groups(None, None) == {}
     assert variant.specs_lines(None) == []
     assert variant.training.summaries(None, 1, {}) is None
+
+
+def graph_ops(fn, *specs) -> int:
+    """How many ops fn's trace on ``specs`` has, its inner functions' included."""
+    graph_def = tf.function(fn).get_concrete_function(*specs).graph.as_graph_def()
+    return len(graph_def.node) + sum(len(f.node_def) for f in graph_def.library.function)
+
+
+@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
+def test_feed_forward_is_two_keras_dense_layers_bit_for_bit_with_fewer_ops(policy):
+    """FFN (3.3) gives the output and every gradient of keras.layers.Dense(d_ff, relu)
+    then Dense(d_model) on its own weights exactly, with fewer ops in a trace. (The
+    policy is global, as train.py sets it: the Dense layers take it too.)"""
+    keras.mixed_precision.set_global_policy(policy)  # the conftest fixture restores it
+    ffn = modules.FeedForward(16, 40)
+    ffn.build((None, None, 16))
+    x = tf.constant(np.random.default_rng(5).normal(size=(3, 7, 16)).astype(np.float32))
+
+    def with_gradients(layers):
+        def run(x):
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                y = tf.cast(layers(x), tf.float32)
+                loss = tf.reduce_sum(y * y)
+            return [y, *tape.gradient(loss, [x, *ffn.trainable_variables])]
+
+        return run
+
+    def dense(x):
+        return ffn.outer(ffn.inner(x))
+
+    spec = tf.TensorSpec((None, None, 16))
+    for ours, keras_value in zip(
+        tf.function(with_gradients(ffn))(x), tf.function(with_gradients(dense))(x)
+    ):
+        np.testing.assert_array_equal(ours.numpy(), keras_value.numpy())
+    assert graph_ops(ffn, spec) < 0.6 * graph_ops(dense, spec)
+
+
+def test_adam_updates_as_keras_adam_bit_for_bit_with_fewer_ops():
+    """optimization.Adam computes the step's scalars once per dtype: every weight and slot
+    equals keras.optimizers.Adam's exactly over 3 steps (float32 and float16 weights, the
+    paper's betas and epsilon, a schedule), and a traced update has fewer ops."""
+    rng = np.random.default_rng(0)
+    shapes = [((5, 3), "float32"), ((7,), "float32"), ((4, 2), "float16")] * 4
+    inits = [rng.normal(size=s).astype(d) for s, d in shapes]
+    grads = [[rng.normal(size=s).astype(d) for s, d in shapes] for _ in range(3)]
+    schedule = optimization.TransformerSchedule("noam", d_model=32, warmup_steps=4)
+    runs, ops = [], []
+    for cls in (keras.optimizers.Adam, optimization.Adam):
+        weights = [keras.Variable(w, dtype=w.dtype) for w in inits]
+        opt = cls(schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9)
+        opt.build(weights)
+        step = tf.function(updater(opt, weights))
+        for g in grads:
+            step([tf.constant(x) for x in g])
+        ops.append(graph_ops(updater(opt, weights), [tf.constant(x) for x in grads[0]]))
+        runs.append([w.numpy() for w in weights + opt.variables])
+    for keras_value, ours in zip(*runs):
+        np.testing.assert_array_equal(ours, keras_value)
+    assert ops[1] < 0.75 * ops[0], ops
+
+
+def updater(optimizer, weights):
+    """A function of the gradients that applies them to ``weights``."""
+
+    def update(grads):
+        optimizer.apply(grads, weights)
+
+    return update

@@ -12,7 +12,6 @@ import data_load
 import devices
 import fast_ops
 import native
-import optimization
 import variants
 from helpers import step_ops, tiny
 from trainer import Trainer
@@ -201,38 +200,3 @@ def test_the_step_traces_the_kernels_its_trainer_resolved(demo_prepro, tmp_path)
     plain = tf.function(lambda s, d: trainer.model.forward(s, d, training=True))
     graph = plain.get_concrete_function(tf.constant(src), tf.constant(dec_in)).graph
     assert not {op.type for op in graph.get_operations()} & native_ln
-
-
-def test_adam_updates_as_keras_adam_bit_for_bit_with_fewer_ops():
-    """optimization.Adam computes the step's scalars once per dtype: every weight and slot
-    equals keras.optimizers.Adam's exactly over 3 steps (float32 and float16 weights, the
-    paper's betas and epsilon, a schedule), and a traced update has fewer ops."""
-    rng = np.random.default_rng(0)
-    shapes = [((5, 3), "float32"), ((7,), "float32"), ((4, 2), "float16")] * 4
-    inits = [rng.normal(size=s).astype(d) for s, d in shapes]
-    grads = [[rng.normal(size=s).astype(d) for s, d in shapes] for _ in range(3)]
-    schedule = optimization.TransformerSchedule("noam", d_model=32, warmup_steps=4)
-    runs, ops = [], []
-    for cls in (keras.optimizers.Adam, optimization.Adam):
-        weights = [keras.Variable(w, dtype=w.dtype) for w in inits]
-        opt = cls(schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9)
-        opt.build(weights)
-        step = tf.function(updater(opt, weights))
-        for g in grads:
-            step([tf.constant(x) for x in g])
-        graph = step.get_concrete_function([tf.constant(x) for x in grads[0]]).graph
-        graph_def = graph.as_graph_def()
-        ops.append(len(graph_def.node) + sum(len(f.node_def) for f in graph_def.library.function))
-        runs.append([w.numpy() for w in weights + opt.variables])
-    for keras_value, ours in zip(*runs):
-        np.testing.assert_array_equal(ours, keras_value)
-    assert ops[1] < 0.75 * ops[0], ops
-
-
-def updater(optimizer, weights):
-    """A function of the gradients that applies them to ``weights``."""
-
-    def update(grads):
-        optimizer.apply(grads, weights)
-
-    return update
