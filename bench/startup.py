@@ -10,19 +10,33 @@ checkout interleaved (old, new, old, new, ...), both on this checkout's run fold
 * the parts of translate.py's wait, in a fresh process per repeat: importing the
   modules, restoring the checkpoint, tracing the greedy loop, decoding one sentence;
 * the trace time of the greedy and the beam-4 loops with and without autograph (the
-  decoders trace without it).
+  decoders trace without it);
+* with ``--ctranslate2`` (the run's model must convert: ctranslate.py), the wait for
+  the test set against CTranslate2 in a fresh process each: eval.py's own timing line
+  (decoding and scoring after the model is loaded), greedy and ``--beam_size 4``, and
+  CTranslate2's ``translate_batch`` on the same raw sentences, sentencepiece included and
+  the model's load excluded as on our side (``export.py --format ctranslate2``; one batch
+  of eval_batch_size sentences per core at once: inter_threads = the cores, 1 intra-op
+  thread each; the run's length penalty, in CTranslate2's own formula |Y|^alpha where
+  ours is GNMT's; its length budget the longest source's plus max_len_extra, ours each
+  sentence's own), then the ratios of the two.
 """
 
 import argparse
+import json
 import os
+import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 import common
 
 ROOT = common.ROOT
 SENTENCE = "Ein Mann mit einem orangefarbenen Hut starrt auf etwas."
+BEAM = 4  # the beam row of --ctranslate2
 
 # Run inside a fresh process from a checkout's root: the parts of translate.py's wait.
 PARTS = r"""
@@ -70,6 +84,36 @@ print("RESULT " + json.dumps(times))
 """
 
 
+# Run in a fresh process: CTranslate2 on the raw test sentences, as a user of it would.
+CTRANSLATE2 = r"""
+import json, os, sys, time
+import ctranslate2, sentencepiece
+model_dir, sources, beam, alpha, extra, batch = sys.argv[1:7]
+t0 = time.perf_counter()
+cores = os.cpu_count() or 1
+translator = ctranslate2.Translator(model_dir, device="cpu", inter_threads=cores, intra_threads=1)
+sp = sentencepiece.SentencePieceProcessor(model_file=os.path.join(model_dir, "bpe.model"))
+t1 = time.perf_counter()
+with open(sources, encoding="utf-8") as f:
+    lines = f.read().split("\n")[:-1]
+pieces = sp.encode(lines, out_type=str)
+results = translator.translate_batch(
+    pieces,
+    max_batch_size=int(batch),
+    beam_size=int(beam),
+    length_penalty=float(alpha) if int(beam) > 1 else 0.0,
+    max_decoding_length=max(map(len, pieces)) + 1 + int(extra),
+)
+hyps = sp.decode([r.hypotheses[0] for r in results])
+t2 = time.perf_counter()
+assert len(hyps) == len(lines)
+print("RESULT " + json.dumps({"load": t1 - t0, "translate": t2 - t1}))
+"""
+
+# eval.py's own timing line: "eval: N sentences in S s (R/s)"
+TIMING = re.compile(r"^eval: (\d+) sentences in [\d.]+s \(([\d.]+)/s\)", re.M)
+
+
 def env():
     return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
 
@@ -96,10 +140,11 @@ def first_line(tree: str, logdir: str) -> float:
     return seconds
 
 
-def eval_end_to_end(tree: str, logdir: str, results: str) -> float:
+def eval_end_to_end(tree: str, logdir: str, results: str, *args: str) -> tuple[float, float]:
+    """(seconds from starting eval.py to its end, the seconds of its own timing line)."""
     t0 = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "eval.py", "--logdir", logdir, "--results_dir", results],
+        [sys.executable, "eval.py", "--logdir", logdir, "--results_dir", results, *args],
         cwd=tree,
         capture_output=True,
         text=True,
@@ -107,7 +152,39 @@ def eval_end_to_end(tree: str, logdir: str, results: str) -> float:
     )
     if proc.returncode != 0:
         sys.exit(f"bench: eval.py in {tree} failed: {proc.stderr[-2000:]}")
-    return time.perf_counter() - t0
+    seconds = time.perf_counter() - t0
+    timing = TIMING.search(proc.stdout)
+    if not timing:
+        sys.exit(f"bench: eval.py in {tree} printed no timing line: {proc.stdout[-2000:]}")
+    return seconds, int(timing.group(1)) / float(timing.group(2))
+
+
+def ctranslate2_model(logdir: str) -> tuple[str, dict]:
+    """This checkout's CTranslate2 conversion of the run (export.py --format ctranslate2)
+    in a temporary folder, and the run's settings (its hparams.json)."""
+    folder = os.path.join(tempfile.mkdtemp(prefix="bench_startup_"), "ct2")
+    proc = subprocess.run(
+        [sys.executable, "export.py", "--logdir", logdir, "--format", "ctranslate2"]
+        + ["--export_dir", folder],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env(),
+    )
+    if proc.returncode != 0:
+        sys.exit(f"bench: export.py --format ctranslate2 failed: {proc.stderr[-2000:]}")
+    with open(os.path.join(logdir, "hparams.json")) as f:
+        return folder, json.load(f)
+
+
+def ctranslate2_seconds(folder: str, settings: dict, beam: int) -> float:
+    """CTranslate2's seconds for the run's test sentences in a fresh process (load excluded)."""
+    prepro_dir = os.path.join(ROOT, settings["prepro_dir"])  # a run's folders are relative
+    sources = os.path.join(prepro_dir, "test.src")
+    args = [str(beam), str(settings["length_penalty"]), str(settings["max_len_extra"])]
+    args.append(str(settings["eval_batch_size"]))
+    child = [sys.executable, "-c", CTRANSLATE2, folder, sources, *args]
+    return common.run_child(child, "bench (CTranslate2)", ROOT, env())["translate"]
 
 
 def json_run(tree: str, code: str, *args: str) -> dict:
@@ -120,13 +197,30 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--tree", default="", help="another checkout to compare (run first)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--skip_eval", action="store_true", help="no eval.py rows")
+    ap.add_argument(
+        "--ctranslate2",
+        action="store_true",
+        help=f"eval.py's timing line, greedy and beam {BEAM}, against CTranslate2's",
+    )
     return ap
 
 
 def main() -> None:
     ap = parser()
     args = ap.parse_args()
+    if args.ctranslate2 and args.skip_eval:
+        ap.error("--ctranslate2 compares eval.py's timing: drop --skip_eval")
     logdir = os.path.abspath(args.logdir)
+    folder, settings = ctranslate2_model(logdir) if args.ctranslate2 else ("", {})
+    try:
+        measure(args, logdir, folder, settings)
+    finally:
+        if folder:
+            shutil.rmtree(os.path.dirname(folder), ignore_errors=True)
+
+
+def measure(args, logdir: str, folder: str, settings: dict) -> None:
+    """Every row, then the table (and the ratios to CTranslate2)."""
     trees = {"this checkout": ROOT}
     if args.tree:
         trees = {"--tree": os.path.abspath(args.tree), **trees}
@@ -138,11 +232,19 @@ def main() -> None:
             )
             for part, seconds in json_run(tree, PARTS, logdir, SENTENCE).items():
                 rows.setdefault((f"  of which {part} (in-process)", label), []).append(seconds)
+            results = os.path.join("/tmp", f"bench_startup_{os.getpid()}_{r}")
             if not args.skip_eval:
-                results = os.path.join("/tmp", f"bench_startup_{os.getpid()}_{r}")
-                rows.setdefault(("eval.py on the test set, end to end", label), []).append(
-                    eval_end_to_end(tree, logdir, results)
-                )
+                seconds, own = eval_end_to_end(tree, logdir, results)
+                rows.setdefault(("eval.py on the test set, end to end", label), []).append(seconds)
+                rows.setdefault(("  its own timing line, greedy", label), []).append(own)
+            if args.ctranslate2:
+                own = eval_end_to_end(tree, logdir, results, "--beam_size", str(BEAM))[1]
+                rows.setdefault((f"  its own timing line, beam {BEAM}", label), []).append(own)
+        for beam in (1, BEAM) if args.ctranslate2 else ():
+            name = "greedy" if beam == 1 else f"beam {beam}"
+            rows.setdefault((f"CTranslate2, {name}, fresh process", "this checkout"), []).append(
+                ctranslate2_seconds(folder, settings, beam)
+            )
     for label, tree in trees.items():
         for name, times in json_run(tree, TRACE, logdir, str(args.repeats)).items():
             rows[(f"trace: {name}", label)] = times
@@ -155,6 +257,11 @@ def main() -> None:
         cells = [rows.get((name, label)) for label in labels]
         text = "".join(f"{common.median(c):>16.2f}" if c else f"{'':>16}" for c in cells)
         print(f"{name:<{width}}{text}")
+    if args.ctranslate2:
+        for name in ("greedy", f"beam {BEAM}"):
+            ours = common.median(rows[(f"  its own timing line, {name}", "this checkout")])
+            theirs = common.median(rows[(f"CTranslate2, {name}, fresh process", "this checkout")])
+            print(f"eval.py / CTranslate2, {name}: {ours / theirs:.2f}x the time")
 
 
 if __name__ == "__main__":

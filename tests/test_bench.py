@@ -939,28 +939,48 @@ def test_the_anchor_prints_each_ablated_pair_and_leaves_it_out_of_the_best(capsy
 
 
 @pytest.mark.slow
-def test_startup_times_each_part_of_the_first_translation(quick_run):
-    """bench/startup.py on a trained run, one repeat, no eval.py rows: the first line of
-    translate.py, the parts of its wait (imports, restore, trace, decode) and the trace
-    times with and without autograph, each a positive number of seconds."""
+def test_startup_times_each_part_of_the_first_translation_and_ctranslate2s(quick_run):
+    """bench/startup.py --ctranslate2 on a trained run, one repeat: the first line of
+    translate.py, the parts of its wait (imports, restore, trace, decode), eval.py end to
+    end and its own timing line (greedy and beam 4), CTranslate2's seconds on the same
+    test sentences in a fresh process, and the trace times with and without autograph,
+    each a positive number of seconds; then the ratios of eval.py to CTranslate2."""
+    pytest.importorskip("ctranslate2")
     hp, _ = quick_run
-    root = os.path.dirname(BENCH)
     proc = subprocess.run(
         [sys.executable, "bench/startup.py", "--logdir", hp.logdir, "--repeats", "1"]
-        + ["--skip_eval"],
-        cwd=root,
+        + ["--ctranslate2"],
+        cwd=os.path.dirname(BENCH),
         capture_output=True,
         text=True,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
     rows = {}
-    for line in proc.stdout.splitlines()[2:]:  # the title and the column labels first
+    for line in lines[2:-2]:  # the title and the column labels first, the ratios last
         name, _, value = line.rstrip().rpartition(" ")
         rows[name.strip()] = float(value)
-    parts, on_off = ("imports", "restore", "trace", "decode"), ("on", "off")
+    parts, on_off, searches = (
+        ("imports", "restore", "trace", "decode"),
+        ("on", "off"),
+        ("greedy", "beam 4"),
+    )
     assert set(rows) == {
         "translate.py, 1 sentence, to the first line",
         *(f"of which {part} (in-process)" for part in parts),
-        *(f"trace: {loop}, autograph {on}" for loop in ("greedy", "beam 4") for on in on_off),
+        "eval.py on the test set, end to end",
+        *(f"its own timing line, {name}" for name in searches),
+        *(f"CTranslate2, {name}, fresh process" for name in searches),
+        *(f"trace: {loop}, autograph {on}" for loop in searches for on in on_off),
     }, proc.stdout
     assert min(rows.values()) > 0, proc.stdout
+    ratios = dict(line.removesuffix("x the time").split(": ") for line in lines[-2:])
+    ratios = {name: float(value) for name, value in ratios.items()}
+    for name in searches:
+        ours, theirs = (
+            rows[f"its own timing line, {name}"],
+            rows[f"CTranslate2, {name}, fresh process"],
+        )
+        ratio = ratios[f"eval.py / CTranslate2, {name}"]
+        # the rows are rounded to 0.01 s, the ratio is of the unrounded medians
+        assert (ours - 0.005) / (theirs + 0.005) <= ratio <= (ours + 0.005) / (theirs - 0.005)
