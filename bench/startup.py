@@ -13,7 +13,7 @@ checkout interleaved (old, new, old, new, ...), both on this checkout's run fold
   decoders trace without it);
 * with ``--ctranslate2`` (the run's model must convert: ctranslate.py), the wait for
   the test set against CTranslate2 in a fresh process each: eval.py's own timing line
-  (decoding and scoring after the model is loaded), greedy and ``--beam_size 4``, and
+  (the translation after the model is loaded; it prints the scoring's seconds apart), greedy and ``--beam_size 4``, and
   CTranslate2's ``translate_batch`` on the same raw sentences, sentencepiece included and
   the model's load excluded as on our side (``export.py --format ctranslate2``; one batch
   of eval_batch_size sentences per core at once: inter_threads = the cores, 1 intra-op
@@ -140,22 +140,25 @@ def first_line(tree: str, logdir: str) -> float:
     return seconds
 
 
+def script(tree: str, *args: str) -> str:
+    """The stdout of a project script run in ``tree`` (``args``: the script and its
+    options); a failure ends the benchmark in one line with the tail of its stderr."""
+    proc = subprocess.run(
+        [sys.executable, *args], cwd=tree, capture_output=True, text=True, env=env()
+    )
+    if proc.returncode != 0:
+        sys.exit(f"bench: {args[0]} in {tree} failed: {proc.stderr[-2000:]}")
+    return proc.stdout
+
+
 def eval_end_to_end(tree: str, logdir: str, results: str, *args: str) -> tuple[float, float]:
     """(seconds from starting eval.py to its end, the seconds of its own timing line)."""
     t0 = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "eval.py", "--logdir", logdir, "--results_dir", results, *args],
-        cwd=tree,
-        capture_output=True,
-        text=True,
-        env=env(),
-    )
-    if proc.returncode != 0:
-        sys.exit(f"bench: eval.py in {tree} failed: {proc.stderr[-2000:]}")
+    out = script(tree, "eval.py", "--logdir", logdir, "--results_dir", results, *args)
     seconds = time.perf_counter() - t0
-    timing = TIMING.search(proc.stdout)
+    timing = TIMING.search(out)
     if not timing:
-        sys.exit(f"bench: eval.py in {tree} printed no timing line: {proc.stdout[-2000:]}")
+        sys.exit(f"bench: eval.py in {tree} printed no timing line: {out[-2000:]}")
     return seconds, int(timing.group(1)) / float(timing.group(2))
 
 
@@ -163,16 +166,7 @@ def ctranslate2_model(logdir: str) -> tuple[str, dict]:
     """This checkout's CTranslate2 conversion of the run (export.py --format ctranslate2)
     in a temporary folder, and the run's settings (its hparams.json)."""
     folder = os.path.join(tempfile.mkdtemp(prefix="bench_startup_"), "ct2")
-    proc = subprocess.run(
-        [sys.executable, "export.py", "--logdir", logdir, "--format", "ctranslate2"]
-        + ["--export_dir", folder],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env=env(),
-    )
-    if proc.returncode != 0:
-        sys.exit(f"bench: export.py --format ctranslate2 failed: {proc.stderr[-2000:]}")
+    script(ROOT, "export.py", "--logdir", logdir, "--format", "ctranslate2", "--export_dir", folder)
     with open(os.path.join(logdir, "hparams.json")) as f:
         return folder, json.load(f)
 
