@@ -1,6 +1,7 @@
 """Time to first translation: what a user waits for before the first line of output.
 
     python bench/startup.py --logdir log/multi30k [--tree /tmp/old] [--repeats 3]
+        [--ctranslate2]
 
 Rows, each the median of ``--repeats`` runs, this checkout and (``--tree``) another
 checkout interleaved (old, new, old, new, ...), both on this checkout's run folder:
@@ -13,13 +14,14 @@ checkout interleaved (old, new, old, new, ...), both on this checkout's run fold
   decoders trace without it);
 * with ``--ctranslate2`` (the run's model must convert: ctranslate.py), the wait for
   the test set against CTranslate2 in a fresh process each: eval.py's own timing line
-  (the translation after the model is loaded; it prints the scoring's seconds apart), greedy and ``--beam_size 4``, and
-  CTranslate2's ``translate_batch`` on the same raw sentences, sentencepiece included and
-  the model's load excluded as on our side (``export.py --format ctranslate2``; one batch
-  of eval_batch_size sentences per core at once: inter_threads = the cores, 1 intra-op
-  thread each; the run's length penalty, in CTranslate2's own formula |Y|^alpha where
-  ours is GNMT's; its length budget the longest source's plus max_len_extra, ours each
-  sentence's own), then the ratios of the two.
+  (the translation after the model is loaded; it prints the scoring's seconds apart),
+  greedy and ``--beam_size 4``, and CTranslate2's ``translate_batch`` on the same raw
+  sentences, sentencepiece included and the model's load excluded as on our side
+  (``export.py --format ctranslate2``; one batch of eval_batch_size sentences per core
+  at once: inter_threads = the cores, 1 intra-op thread each; the run's length penalty,
+  in CTranslate2's own formula |Y|^alpha where ours is GNMT's; its length budget the
+  longest source's plus max_len_extra, ours each sentence's own), then the ratios of
+  the two.
 """
 
 import argparse

@@ -938,6 +938,20 @@ def test_the_anchor_prints_each_ablated_pair_and_leaves_it_out_of_the_best(capsy
     assert out[-2].endswith("best layout: 2.00x; both one batch at a time on every core: 2.00x")
 
 
+def test_startup_refuses_ctranslate2_without_eval():
+    """--ctranslate2 compares eval.py's timing line: with --skip_eval it is refused at once."""
+    proc = subprocess.run(
+        [sys.executable, "bench/startup.py", "--logdir", "none", "--ctranslate2", "--skip_eval"],
+        cwd=os.path.dirname(BENCH),
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines()[-1].endswith(
+        "--ctranslate2 compares eval.py's timing: drop --skip_eval"
+    )
+
+
 @pytest.mark.slow
 def test_startup_times_each_part_of_the_first_translation_and_ctranslate2s(quick_run):
     """bench/startup.py --ctranslate2 on a trained run, one repeat: the first line of
