@@ -116,6 +116,7 @@ class Adam(keras.optimizers.Adam):
         # True where the caller passes gradients already summed over the replicas
         # (trainer.Trainer, which clips the sum): Keras' own all-reduce is then skipped
         self.summed = False
+        self._scalars = None  # dtype -> the step's scalars, while an update is traced
 
     def _all_reduce_sum_gradients(self, grads_and_vars):
         """Keras' sum of the replicas' gradients, skipped when they are summed already."""
@@ -135,7 +136,7 @@ class Adam(keras.optimizers.Adam):
 
     def update_step(self, gradient, variable, learning_rate):
         """keras.optimizers.Adam.update_step's arithmetic, in its order (5.3)."""
-        scalars = getattr(self, "_scalars", None)
+        scalars = self._scalars
         if self.amsgrad or scalars is None:
             return super().update_step(gradient, variable, learning_rate)
         dtype = variable.dtype
