@@ -204,8 +204,12 @@ def step_ops(trainer, batch) -> set[str]:
     (XLA's, the replicas') included."""
     args = devices.deal_rows(trainer.strategy, *batch)
     graph_def = trainer._step.get_concrete_function(*args, tf.constant(0.0)).graph.as_graph_def()
-    inner = {node.op for f in graph_def.library.function for node in f.node_def}
-    return inner | {node.op for node in graph_def.node}
+    return {node.op for node in graph_nodes(graph_def)}
+
+
+def graph_nodes(graph_def) -> list:
+    """Every node of a traced graph: its own and its functions' (loop bodies, branches)."""
+    return [*graph_def.node, *(node for f in graph_def.library.function for node in f.node_def)]
 
 
 def tgz_bytes(members) -> bytes:

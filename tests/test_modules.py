@@ -21,6 +21,7 @@ import modules
 import optimization
 import positions
 import variants
+from helpers import graph_nodes
 
 
 # ---------------------------------------------------------------------------------------
@@ -416,10 +417,9 @@ def test_variant_defaults_are_the_papers_transformer():
     assert variant.training.summaries(None, 1, {}) is None
 
 
-def graph_ops(fn, *specs) -> int:
+def op_count(fn, *specs) -> int:
     """How many ops fn's trace on ``specs`` has, its inner functions' included."""
-    graph_def = tf.function(fn).get_concrete_function(*specs).graph.as_graph_def()
-    return len(graph_def.node) + sum(len(f.node_def) for f in graph_def.library.function)
+    return len(graph_nodes(tf.function(fn).get_concrete_function(*specs).graph.as_graph_def()))
 
 
 @pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
@@ -450,7 +450,7 @@ def test_feed_forward_is_two_keras_dense_layers_bit_for_bit_with_fewer_ops(polic
         tf.function(with_gradients(ffn))(x), tf.function(with_gradients(dense))(x)
     ):
         np.testing.assert_array_equal(ours.numpy(), keras_value.numpy())
-    assert graph_ops(ffn, spec) < 0.6 * graph_ops(dense, spec)
+    assert op_count(ffn, spec) < 0.6 * op_count(dense, spec)
 
 
 def test_adam_updates_as_keras_adam_bit_for_bit_with_fewer_ops():
@@ -470,7 +470,7 @@ def test_adam_updates_as_keras_adam_bit_for_bit_with_fewer_ops():
         step = tf.function(updater(opt, weights))
         for g in grads:
             step([tf.constant(x) for x in g])
-        ops.append(graph_ops(updater(opt, weights), [tf.constant(x) for x in grads[0]]))
+        ops.append(op_count(updater(opt, weights), [tf.constant(x) for x in grads[0]]))
         runs.append([w.numpy() for w in weights + opt.variables])
     for keras_value, ours in zip(*runs):
         np.testing.assert_array_equal(ours, keras_value)

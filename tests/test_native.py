@@ -23,6 +23,7 @@ import attention
 import fast_ops
 import modules
 import native
+from helpers import graph_nodes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 needs_compiler = pytest.mark.skipif(native.compiler() is None, reason="no C++ compiler")
@@ -560,9 +561,7 @@ def test_top_log_softmax_kernel_matches_tensorflow(k):
 
 def graph_ops(fn, *specs) -> set[str]:
     """The op types of a tf.function's trace, inside its loops' bodies too."""
-    graph = fn.get_concrete_function(*specs).graph.as_graph_def()
-    kinds = {node.op for node in graph.node}
-    return kinds | {node.op for f in graph.library.function for node in f.node_def}
+    return {node.op for node in graph_nodes(fn.get_concrete_function(*specs).graph.as_graph_def())}
 
 
 @pytest.mark.slow
