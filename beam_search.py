@@ -49,23 +49,25 @@ def beam_loop(
     encoded=None,
     context=None,
     prefix: Prefix | None = None,
+    n_best: int = 1,
 ):
     """Batched beam search (Vaswani et al. 7: k = 4, alpha = 0.6) in one tf.while_loop.
 
-    src (N, T1) -> (ids (N, k, L) best first, PAD after </S>; scores (N, k)), where a
-    score is the sum of token log-probabilities divided by the length penalty.
+    src (N, T1) -> (ids (N, n_best, L) best first, PAD after </S>; scores (N, n_best)),
+    where a score is the sum of token log-probabilities divided by the length penalty.
     At each step every alive hypothesis is extended by every token and the k best
     extensions are kept; those ending in </S> move to a separate finished set (scored
     with the length penalty at their own length), so a shorter finished hypothesis is
     never pushed out by longer, worse alive ones, and their slot stays empty. A
-    sentence's search stops when no alive hypothesis can beat its k-th finished one,
-    when none is alive, or after ``its source length + extra`` steps; its k best are
-    then written out and its rows leave the batch, so that later steps compute (and
-    reorder the caches of) the sentences still searching only, as in
-    :func:`greedy_loop`. The first step, where a sentence's k hypotheses are all <S>,
-    runs once per sentence, as do the encoder-side keys/values of the cache; both are
-    then repeated for the k hypotheses. With k = 1 this is exactly greedy decoding.
-    ``model`` needs
+    sentence's search stops when no alive hypothesis can beat its ``n_best``-th finished
+    one (1 <= n_best <= k: its n_best best are then final, as they would be after any
+    number of further steps), when none is alive, or after ``its source length +
+    extra`` steps; its n_best best are then written out and its rows leave the batch,
+    so that later steps compute (and reorder the caches of) the sentences still
+    searching only, as in :func:`greedy_loop`. The first step, where a sentence's k
+    hypotheses are all <S>, runs once per sentence, as do the encoder-side keys/values
+    of the cache; both are then repeated for the k hypotheses. With k = 1 this is
+    exactly greedy decoding. ``model`` needs
     encode / init_cache / decode_step / reorder_cache / select_rows; ``encoded`` and
     ``context`` as in :func:`greedy_loop` (a document's context enters the encoder once
     per sentence, and the beams share its output; the keys/values of the decoder's
@@ -74,6 +76,8 @@ def beam_loop(
     hypothesis, scored with the prefix tokens' log-probabilities), then searches freely.
     """
     k = beam_size
+    if not 1 <= n_best <= k:
+        raise ValueError(f"n_best must be in [1, beam_size={k}]; got {n_best}")
     memory, mask = model.encode(src) if encoded is None else encoded
     n = tf.shape(src)[0]
     limits, longest = decode_budgets(model, src, extra, max_len, prefix)
@@ -93,7 +97,7 @@ def beam_loop(
         )
         forced = None if prefix is None else prefix.forced(i, tf.repeat(search.sentence, k))
         search, source_rows = beam_step(i, logits, search, alpha, forced)
-        still = searching(i + 1, search, alpha)  # (R,)
+        still = searching(i + 1, search, alpha, n_best)  # (R,)
         all_still = tf.reduce_all(still)
         done = tf.cond(
             all_still,
@@ -116,7 +120,7 @@ def beam_loop(
     )
     loop_vars = (tf.constant(0), search, done, cache)
     i, _, (seqs, scores), _ = tf.while_loop(cond, body, loop_vars, shape_invariants=shapes)
-    return seqs[:, :, :i], scores
+    return seqs[:, :n_best, :i], scores[:, :n_best]
 
 
 def first_search(n, k: int, limits, longest):
@@ -212,13 +216,15 @@ def forced_extensions(logits, row_logp, row_tok, inside, token):
     )
 
 
-def searching(i, search: BeamState, alpha: float):
+def searching(i, search: BeamState, alpha: float, n_best: int):
     """(R,) bool: which sentences search on at step i: one with an alive hypothesis that
-    can still beat its k-th finished one (even at its longest, where the length penalty
-    divides the least), within its budget."""
+    can still beat its ``n_best``-th finished one (even at its longest, where the length
+    penalty divides the least), within its budget. A finished hypothesis's score never
+    changes and a later one only ties it at best (ties keep the earlier), so the
+    n_best best stay as they are once none can."""
     limits, alive_logp, fin_score = search.limits, search.alive_logp, search.fin_score
     best_possible = alive_logp[:, 0] / length_penalty(limits, alpha)
-    open_ = tf.logical_and(alive_logp[:, 0] > NEG / 2, best_possible > fin_score[:, -1])
+    open_ = tf.logical_and(alive_logp[:, 0] > NEG / 2, best_possible > fin_score[:, n_best - 1])
     return tf.logical_and(open_, i < limits)
 
 
@@ -292,9 +298,11 @@ def beam_decoder(
     max_len: int = 0,
     prefix: bool = False,
     kernels=None,
+    n_best: int = 1,
 ):
     """A compiled ``fn(src (N, T1) int32, extra int32[, prefix tokens (N, P) int32, prefix
-    lengths (N,) int32]) -> (ids (N, k, L), scores (N, k))`` (:func:`beam_loop`).
+    lengths (N,) int32]) -> (ids (N, n_best, L), scores (N, n_best))`` (:func:`beam_loop`):
+    the beam's n_best best hypotheses, best first.
 
     A tf.function graph; unlike the greedy loop it is not XLA-compiled: with its
     data-dependent buffer sizes, XLA on CPU (TF 2.21) crashed on it. Traced without
@@ -304,7 +312,7 @@ def beam_decoder(
 
     def decode(src, extra, *forced):
         forced = Prefix(*forced) if prefix else None
-        return beam_loop(model, src, extra, beam_size, alpha, max_len, prefix=forced)
+        return beam_loop(model, src, extra, beam_size, alpha, max_len, prefix=forced, n_best=n_best)
 
     spec = decoder_signature(prefix=prefix)
     return fast_ops.decoding_function(decode, kernels, input_signature=spec)

@@ -41,7 +41,10 @@ def document_decoder(model, beam_size: int = 1, alpha: float = 0.6, max_len: int
             window_context(model, tgt_states, tgt_mask) if model.target_memory_sentences else None
         )
         if beam_size > 1:
-            out = beam_loop(model, src, extra, beam_size, alpha, max_len, encoded, context)
+            # all k exact: translate.py's --n_best reads up to k of a document's sentences
+            out = beam_loop(
+                model, src, extra, beam_size, alpha, max_len, encoded, context, n_best=beam_size
+            )
             best = out[0][:, 0]
         else:
             out = best = greedy_loop(model, src, extra, max_len, encoded, context)

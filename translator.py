@@ -120,15 +120,17 @@ class Translator:
                 )
             self.documents = DocumentTranslation(model, hp, self.k, self.multiple, chunk)
         self.decode = self._decoder(prefix=False)
-        self._compiled: dict = {}  # the prefixed decoder, the scorer, the aligner
+        self._compiled: dict = {}  # prefixed and n-best decoders, the scorer, the aligner
 
     @property
     def sampling(self) -> bool:
         return self.strategy is not argmax
 
-    def _decoder(self, prefix: bool):
+    def _decoder(self, prefix: bool, n: int = 1):
+        """The compiled search; a beam gives its ``n`` best hypotheses."""
         if self.k > 1:
-            return beam_decoder(self.model, self.k, self.hp.length_penalty, self.hp.max_len, prefix)
+            hp = self.hp
+            return beam_decoder(self.model, self.k, hp.length_penalty, hp.max_len, prefix, n_best=n)
         return greedy_decoder(self.model, self.hp.max_len, self.strategy, prefix)
 
     def _once(self, name: str, build):
@@ -150,7 +152,8 @@ class Translator:
             ) from None
 
     def _best(self, result, rows: int):
-        """(ids (rows, k, L), scores (rows, k)) of a decoding function's result."""
+        """(ids (rows, n, L), scores (rows, n)) of a decoding function's result (n: 1 for
+        greedy decoding, the n best of a beam)."""
         if self.k > 1:
             return result[0].numpy(), result[1].numpy()
         return result.numpy()[:, None], np.zeros((rows, 1), np.float32)
@@ -174,7 +177,8 @@ class Translator:
         source to that width and decodes empty sources too (from </S> alone), as the TF1
         eval.py. ``docs``: see the class. ``prefixes``: per sentence the target ids its
         translations start with (empty or None: none). ``n`` > 1 with sampling: n samples
-        per sentence, (ids (n, L), scores (n,)), drawn with ids sentence * n + j."""
+        per sentence, (ids (n, L), scores (n,)), drawn with ids sentence * n + j; with a
+        beam, its n best (ids (n, L), scores (n,)): it stops once they are final."""
         if self.documents is not None:
             if prefixes is not None:
                 raise UserError("a target prefix is not for a model with document memory")
@@ -188,11 +192,13 @@ class Translator:
         batches = list(
             data_load.eval_batches(srcs, self.hp.eval_batch_size, limit, self.multiple, width)
         )
-        decode = self.decode
-        if prefixes is not None and any(len(p) for p in prefixes):
-            decode = self._once("prefixed", lambda: self._decoder(prefix=True))
-        else:
+        if prefixes is None or not any(len(p) for p in prefixes):
             prefixes = None
+        best = n if self.k > 1 else 1  # the beam searches until its n best are final
+        decode = self.decode
+        if prefixes is not None or best > 1:
+            key = f"prefix={prefixes is not None},n={best}"
+            decode = self._once(key, lambda: self._decoder(prefixes is not None, best))
 
         def extras(idx):
             """The decoder's inputs after src and extra for the batch's rows ``idx``."""

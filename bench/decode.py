@@ -7,6 +7,8 @@ decoder and CTranslate2, and beam 4 against greedy.
     python bench/decode.py --preset multi30k --logdir log/multi30k_sinusoid [--sents 1000]
         [--naive_sents 200] [--naive_extra 50] [--repeats 3] [--profile]
         [--ctranslate2 false] [--beams 4,8] [--ablate native_decode]
+    python bench/decode.py --preset multi30k --logdir log/multi30k_sinusoid --beams 4 \
+        --ablate beam_stop     # each beam that stops at its best against one that finds k
     python bench/decode.py --preset multi30k --logdir log/multi30k_sinusoid --batch 1 \
         --sents 200 --naive_sents 10     # translate.py's interactive case
 
@@ -30,8 +32,9 @@ batch per core at once), greedy and each beam size of ``--beams``. Each row give
 sentences/s, sacreBLEU and how many outputs are ours token for token; then the ratios
 of the best layouts. ``--ablate NAME`` (a switch of fast_ops.SWITCHES) adds our rows with
 that switch off, decoded in the same process as the rows with it on, pass for pass in
-turn, and prints the ratio of each pair. ``--profile`` first prints where one greedy
-step's and one beam-4 step's time go.
+turn, and prints the ratio of each pair; ``--ablate beam_stop`` so adds beams that search
+until all k hypotheses are final (``n_best`` k) beside ours, which stop once the best
+is. ``--profile`` first prints where one greedy step's and one beam-4 step's time go.
 """
 
 import json
@@ -44,6 +47,10 @@ import numpy as np
 import common
 
 import cli
+
+# --ablate's name for the beam's stop once its best is final (beam_search.beam_loop's
+# n_best 1): ablated, each beam searches until all k are final, as before it
+BEAM_STOP = "beam_stop"
 
 # The model the keras-hub row mirrors (its TransformerDecoder: sinusoidal positions added
 # at the embedding, post- or pre-norm, ReLU FFN, no attention biases): the multi30k
@@ -411,9 +418,10 @@ def layout_worker(cfg: dict) -> None:
     extra = tf.constant(hp.max_len_extra, tf.int32)
 
     def decoder(off=()):  # traced on its first call (one trace: the signature has free sizes)
-        kernels = fast_ops.Kernels.resolve(off, decoding=True)
+        kernels = fast_ops.Kernels.resolve([x for x in off if x != BEAM_STOP], decoding=True)
         if cfg["beam"] > 1:
-            beam = beam_search.beam_decoder(model, cfg["beam"], 0.6, kernels=kernels)
+            n_best = cfg["beam"] if BEAM_STOP in off else 1
+            beam = beam_search.beam_decoder(model, cfg["beam"], 0.6, kernels=kernels, n_best=n_best)
             fn = lambda b: beam(b, extra)[0].numpy()[:, 0]  # noqa: E731
         else:
             greedy = greedy_search.greedy_decoder(model, kernels=kernels)
@@ -523,8 +531,8 @@ def print_anchor(
         "Where the two differ: CTranslate2 decodes each batch to its longest budget (its "
         "outputs are then cut at ours, source length + max_len_extra per sentence); its "
         "beam divides by |Y|^0.6 where ours divides by ((5 + |Y|) / 6)^0.6, and it stops "
-        "once k hypotheses are finished where ours stops when no alive one can beat the "
-        "k-th finished."
+        "once k hypotheses are finished where ours stops when no alive one can beat its "
+        "best finished one."
     )
 
 
@@ -562,10 +570,10 @@ def main() -> None:
         layout_worker(json.loads(opts["worker"]))
         return
     reps = opts["repeats"]
-    if opts["ablate"] and opts["ablate"] not in fast_ops.SWITCHES:
+    if opts["ablate"] and opts["ablate"] not in fast_ops.SWITCHES + (BEAM_STOP,):
         sys.exit(
             f"bench: --ablate {opts['ablate']}: no such switch; fast_ops.py's switches are "
-            f"{', '.join(fast_ops.SWITCHES)}"
+            f"{', '.join(fast_ops.SWITCHES)}, and {BEAM_STOP} (the beam's early stop)"
         )
     hp, tok, model, path = checkpoints.load_run(hp.logdir, {}, who="bench")
     differ = pinned_mismatch(hp)

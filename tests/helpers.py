@@ -163,7 +163,7 @@ def check_greedy_and_beam(model, src, extra: int = 4, k: int = 3):
     for row, ref in zip(greedy, naive):
         n = next((i + 1 for i, t in enumerate(row) if t == eos), len(row))
         np.testing.assert_array_equal(row[:n], ref[:n])
-    ids, scores = (x.numpy() for x in beam_search.beam_decoder(model, k)(src, extra_t))
+    ids, scores = (x.numpy() for x in beam_search.beam_decoder(model, k, n_best=k)(src, extra_t))
     check_beam_scores(model, src, ids, scores, (src.numpy() != 0).sum(1) + extra)
 
 

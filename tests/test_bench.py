@@ -904,19 +904,21 @@ def test_ctranslate2_outputs_are_cut_at_our_budget_and_the_anchor_ratios(capsys)
 
 
 @pytest.mark.slow
-def test_the_ablated_switch_takes_turns_with_the_decoder_that_has_it(quick_run, capsys):
+@pytest.mark.parametrize("switch", ["native_decode", "beam_stop"])
+def test_the_ablated_switch_takes_turns_with_the_decoder_that_has_it(switch, quick_run, capsys):
     """``--ablate native_decode``: one worker decodes with the switch on and with it off,
     pass by pass (each decoder built with its own fast_ops.Kernels), and answers both
-    rows, which decode the same."""
+    rows, which decode the same; so does ``--ablate beam_stop``, the beam that searches
+    until all its k hypotheses are final."""
     import decode
 
     hp, _ = quick_run
     cfg = dict(logdir=hp.logdir, sents=5, batch=2, repeats=2, beam=2, streams=1, intra=0)
-    decode.layout_worker(dict(cfg, inter=0, ablate="native_decode"))
+    decode.layout_worker(dict(cfg, inter=0, ablate=switch))
     line = [x for x in capsys.readouterr().out.splitlines() if x.startswith(common.RESULT)]
     got = json.loads(line[-1][len(common.RESULT) :])
-    assert sorted(got) == ["", "native_decode"]
-    assert got[""]["outs"] == got["native_decode"]["outs"] and len(got[""]["outs"]) == 5
+    assert sorted(got) == ["", switch]
+    assert got[""]["outs"] == got[switch]["outs"] and len(got[""]["outs"]) == 5
     assert all(r["seconds"] > 0 for r in got.values())
 
 

@@ -83,7 +83,7 @@ TRAP = {
 
 def run_beam(toy, k, alpha, n=1):
     src = tf.constant([[4, 3]] * n, tf.int32)
-    ids, scores = beam_search.beam_loop(toy, src, tf.constant(8), k, alpha)
+    ids, scores = beam_search.beam_loop(toy, src, tf.constant(8), k, alpha, n_best=k)
     return ids.numpy(), scores.numpy()
 
 
@@ -409,8 +409,17 @@ def test_beam_one_equals_greedy_on_trained_model(trained):
     greedy = greedy_search.greedy_decoder(model)(src, tf.constant(5)).numpy()
     beam, _ = beam_search.beam_decoder(model, 1)(src, tf.constant(5))
     assert np.array_equal(beam.numpy()[:, 0], greedy)
-    beam4, scores = beam_search.beam_decoder(model, 4)(src, tf.constant(5))
+    beam4, scores = beam_search.beam_decoder(model, 4, n_best=4)(src, tf.constant(5))
     assert beam4.shape[1] == 4 and np.all(np.diff(scores.numpy(), axis=1) <= 1e-6)
+    # a beam that stops once its n best are final gives the n best of the beam that
+    # searches until all 4 are: the same ids, the same scores
+    for n in (1, 2):
+        ids, got = beam_search.beam_decoder(model, 4, n_best=n)(src, tf.constant(5))
+        width = ids.shape[2]
+        assert ids.shape[1] == n and width <= beam4.shape[2]
+        np.testing.assert_array_equal(ids.numpy(), beam4.numpy()[:, :n, :width])
+        assert not beam4.numpy()[:, :n, width:].any()  # PAD past the shorter buffer
+        np.testing.assert_array_equal(got.numpy(), scores.numpy()[:, :n])
 
 
 @pytest.mark.slow

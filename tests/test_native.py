@@ -591,7 +591,7 @@ def test_decoders_use_the_kernels_and_decode_the_same(monkeypatch, position, mod
     for on in (True, False):
         kernels = fast_ops.Kernels.resolve([] if on else ["native_decode"], decoding=True)
         greedy = greedy_search.greedy_decoder(model, kernels=kernels)
-        beam = beam_search.beam_decoder(model, 3, kernels=kernels)
+        beam = beam_search.beam_decoder(model, 3, kernels=kernels, n_best=3)
         kinds = graph_ops(greedy, *spec) | graph_ops(beam, *spec)
         assert ("NativeStepAttention" in kinds) == on
         assert ("NativeTopLogSoftmax" in kinds) == on

@@ -43,7 +43,7 @@ def test_a_searchs_own_hypotheses_score_what_the_search_scored():
     t = Translator(model, None, settings())
     checked = 0
     for k in (1, 3):
-        ids, scores = beam_search.beam_loop(model, src, tf.constant(6), k, alpha=0.0)
+        ids, scores = beam_search.beam_loop(model, src, tf.constant(6), k, alpha=0.0, n_best=k)
         for i, (hyps, row) in enumerate(zip(ids.numpy(), scores.numpy())):
             for hyp, score in zip(hyps, row):
                 (logp,) = t.score_ids([srcs[i]], [_tokens(hyp)])

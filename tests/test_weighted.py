@@ -209,7 +209,9 @@ def test_incremental_decoding_matches_full(norm):
         np.pad(b, ((0, 0), (0, width - b.shape[1]))),
         np.pad(fast, ((0, 0), (0, width - fast.shape[1]))),
     )
-    beam3, scores = beam_search.beam_decoder(m, 3)(tf.constant(src), tf.constant(4, tf.int32))
+    beam3, scores = beam_search.beam_decoder(m, 3, n_best=3)(
+        tf.constant(src), tf.constant(4, tf.int32)
+    )
     assert beam3.shape[:2] == (3, 3)
     # best first: finished hypotheses (with </S>) by score, then unfinished ones by score
     ended = (beam3.numpy() == EOS_ID).any(axis=-1)
