@@ -19,8 +19,9 @@ docs/performance.md):
   +8.4 % float32, +14.5 % mixed_bfloat16 (measured with ``TRANSFORMER_NATIVE=0``);
 * ``native_ln``, the LayerNorm as C++ kernels (native.py, CPU only, train step only), on
   pre-norm's LayerNorms: +10.0 % float32, +6.4 % mixed_bfloat16;
-* ``native_decode``, a decoding step's attention of one position, its LayerNorms and the
-  beam's top k as C++ kernels (native.py, CPU only, decoders only:
+* ``native_decode``, a decoding step's attention of one position, its LayerNorms, the
+  beam's top k and the cache's reorder with its append as C++ kernels (native.py, CPU
+  only, decoders only:
   ``Kernels.resolve(decoding=True)``): beam 4 +41 %, greedy +31 % sentences/s one batch
   at a time; +31 % and +9 % two batches at once (``python bench/decode.py --preset
   multi30k --logdir LOGDIR --ablate native_decode``, docs/performance.md).
@@ -296,11 +297,11 @@ class Kernels:
     (:meth:`resolve`) and read while it traces (:func:`kernels`): a rewrite switch each
     (on: the rewrite, off: the standard op), and the C++ op library (native.py) or None for
     the two places that may use it: ``train_lib`` for a LayerNorm's training calls
-    (``native_ln``), ``decode_lib`` for a decoder's LayerNorms, attention of one position
-    and the beam's top k (``native_decode``). ``jit_compile``: the function is compiled by
-    XLA, which never gets a C++ op (:func:`function`). ``Kernels()``: every rewrite, no C++
-    op, what a call outside any built function uses (eager code, export.py's
-    SavedModel)."""
+    (``native_ln``), ``decode_lib`` for a decoder's LayerNorms, attention of one position,
+    the beam's top k and the cache's reorder with its append (``native_decode``).
+    ``jit_compile``: the function is compiled by XLA, which never gets a C++ op
+    (:func:`function`). ``Kernels()``: every rewrite, no C++ op, what a call outside any
+    built function uses (eager code, export.py's SavedModel)."""
 
     dense2d: bool = True
     xent_grad: bool = True
@@ -349,6 +350,17 @@ class _Active(threading.local):
 
 _ACTIVE = _Active()
 _STANDARD = Kernels()
+
+
+def gather_append(cache, rows, new):
+    """The rows ``rows`` (R,) int32 of a self-attention cache (N, h, T, d_k) with a
+    decoding step's new position ``new`` (R, h, 1, d_k) appended: (R, h, T + 1, d_k). One
+    C++ copy (NativeGatherAppend) where the decoder's kernels hold the library, else a
+    gather and a concat: a beam's reorder and the step's append, the same values."""
+    lib = kernels().decode_lib
+    if lib is not None and new.dtype == tf.float32:
+        return lib.native_gather_append(cache, rows, new)
+    return tf.concat([tf.gather(cache, rows), new], axis=2)
 
 
 def kernels() -> Kernels:

@@ -15,6 +15,7 @@ import tensorflow as tf
 
 import attention
 import embeddings
+import fast_ops
 import hparams
 import modules
 import positions
@@ -456,7 +457,9 @@ class Transformer(keras.Model):
         keys/values of the positions decoded so far (N, h, step, d_k) and the
         cross-attention keys/values (N, h, T1, d_k); with ``context``, the decoder's
         memory as :meth:`decode` takes it, also the earlier target sentences' keys/values).
-        ``memory_mask`` and every layer entry have the batch on axis 0."""
+        ``memory_mask`` and every layer entry have the batch on axis 0; ``order`` (N,)
+        int32: the rows of the layers' self-attention keys/values that each row of the
+        batch continues, gathered at the next step (:meth:`lazy_reorder`)."""
         output = self.tgt_embedding.transposed() if self.tie_softmax else tf.zeros((0,))
         layers = [
             layer.init_cache(memory, **({} if context is None else {"earlier": context[i]}))
@@ -467,22 +470,47 @@ class Transformer(keras.Model):
             "memory_mask": memory_mask,
             "output": output,
             "layers": layers,
+            "order": tf.range(tf.shape(memory)[0]),
         }
+
+    def lazy_reorder(self) -> bool:
+        """Whether the decoding step traced now gathers the rows of the self-attention
+        keys/values as it appends a position (fast_ops.gather_append: one copy, where the
+        decoder's kernels hold the C++ library and the layers are the paper's), so that
+        :meth:`reorder_cache` and :meth:`select_rows` only record the rows in ``order``;
+        else they gather the keys/values at once."""
+        return fast_ops.kernels().decode_lib is not None and all(
+            isinstance(layer, modules.DecoderLayer) for layer in self.decoder_layers
+        )
 
     def reorder_cache(self, cache, index):
         """The cache of rows ``index`` of the batch after a beam-search step (the
         hypotheses of each sentence reordered among themselves)."""
+        if self.lazy_reorder():
+            return dict(cache, order=tf.gather(cache["order"], index))
         layers = [
             layer.reorder_cache(c, index) for layer, c in zip(self.decoder_layers, cache["layers"])
         ]
         return dict(cache, layers=layers)
 
-    @staticmethod
-    def select_rows(cache, index):
+    def select_rows(self, cache, index):
         """The cache of the rows ``index`` (N',) of the batch, every per-row entry gathered
-        (greedy decoding drops the sentences that have ended)."""
-        layers = tf.nest.map_structure(lambda t: tf.gather(t, index), cache["layers"])
-        return dict(cache, memory_mask=tf.gather(cache["memory_mask"], index), layers=layers)
+        (greedy decoding drops the sentences that have ended), the self-attention
+        keys/values at the next step where :meth:`lazy_reorder`."""
+        lazy = ("k", "v") if self.lazy_reorder() else ()
+
+        def rows(key, entry):
+            if key in lazy:
+                return entry
+            return tf.nest.map_structure(lambda t: tf.gather(t, index), entry)
+
+        layers = [{key: rows(key, entry) for key, entry in c.items()} for c in cache["layers"]]
+        return dict(
+            cache,
+            memory_mask=tf.gather(cache["memory_mask"], index),
+            layers=layers,
+            order=tf.gather(cache["order"], index),
+        )
 
     @staticmethod
     def cache_shapes(cache):
@@ -504,14 +532,18 @@ class Transformer(keras.Model):
             offset=step,
         )
         query_mask = self.masks(tokens[:, None])[1]
+        order = {"order": cache["order"]} if self.lazy_reorder() else {}
         layers = []
         for layer, layer_cache in zip(self.decoder_layers, cache["layers"]):
-            x, layer_cache = layer.step(x, layer_cache, step, cache["memory_mask"], query_mask)
+            x, layer_cache = layer.step(
+                x, layer_cache, step, cache["memory_mask"], query_mask, **order
+            )
             layers.append(layer_cache)
         if self.norm == "pre":
             x = self.decoder_norm(x)
         output = cache["output"] if self.tie_softmax else None
-        return self.logits(x[:, 0], output), dict(cache, step=step + 1, layers=layers)
+        new = dict(cache, step=step + 1, layers=layers, order=tf.range(tf.shape(tokens)[0]))
+        return self.logits(x[:, 0], output), new
 
     def get_config(self):
         return {**super().get_config(), **dataclasses.asdict(self.config)}

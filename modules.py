@@ -366,18 +366,24 @@ class DecoderLayer(_Block):
         the earlier sentences' are the same for every hypothesis of a sentence)."""
         return dict(cache, k=tf.gather(cache["k"], index), v=tf.gather(cache["v"], index))
 
-    def step(self, x, cache, step, memory_mask, query_mask=None):
+    def step(self, x, cache, step, memory_mask, query_mask=None, order=None):
         """One decoding position. x: (N, 1, d_model) at position ``step`` (scalar int);
         returns (N, 1, d_model) and the updated cache (this position's self keys/values
         appended). ``query_mask`` (N, 1, 1, 1), if given, zeroes the attention weights of
-        PAD queries."""
+        PAD queries. ``order`` (N,) int32, if given: the rows of the cached self
+        keys/values (M, h, T, d_k) that x's rows continue, gathered as the new position
+        is appended (fast_ops.gather_append; Transformer.reorder_cache)."""
         x = cast(x, self.compute_dtype)
         new = dict(cache)
 
+        def append(cached, fresh):
+            if order is None:
+                return tf.concat([cached, fresh], axis=2)
+            return fast_ops.gather_append(cached, order, fresh)
+
         def self_attend(h):
             k, v = self.self_attn.keys_values(h, offset=step)
-            new["k"] = tf.concat([cache["k"], k], axis=2)
-            new["v"] = tf.concat([cache["v"], v], axis=2)
+            new["k"], new["v"] = append(cache["k"], k), append(cache["v"], v)
             keys, values, mask, k_offset = new["k"], new["v"], None, 0
             if "earlier_k" in cache:  # the earlier sentences' keys, then this one's
                 keys = tf.concat([cache["earlier_k"], keys], axis=2)

@@ -26,10 +26,15 @@
 //   index first among equal logits (as tf.math.top_k): the beam search's top k of each
 //   hypothesis (beam_search.best_extensions) in two passes over the row (the second is
 //   Eigen's vectorized exp), where TensorFlow's ops make five.
+// NativeGatherAppend: a self-attention cache's rows for the next step and the step's new
+//   position, in one copy: cache (N, h, T, d), rows (R,) int32 in [0, N), new (R, h, 1, d)
+//   -> out (R, h, T + 1, d), out[r, :, :T] = cache[rows[r]], out[r, :, T] = new[r]: the
+//   beam's reorder (a gather) and the append (a concat), which TensorFlow's ops copy twice.
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <vector>
 
@@ -101,6 +106,21 @@ REGISTER_OP("NativeStepAttention")
       ShapeHandle q;
       TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 4, &q));
       c->set_output(0, q);
+      return absl::OkStatus();
+    });
+
+REGISTER_OP("NativeGatherAppend")
+    .Input("cache: float")
+    .Input("rows: int32")
+    .Input("fresh: float")
+    .Output("out: float")
+    .SetShapeFn([](InferenceContext* c) {  // out (R, h, T + 1, d)
+      ShapeHandle cache, fresh;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 4, &cache));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(2), 4, &fresh));
+      tensorflow::shape_inference::DimensionHandle t;
+      TF_RETURN_IF_ERROR(c->Add(c->Dim(cache, 2), 1, &t));
+      c->set_output(0, c->MakeShape({c->Dim(fresh, 0), c->Dim(cache, 1), t, c->Dim(cache, 3)}));
       return absl::OkStatus();
     });
 
@@ -421,7 +441,45 @@ class NativeTopLogSoftmaxOp : public OpKernel {
   int k_;
 };
 
+// cache (N, h, T, d), rows (R,), fresh (R, h, 1, d) -> (R, h, T + 1, d).
+class NativeGatherAppendOp : public OpKernel {
+ public:
+  explicit NativeGatherAppendOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor &cache = ctx->input(0), &rows = ctx->input(1), &fresh = ctx->input(2);
+    OP_REQUIRES(ctx, cache.dims() == 4 && fresh.dims() == 4 && fresh.dim_size(2) == 1,
+                absl::InvalidArgumentError("NativeGatherAppend: cache (N, h, T, d), new (R, h, "
+                                           "1, d)"));
+    const int64_t n = cache.dim_size(0), h = cache.dim_size(1), t = cache.dim_size(2);
+    const int64_t d = cache.dim_size(3), r = fresh.dim_size(0);
+    OP_REQUIRES(ctx,
+                fresh.dim_size(1) == h && fresh.dim_size(3) == d && rows.dims() == 1 &&
+                    rows.dim_size(0) == r,
+                absl::InvalidArgumentError("NativeGatherAppend: cache, rows, new differ in shape"));
+    const int32_t* index = rows.flat<int32_t>().data();
+    for (int64_t i = 0; i < r; ++i) {
+      OP_REQUIRES(ctx, index[i] >= 0 && index[i] < n,
+                  absl::InvalidArgumentError("NativeGatherAppend: a row outside the cache"));
+    }
+    absl::Status status;
+    float* out = Output(ctx, 0, TensorShape({r, h, t + 1, d}), &status);
+    OP_REQUIRES_OK(ctx, status);
+    const float *cp = In(ctx, 0), *fp = In(ctx, 2);
+    ParallelRows(ctx, r * h, 2 * (t + 1) * d, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) {  // i = row * h + head
+        const float* from = cp + (index[i / h] * h + i % h) * t * d;
+        float* to = out + i * (t + 1) * d;
+        std::memcpy(to, from, sizeof(float) * t * d);
+        std::memcpy(to + t * d, fp + i * d, sizeof(float) * d);
+      }
+    });
+  }
+};
+
 REGISTER_KERNEL_BUILDER(Name("NativeLayerNorm").Device(tensorflow::DEVICE_CPU), NativeLayerNormOp);
+REGISTER_KERNEL_BUILDER(Name("NativeGatherAppend").Device(tensorflow::DEVICE_CPU),
+                        NativeGatherAppendOp);
 REGISTER_KERNEL_BUILDER(Name("NativeLayerNormGrad").Device(tensorflow::DEVICE_CPU),
                         NativeLayerNormGradOp);
 REGISTER_KERNEL_BUILDER(Name("NativeStepAttention").Device(tensorflow::DEVICE_CPU),

@@ -65,7 +65,11 @@ class BigramToy:
         ]
         return dict(cache, layers=layers)
 
-    select_rows = staticmethod(Transformer.select_rows)
+    @staticmethod
+    def select_rows(cache, index):
+        """The rows ``index`` of every per-row entry (sentences leaving the batch)."""
+        layers = tf.nest.map_structure(lambda t: tf.gather(t, index), cache["layers"])
+        return dict(cache, memory_mask=tf.gather(cache["memory_mask"], index), layers=layers)
 
     @staticmethod
     def cache_shapes(cache):

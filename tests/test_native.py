@@ -559,6 +559,25 @@ def test_top_log_softmax_kernel_matches_tensorflow(k):
         lib.native_top_log_softmax(logits[:, :2], k=3)
 
 
+@needs_compiler
+@pytest.mark.parametrize("t", [0, 1, 6])
+def test_gather_append_kernel_is_a_gather_and_a_concat(t):
+    """The rows of a cache, some twice, some left out, each with its new position after
+    its T cached ones: tf.gather then tf.concat, bit for bit (a copy), from an empty cache
+    (T = 0) too; a row outside the cache is refused."""
+    lib = library()
+    rng = np.random.default_rng(7)
+    cache = rng.normal(size=(4, 3, t, 5)).astype(np.float32)
+    rows = np.array([2, 0, 2, 3, 1, 3], np.int32)
+    new = rng.normal(size=(6, 3, 1, 5)).astype(np.float32)
+    out = lib.native_gather_append(cache, rows, new)
+    assert out.shape == (6, 3, t + 1, 5)
+    want = tf.concat([tf.gather(cache, rows), new], axis=2)
+    assert np.array_equal(out.numpy(), want.numpy())
+    with pytest.raises(tf.errors.InvalidArgumentError, match="a row outside the cache"):
+        lib.native_gather_append(cache, np.array([0, 4, 1, 1, 1, 1], np.int32), new)
+
+
 def graph_ops(fn, *specs) -> set[str]:
     """The op types of a tf.function's trace, inside its loops' bodies too."""
     return {node.op for node in graph_nodes(fn.get_concrete_function(*specs).graph.as_graph_def())}
@@ -595,6 +614,8 @@ def test_decoders_use_the_kernels_and_decode_the_same(monkeypatch, position, mod
         kinds = graph_ops(greedy, *spec) | graph_ops(beam, *spec)
         assert ("NativeStepAttention" in kinds) == on
         assert ("NativeTopLogSoftmax" in kinds) == on
+        # the beam's reorder and a step's append, one copy (Transformer.lazy_reorder)
+        assert ("NativeGatherAppend" in kinds) == on
         ids, scores = beam(src, tf.constant(6))
         results[on] = greedy(src, tf.constant(6)).numpy(), ids.numpy(), scores.numpy()
     assert np.array_equal(results[True][0], results[False][0])
