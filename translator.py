@@ -85,13 +85,13 @@ class Translator:
     >>> hp = hparams.apply(hparams.Hparams(), {**sizes, "beam_size": 2, "max_len_extra": 5})
     >>> model = Transformer.from_hparams(hp, 24, 24)
     >>> t = translator.Translator(model, None, hp)
-    >>> outs = t.translate_ids([[5, 6, 7], [], [8, 9]])  # (no </S>)
+    >>> outs = t.translate_ids([[5, 6, 7], [], [8, 9]], n=2)  # (no </S>)
     >>> outs[1] is None  # an empty source
     True
-    >>> ids, scores = outs[0]  # the beam's 2 hypotheses, best first
+    >>> ids, scores = outs[0]  # the beam's 2 best hypotheses, best first
     >>> ids.shape[0], scores.shape, bool(scores[0] >= scores[1])
     (2, (2,), True)
-    >>> forced = t.translate_ids([[5, 6, 7]], prefixes=[[9, 10]])[0][0]
+    >>> forced = t.translate_ids([[5, 6, 7]], prefixes=[[9, 10]], n=2)[0][0]
     >>> [hyp[:2].tolist() for hyp in forced]  # every hypothesis starts with the prefix
     [[9, 10], [9, 10]]
 
