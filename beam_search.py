@@ -59,15 +59,13 @@ def beam_loop(
     extensions are kept; those ending in </S> move to a separate finished set (scored
     with the length penalty at their own length), so a shorter finished hypothesis is
     never pushed out by longer, worse alive ones, and their slot stays empty. A
-    sentence's search stops when no alive hypothesis can beat its ``n_best``-th finished
-    one (1 <= n_best <= k: its n_best best are then final, as they would be after any
-    number of further steps), when none is alive, or after ``its source length +
-    extra`` steps; its n_best best are then written out and its rows leave the batch,
-    so that later steps compute (and reorder the caches of) the sentences still
-    searching only, as in :func:`greedy_loop`. The first step, where a sentence's k
-    hypotheses are all <S>, runs once per sentence, as do the encoder-side keys/values
-    of the cache; both are then repeated for the k hypotheses. With k = 1 this is
-    exactly greedy decoding. ``model`` needs
+    sentence stops once its ``n_best`` (1 <= n_best <= k) best are final (:func:`searching`)
+    or after ``its source length + extra`` steps; they are then written out and its rows
+    leave the batch, so that later steps compute (and reorder the caches of) the
+    sentences still searching only, as in :func:`greedy_loop`. The first step, where a
+    sentence's k hypotheses are all <S>, runs once per sentence, as do the encoder-side
+    keys/values of the cache; both are then repeated for the k hypotheses. With k = 1
+    this is exactly greedy decoding. ``model`` needs
     encode / init_cache / decode_step / reorder_cache / select_rows; ``encoded`` and
     ``context`` as in :func:`greedy_loop` (a document's context enters the encoder once
     per sentence, and the beams share its output; the keys/values of the decoder's

@@ -532,7 +532,8 @@ class Transformer(keras.Model):
             offset=step,
         )
         query_mask = self.masks(tokens[:, None])[1]
-        order = {"order": cache["order"]} if self.lazy_reorder() else {}
+        lazy = self.lazy_reorder()
+        order = {"order": cache["order"]} if lazy else {}
         layers = []
         for layer, layer_cache in zip(self.decoder_layers, cache["layers"]):
             x, layer_cache = layer.step(
@@ -542,7 +543,9 @@ class Transformer(keras.Model):
         if self.norm == "pre":
             x = self.decoder_norm(x)
         output = cache["output"] if self.tie_softmax else None
-        new = dict(cache, step=step + 1, layers=layers, order=tf.range(tf.shape(tokens)[0]))
+        new = dict(cache, step=step + 1, layers=layers)
+        if lazy:  # the keys/values now follow the rows of tokens
+            new["order"] = tf.range(tf.shape(tokens)[0])
         return self.logits(x[:, 0], output), new
 
     def get_config(self):
