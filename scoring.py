@@ -43,19 +43,22 @@ def scorer(model):
 
 
 def alignment_layer(num_blocks: int) -> int:
-    """The decoder layer whose cross-attention aligns: the penultimate one (the last of a
-    one-layer decoder). Garg et al. 2019 ("Jointly Learning to Align and Translate with
-    Transformer Models", 3) found the heads' average in the penultimate layer aligned best
-    of a 6-layer Transformer's layers, and the last layer's attention worse: it
-    attends less to the word being translated than to what the next one needs."""
-    return max(num_blocks - 2, 0)
+    """The decoder layer whose cross-attention aligns: the last one, as fairseq's
+    ``--print-alignment`` and CTranslate2's ``return_attention`` default to. On the demo's
+    2-layer decoder it aligns far better than the penultimate one that Garg et al. 2019
+    ("Jointly Learning to Align and Translate with Transformer Models", 3) found best in a
+    6-layer decoder: ``python bench/alignment.py`` gives AER 0.19 for the last layer, 0.55
+    for the first, and 0.48 for a diagonal guess. A low layer's attention at a position
+    still follows the token it reads more than the one it predicts."""
+    return num_blocks - 1
 
 
-def aligner(model):
+def aligner(model, layer: int | None = None):
     """A compiled ``fn(src (N, T1) int32 with </S>, decoder inputs (N, T2) int32) -> (N,
-    T2, T1) float32``: the cross-attention (3.2.3) of :func:`alignment_layer` averaged over
-    its heads, at each decoder position (the one that predicts the position's output)."""
-    layer = alignment_layer(model.num_blocks)
+    T2, T1) float32``: the cross-attention (3.2.3) of decoder layer ``layer`` (None:
+    :func:`alignment_layer`) averaged over its heads, at each decoder position (the one
+    that predicts the position's output)."""
+    layer = alignment_layer(model.num_blocks) if layer is None else layer
 
     def attention(src, fed):
         memory, mask = model.encode(src)

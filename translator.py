@@ -284,17 +284,18 @@ class Translator:
                 out[i] = logp[row, : len(tgt_ids[i]) + 1]
         return out
 
-    def align_ids(self, src_ids: list, tgt_ids: list) -> list:
-        """Per pair the cross-attention (T2, T1) of :func:`scoring.aligner` for the target
-        tokens (T2 = its tokens, </S> left out) over the source tokens (T1, </S> left
-        out); an ensemble aligns with its first model."""
+    def align_ids(self, src_ids: list, tgt_ids: list, layer: int | None = None) -> list:
+        """Per pair the cross-attention (T2, T1) of :func:`scoring.aligner` (decoder layer
+        ``layer``; None: the aligning one) for the target tokens (T2 = its tokens, </S>
+        left out) over the source tokens (T1, </S> left out); an ensemble aligns with its
+        first model."""
         if self.documents is not None:
             raise UserError(
                 "alignments are not for a model with document memory (its attention reads "
                 "each sentence's context): drop --alignments"
             )
         model = getattr(self.model, "models", [self.model])[0]
-        align = self._once("aligner", lambda: scoring.aligner(model))
+        align = self._once(f"aligner{layer}", lambda: scoring.aligner(model, layer))
         out: list = [None] * len(src_ids)
         longest = source_limit(self.model) - 1
         for idx, (src, fed, _) in self._pair_batches(src_ids, tgt_ids):

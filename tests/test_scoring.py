@@ -107,24 +107,24 @@ def test_words_of_pieces_and_the_hard_alignment():
     assert scoring.hard_alignment(weights, [0, 1, 1, 2], [0, 1, 1]) == "0-0 1-1"
     assert scoring.hard_alignment(weights, [0, 1, 2, 3], [0, 1, 2]) == "0-0 1-2 2-1"
     assert scoring.hard_alignment(weights, [], [0]) == ""
-    assert [scoring.alignment_layer(n) for n in (1, 2, 6)] == [0, 0, 4]
+    assert [scoring.alignment_layer(n) for n in (1, 2, 6)] == [0, 1, 5]
 
 
 @pytest.mark.slow
-def test_alignments_come_from_the_penultimate_layers_attention():
+def test_alignments_come_from_the_last_layers_attention():
     model = tiny_model(V, V, seed=3, num_blocks=2)
     srcs = sources(4, (4, 6, 3))
     t = Translator(model, None, settings())
     outs = t.translate_ids(srcs)
     tgts = [_tokens(o[0][0]) for o in outs]
     weights = t.align_ids(srcs, tgts)
-    # the same rows as the full pass's attention of layer 0 (of 2), averaged over heads
+    # the same rows as the full pass's attention of layer 1 (of 2), averaged over heads
     for s, tgt, w in zip(srcs, tgts, weights):
         src = tf.constant([s + [data_load.EOS_ID]])
         fed = tf.constant([[data_load.BOS_ID] + tgt])
         memory, mask = model.encode(src)
         _, maps = model.decode(fed, memory, mask, return_attention=True)
-        want = maps[0][1].numpy()[0].mean(0)[: len(tgt), : len(s)]
+        want = maps[1][1].numpy()[0].mean(0)[: len(tgt), : len(s)]
         assert w.shape == (len(tgt), len(s))
         np.testing.assert_allclose(w, want, atol=1e-6)
         assert np.all(want.sum(1) <= 1 + 1e-6)
