@@ -4,9 +4,10 @@ SavedModel, load it back and translate with it (the same lines as greedy decodin
 
 The cases: each value of each choice of ``hparams.CHOICES``, one at a time from the base
 (tests/helpers.tiny: sinusoid, post-norm, the kyubyong schedule, a joint BPE vocabulary,
-float32); each ``position`` with a ``norm``, the norms in turn; ``jit_compile``; the
-document memories; ``key_mask_defect``; ``clip_norm`` and ``accum_steps``; ``ema_decay``;
-each preset's model (its model settings at the tiny size); and 2 logical devices
+float32); each ``position`` with a ``norm``, the norms in turn; each ``lr_schedule`` with
+a ``corpus`` or an ``attention_layers`` value; ``jit_compile``; the document memories;
+``clip_norm`` and ``accum_steps``; ``ema_decay``; each preset's model (its model settings
+at the tiny size; ``iwslt2016_legacy``'s runs ``key_mask_defect``); and 2 logical devices
 (MirroredStrategy) for the options that touch the train step. Exempt, and why:
 
 - the cases that change training alone (:data:`TRAINING_ONLY`: ``lr_schedule``,
@@ -18,9 +19,10 @@ each preset's model (its model settings at the tiny size); and 2 logical devices
 - on 2 logical devices, decoding and export (they run on one device), the presets,
   mixed precision (the replicas' sum is the same code in every precision) and the
   model choices whose layers have no state of their own across replicas (the position
-  families, the norms, the Weighted Transformer: tests/mirrored_cases.py steps it), and
-  ``clip_norm`` with ``accum_steps`` (mirrored_cases.py's clip and accum cases compare
-  their weights with one device's).
+  families, the norms, the Weighted Transformer: tests/mirrored_cases.py steps it), the
+  Universal Transformer (mirrored_cases.py's universal case compares its mirrored step,
+  ponder cost included, with one device's), and ``clip_norm`` with ``accum_steps``
+  (mirrored_cases.py's clip and accum cases compare their weights with one device's).
 
 An invalid combination ends in one clear line (``UserError``), never a traceback.
 """
@@ -62,6 +64,8 @@ TRAINING_ONLY = (
 )
 # choices with cases of their own below (each position with a norm, the precisions)
 CROSSED = ("position", "norm", "precision")
+# training-only choices run in pairs: each lr_schedule with a corpus or attention_layers
+PAIRED = ("lr_schedule", "corpus", "attention_layers")
 # the sizes a preset's model is tried at: the tiny model's, not the preset's
 SIZES = ("vocab_size", "min_cnt", "d_model", "d_ff", "num_blocks", "num_heads", "max_position")
 
@@ -70,11 +74,20 @@ def choice_cases() -> dict:
     """name -> overrides: every value of every choice, one at a time from BASE."""
     cases = {}
     for field, values in hparams.CHOICES.items():
-        if field in CROSSED:
+        if field in CROSSED + PAIRED:
             continue
         for value in values:
             if value != getattr(BASE, field):
                 cases[f"{field}={value}"] = {field: value}
+    # the training-only choices two at a time, every value once: each schedule with a
+    # corpus or a figure setting (the learning rate, the batches read and the figures
+    # drawn are parts of a run that do not meet)
+    values = {f: [v for v in hparams.CHOICES[f] if v != getattr(BASE, f)] for f in PAIRED}
+    partners = [{f: v} for f in PAIRED[1:] for v in values[f]]
+    for k in range(max(len(values[PAIRED[0]]), len(partners))):
+        over = {PAIRED[0]: values[PAIRED[0]][k]} if k < len(values[PAIRED[0]]) else {}
+        over.update(partners[k] if k < len(partners) else {})
+        cases[",".join(f"{f}={v}" for f, v in over.items())] = over
     # each position once, the norms in turn: every value of both, half the cross product
     # (a norm moves the layers' LayerNorms, a position their attention's terms)
     norms = hparams.CHOICES["norm"]
@@ -117,7 +130,6 @@ CASES = {
         "position": "t5",
     },
     "memory_sentences,position=sinusoid": {"memory_sentences": 2},
-    "key_mask_defect": {"key_mask_defect": True},
     "clip_norm,accum_steps": {"clip_norm": 0.5, "accum_steps": 2},
     # decoded from its default model: the EMA weights, or the best checkpoint's own
     "ema_decay": {"ema_decay": 0.9},
@@ -255,7 +267,7 @@ def check_export(hp, folder, alone: list[str], document: list[str]) -> None:
 # the options that touch the train step, on 2 logical devices (MirroredStrategy)
 # (clip_norm with accum_steps on 2 replicas: tests/mirrored_cases.py's clip and accum cases,
 # which also compare the weights with one device's)
-REPLICA_CASES = ("jit_compile", "model_type=universal", "memory_sentences")
+REPLICA_CASES = ("jit_compile", "memory_sentences")
 REPLICAS = r"""
 import json, sys
 import tensorflow as tf
