@@ -1,6 +1,8 @@
 """Decoding documents in order for a model with document memory (Transformer-XL's
 evaluation, a sentence as the segment): the compiled decoder that takes a lane's context,
-the encoder of a lane's window, and :class:`Lanes`, the documents decoded side by side."""
+the encoder of a lane's window, and :class:`Lanes`, the documents decoded side by side;
+and :func:`document_loop`, one document's sentences in one tf.while_loop, for the
+SavedModel (export.py), which holds no Python to drive the lanes."""
 
 from __future__ import annotations
 
@@ -315,3 +317,72 @@ class DocumentTranslation:
         for r, lane in enumerate(lanes):
             lane[3] = [states[j][:, r, :n] for j, n in enumerate(mask[:, r].sum(1)) if n]
             lane[4] = [tgt_states[j][:, r, :n] for j, n in enumerate(tgt_mask[:, r].sum(1)) if n]
+
+
+def document_loop(model, src, best, to_text):
+    """The rows of src (N, T), one document's sentences, translated in order in one
+    tf.while_loop: ``best(sentence (1, T_i), (memory, mask), context) -> ids (1, L)``,
+    ``to_text(ids) -> strings (1,)``;
+    each sentence encoded with the window of each encoder layer's inputs for the last M
+    (memory_sentences) sentences, and decoded with the window of each decoder layer's
+    inputs for the last M_t (target_memory_sentences) translations (their <S> and tokens
+    before </S>: :func:`translation_states`; an empty sentence's, <S> alone), each window
+    after one masked column (:meth:`Lanes.context`'s layout for one lane).
+    Returns the translations (N,)."""
+    layers, d = model.num_blocks, model.d_model
+    m, mt = model.memory_sentences, model.target_memory_sentences
+    lengths = tf.reduce_sum(tf.cast(tf.not_equal(src, data_load.PAD_ID), tf.int32), 1)
+    first = tf.zeros((layers, 1, 1, d), model.compute_dtype)
+
+    def context(window):
+        states = tf.concat([first, window], axis=2)
+        mask = tf.concat([[False], tf.ones([tf.shape(window)[2]], tf.bool)], 0)[None, None, None]
+        return [(states[k], mask) for k in range(layers)]
+
+    def slide(window, sizes, new, size):
+        """The window without its oldest sentence's states, with ``new`` (L, 1, size, d)."""
+        window = tf.concat([window[:, :, sizes[0] :], new[:, :, :size]], axis=2)
+        return window, tf.reshape(tf.concat([sizes[1:], [size]], 0), tf.shape(sizes))
+
+    def body(i, window, sizes, tgt_window, tgt_sizes, out):
+        sentence = src[i : i + 1, : lengths[i]]
+        inputs = []
+        encoded = model.encode(
+            sentence, context=context(window) if m else None, layer_inputs=inputs
+        )
+        tgt_context = context(tgt_window) if mt else None
+        ids = best(sentence, encoded, tgt_context)
+        out = out.write(i, to_text(ids)[0])
+        if m:
+            window, sizes = slide(window, sizes, tf.stack(inputs), lengths[i])
+        if mt:
+            states = translation_states(model, ids, encoded, tgt_context)
+            stops = tf.logical_or(
+                tf.equal(ids[0], data_load.EOS_ID), tf.equal(ids[0], data_load.PAD_ID)
+            )
+            fed = 1 + tf.reduce_min(tf.where(stops, tf.range(tf.shape(ids)[1]), tf.shape(ids)[1]))
+            fed = tf.where(lengths[i] > 1, fed, 1)  # an empty line: <S> alone (as Translator)
+            states = tf.cast(states, model.compute_dtype)
+            tgt_window, tgt_sizes = slide(tgt_window, tgt_sizes, states, fed)
+        return i + 1, window, sizes, tgt_window, tgt_sizes, out
+
+    empty = tf.zeros((layers, 1, 0, d), model.compute_dtype)
+    loop = (
+        tf.constant(0),
+        empty,
+        tf.zeros([max(m, 1)], tf.int32),
+        empty,
+        tf.zeros([max(mt, 1)], tf.int32),
+        tf.TensorArray(tf.string, size=tf.shape(src)[0]),
+    )
+    window = tf.TensorShape([layers, 1, None, d])
+    shapes = (
+        tf.TensorShape([]),
+        window,
+        tf.TensorShape([max(m, 1)]),
+        window,
+        tf.TensorShape([max(mt, 1)]),
+        tf.TensorShape(None),
+    )
+    *_, out = tf.while_loop(lambda i, *_: i < tf.shape(src)[0], body, loop, shape_invariants=shapes)
+    return out.stack()

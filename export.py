@@ -56,6 +56,7 @@ if __name__ == "__main__":
 
 import importlib.util
 import os
+import types
 
 import tensorflow as tf
 
@@ -94,154 +95,90 @@ def add_vocabulary(module: tf.Module, tok, hp: hparams.Hparams) -> None:
     module.tgt_words = tf.Variable(tf.constant(tok.tgt_words), trainable=False)
 
 
-def build_module(model, tok, hp: hparams.Hparams):
-    """A tf.Module with a ``translate(strings [N]) -> {"translations": strings [N]}``."""
-    limit = greedy_search.source_limit(model)
-    beam = max(hp.beam_size, 1)
+class ServingModule(tf.Module):
+    """What the SavedModel holds: the model's variables, the in-graph vocabulary
+    (:func:`add_vocabulary`) and the signatures: ``translate`` (serving_default: each
+    sentence alone) and, for a model with document context, ``translate_document``. They
+    run translate.py's search loops (greedy_search, beam_search); a document is translated
+    by :func:`document_decoding.document_loop`, the in-graph form of the Translator's
+    document lanes (a SavedModel holds no Python to drive them)."""
 
-    class Translator(tf.Module):
-        def __init__(self):
-            super().__init__()
-            # Track the model's variables, not the Keras model itself (saving a Keras
-            # model inside a tf.Module makes Keras trace its call with float inputs).
-            self.weights = [w.value for w in model.weights]
-            add_vocabulary(self, tok, hp)
-
-        def encode(self, sentences):
-            if tok.kind == "bpe":
-                return self.sp.tokenize(sentences)
-            cleaned = tf.strings.regex_replace(sentences, LEGACY_CLEAN_RE2, "")
-            words = tf.strings.split(tf.strings.regex_replace(cleaned, SPACES_RE2, " "))
-            return tf.ragged.map_flat_values(self.src_table.lookup, words)
-
-        def decode(self, ids):
-            """(N, L) ids, PAD after </S> -> strings (N,), as Tokenizer.decode_tgt reads
-            them: <PAD>, <S> and </S> left out, ids past the vocabulary read as <UNK>."""
-            specials = tf.constant([data_load.PAD_ID, data_load.BOS_ID, data_load.EOS_ID])
-            keep = tf.reduce_all(tf.not_equal(ids[..., None], specials), axis=-1)
-            ids = tf.where(ids < tok.tgt_vocab_size, ids, data_load.UNK_ID)
-            ragged = tf.ragged.boolean_mask(ids, keep)
-            if tok.kind == "bpe":
-                return self.sp.detokenize(ragged)
-            words = tf.gather(self.tgt_words, ragged)
-            return tf.strings.reduce_join(words, axis=1, separator=" ")
-
-        def sources(self, sentences):
-            """Raw strings (N,) -> (source ids (N, T) with </S>, PAD after; empty (N,))."""
-            # bytes that are not UTF-8 become U+FFFD (translate.py refuses them instead)
-            sentences = tf.strings.unicode_transcode(
-                sentences, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD
-            )
-            ids = tf.cast(self.encode(tf.strings.strip(sentences)), tf.int32)[:, : limit - 1]
-            empty = tf.equal(ids.row_lengths(), 0)
-            eos = tf.fill([ids.nrows(), 1], data_load.EOS_ID)
-            src = tf.concat([ids, tf.RaggedTensor.from_tensor(eos)], axis=1).to_tensor(
-                data_load.PAD_ID
-            )
-            return src, empty
-
-        def best(self, src, encoded=None, context=None):
-            """The best translation's ids (N, L) of src (N, T), greedy or beam search;
-            ``encoded`` and ``context`` as greedy_search.greedy_loop takes them."""
-            extra = tf.constant(hp.max_len_extra, tf.int32)
-            if beam > 1:
-                alpha, n = hp.length_penalty, hp.max_len
-                return beam_search.beam_loop(model, src, extra, beam, alpha, n, encoded, context)[
-                    0
-                ][:, 0]
-            return greedy_search.greedy_loop(model, src, extra, hp.max_len, encoded, context)
-
-        @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
-        def translate(self, sentences):
-            # the search loops need a row: an empty batch decodes one empty sentence,
-            # whose translation is dropped, and gives an empty batch
-            n = tf.size(sentences)
-            src, empty = self.sources(tf.concat([sentences, [""]], 0)[: tf.maximum(n, 1)])
-            text = self.decode(self.best(src))
-            return {"translations": tf.where(empty, tf.constant(""), text)[:n]}
-
-        if model.reads_documents:  # a document signature for a model with memory
-
-            @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
-            def translate_document(self, sentences):
-                """The sentences (N,) of one document, in order, each translated with the
-                encoder states of the memory_sentences (M) before it and the decoder
-                states of the target_memory_sentences translations before it, as
-                translate.py reads a document (:func:`document_loop`)."""
-                src, empty = self.sources(sentences)
-                out = document_loop(model, src, self.best, self.decode)
-                return {"translations": tf.where(empty, tf.constant(""), out)}
-
-    return Translator()
-
-
-def document_loop(model, src, best, to_text):
-    """The rows of src (N, T), one document's sentences, translated in order in one
-    tf.while_loop: ``best(sentence (1, T_i), (memory, mask), context) -> ids (1, L)``,
-    ``to_text(ids) -> strings (1,)``;
-    each sentence encoded with the window of each encoder layer's inputs for the last M
-    (memory_sentences) sentences, and decoded with the window of each decoder layer's
-    inputs for the last M_t (target_memory_sentences) translations (their <S> and tokens
-    before </S>: document_decoding.translation_states; an empty sentence's, <S> alone), each
-    window after one masked column (document_decoding.Lanes.context's layout for one lane).
-    Returns the translations (N,)."""
-    layers, d = model.num_blocks, model.d_model
-    m, mt = model.memory_sentences, model.target_memory_sentences
-    lengths = tf.reduce_sum(tf.cast(tf.not_equal(src, data_load.PAD_ID), tf.int32), 1)
-    first = tf.zeros((layers, 1, 1, d), model.compute_dtype)
-
-    def context(window):
-        states = tf.concat([first, window], axis=2)
-        mask = tf.concat([[False], tf.ones([tf.shape(window)[2]], tf.bool)], 0)[None, None, None]
-        return [(states[k], mask) for k in range(layers)]
-
-    def slide(window, sizes, new, size):
-        """The window without its oldest sentence's states, with ``new`` (L, 1, size, d)."""
-        window = tf.concat([window[:, :, sizes[0] :], new[:, :, :size]], axis=2)
-        return window, tf.reshape(tf.concat([sizes[1:], [size]], 0), tf.shape(sizes))
-
-    def body(i, window, sizes, tgt_window, tgt_sizes, out):
-        sentence = src[i : i + 1, : lengths[i]]
-        inputs = []
-        encoded = model.encode(
-            sentence, context=context(window) if m else None, layer_inputs=inputs
+    def __init__(self, model, tok, hp: hparams.Hparams):
+        super().__init__()
+        # the variables alone are tracked: a Keras model inside a tf.Module makes Keras
+        # trace its call with float inputs when it is saved. The model, the tokenizer and
+        # the settings stay out of the saved objects (a namespace is not tracked).
+        self.weights = [w.value for w in model.weights]
+        self.run = types.SimpleNamespace(
+            model=model, tok=tok, hp=hp, limit=greedy_search.source_limit(model)
         )
-        tgt_context = context(tgt_window) if mt else None
-        ids = best(sentence, encoded, tgt_context)
-        out = out.write(i, to_text(ids)[0])
-        if m:
-            window, sizes = slide(window, sizes, tf.stack(inputs), lengths[i])
-        if mt:
-            states = document_decoding.translation_states(model, ids, encoded, tgt_context)
-            stops = tf.logical_or(
-                tf.equal(ids[0], data_load.EOS_ID), tf.equal(ids[0], data_load.PAD_ID)
+        add_vocabulary(self, tok, hp)
+        if model.reads_documents:  # a document signature for a model with memory
+            self.translate_document = tf.function(
+                self._document, input_signature=[tf.TensorSpec([None], tf.string)], autograph=False
             )
-            fed = 1 + tf.reduce_min(tf.where(stops, tf.range(tf.shape(ids)[1]), tf.shape(ids)[1]))
-            fed = tf.where(lengths[i] > 1, fed, 1)  # an empty line: <S> alone (as Translator)
-            states = tf.cast(states, model.compute_dtype)
-            tgt_window, tgt_sizes = slide(tgt_window, tgt_sizes, states, fed)
-        return i + 1, window, sizes, tgt_window, tgt_sizes, out
 
-    empty = tf.zeros((layers, 1, 0, d), model.compute_dtype)
-    loop = (
-        tf.constant(0),
-        empty,
-        tf.zeros([max(m, 1)], tf.int32),
-        empty,
-        tf.zeros([max(mt, 1)], tf.int32),
-        tf.TensorArray(tf.string, size=tf.shape(src)[0]),
-    )
-    window = tf.TensorShape([layers, 1, None, d])
-    shapes = (
-        tf.TensorShape([]),
-        window,
-        tf.TensorShape([max(m, 1)]),
-        window,
-        tf.TensorShape([max(mt, 1)]),
-        tf.TensorShape(None),
-    )
-    *_, out = tf.while_loop(lambda i, *_: i < tf.shape(src)[0], body, loop, shape_invariants=shapes)
-    return out.stack()
+    def encode(self, sentences):
+        """Strings (N,) -> ragged source ids (N, None), without </S>."""
+        if self.run.tok.kind == "bpe":
+            return self.sp.tokenize(sentences)
+        cleaned = tf.strings.regex_replace(sentences, LEGACY_CLEAN_RE2, "")
+        words = tf.strings.split(tf.strings.regex_replace(cleaned, SPACES_RE2, " "))
+        return tf.ragged.map_flat_values(self.src_table.lookup, words)
+
+    def decode(self, ids):
+        """(N, L) ids, PAD after </S> -> strings (N,), as Tokenizer.decode_tgt reads
+        them: <PAD>, <S> and </S> left out, ids past the vocabulary read as <UNK>."""
+        specials = tf.constant([data_load.PAD_ID, data_load.BOS_ID, data_load.EOS_ID])
+        keep = tf.reduce_all(tf.not_equal(ids[..., None], specials), axis=-1)
+        ids = tf.where(ids < self.run.tok.tgt_vocab_size, ids, data_load.UNK_ID)
+        ragged = tf.ragged.boolean_mask(ids, keep)
+        if self.run.tok.kind == "bpe":
+            return self.sp.detokenize(ragged)
+        words = tf.gather(self.tgt_words, ragged)
+        return tf.strings.reduce_join(words, axis=1, separator=" ")
+
+    def sources(self, sentences):
+        """Raw strings (N,) -> (source ids (N, T) with </S>, PAD after; empty (N,))."""
+        # bytes that are not UTF-8 become U+FFFD (translate.py refuses them instead)
+        sentences = tf.strings.unicode_transcode(
+            sentences, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD
+        )
+        ids = tf.cast(self.encode(tf.strings.strip(sentences)), tf.int32)
+        ids = ids[:, : self.run.limit - 1]
+        empty = tf.equal(ids.row_lengths(), 0)
+        eos = tf.RaggedTensor.from_tensor(tf.fill([ids.nrows(), 1], data_load.EOS_ID))
+        return tf.concat([ids, eos], axis=1).to_tensor(data_load.PAD_ID), empty
+
+    def best(self, src, encoded=None, context=None):
+        """The best translation's ids (N, L) of src (N, T), greedy or beam search;
+        ``encoded`` and ``context`` as greedy_search.greedy_loop takes them."""
+        model, hp = self.run.model, self.run.hp
+        extra = tf.constant(hp.max_len_extra, tf.int32)
+        if hp.beam_size > 1:
+            k, alpha = hp.beam_size, hp.length_penalty
+            ids = beam_search.beam_loop(model, src, extra, k, alpha, hp.max_len, encoded, context)
+            return ids[0][:, 0]
+        return greedy_search.greedy_loop(model, src, extra, hp.max_len, encoded, context)
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
+    def translate(self, sentences):
+        """Strings (N,) -> {"translations": strings (N,)}, each sentence alone."""
+        # the search loops need a row: an empty batch decodes one empty sentence,
+        # whose translation is dropped, and gives an empty batch
+        n = tf.size(sentences)
+        src, empty = self.sources(tf.concat([sentences, [""]], 0)[: tf.maximum(n, 1)])
+        text = self.decode(self.best(src))
+        return {"translations": tf.where(empty, tf.constant(""), text)[:n]}
+
+    def _document(self, sentences):
+        """The sentences (N,) of one document, in order, each translated with the
+        encoder states of the memory_sentences (M) before it and the decoder states of
+        the target_memory_sentences translations before it, as translate.py reads a
+        document (:func:`document_decoding.document_loop`)."""
+        src, empty = self.sources(sentences)
+        out = document_decoding.document_loop(self.run.model, src, self.best, self.decode)
+        return {"translations": tf.where(empty, tf.constant(""), out)}
 
 
 def export(logdir: str, export_dir: str, overrides: dict, ckpt: str = "") -> str:
@@ -251,7 +188,7 @@ def export(logdir: str, export_dir: str, overrides: dict, ckpt: str = "") -> str
         raise UserError("exporting a BPE model needs tensorflow-text: pip install tensorflow-text")
     if os.path.exists(export_dir) and not os.path.isdir(export_dir):
         raise UserError(f"{export_dir} exists and is not a folder; choose another --export_dir")
-    module = build_module(model, tok, hp)
+    module = ServingModule(model, tok, hp)
     signatures = {"serving_default": module.translate}
     said = "signature serving_default: sentences -> translations"
     if model.reads_documents:

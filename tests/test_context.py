@@ -317,7 +317,7 @@ def test_memory_run_trains_evaluates_and_resumes_exactly(
     lines = docs[0] + [""] + docs[1]
     got = translate.translate_lines(model, tok, hp2, lines)
     assert got[3] == "" and all(got[:3]) and got[4]
-    module = export.build_module(model, tok, hp2)
+    module = export.ServingModule(model, tok, hp2)
     for doc, want in ((docs[0], got[:3]), (docs[1], got[4:])):
         out = module.translate_document(tf.constant(doc))["translations"].numpy()
         assert [t.decode() for t in out] == want

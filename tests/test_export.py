@@ -43,7 +43,7 @@ def test_translator_module_matches_translate(quick_run):
     pytest.importorskip("tensorflow_text")
     hp, _ = quick_run
     hp, tok, model, _ = checkpoints.load_run(hp.logdir, {})
-    module = export.build_module(model, tok, hp)
+    module = export.ServingModule(model, tok, hp)
     got = [
         s.decode("utf-8") for s in module.translate(tf.constant(SENTENCES))["translations"].numpy()
     ]
@@ -57,7 +57,7 @@ def test_exported_graph_reads_ids_as_the_tokenizer(quick_run):
     pytest.importorskip("tensorflow_text")
     hp, _ = quick_run
     hp, tok, model, _ = checkpoints.load_run(hp.logdir, {})
-    module = export.build_module(model, tok, hp)
+    module = export.ServingModule(model, tok, hp)
     rows = [[50, 2, 60, 3, 0, 0], [2, 2, 2, 0, 0, 0], [tok.tgt_vocab_size + 3, 70, 1, 90, 3, 0]]
     got = [s.decode("utf-8") for s in module.decode(tf.constant(rows)).numpy()]
     assert got == [tok.decode_tgt(row) for row in rows]
@@ -77,7 +77,7 @@ def test_an_empty_batch_gives_an_empty_batch_in_every_signature(quick_run, beam_
     documents = Transformer.from_hparams(hp_docs, tok.src_vocab_size, tok.tgt_vocab_size)
     documents.build_all()
     module, docs_module = (
-        export.build_module(m, tok, h) for m, h in ((model, hp), (documents, hp_docs))
+        export.ServingModule(m, tok, h) for m, h in ((model, hp), (documents, hp_docs))
     )
     for signature in (module.translate, docs_module.translate, docs_module.translate_document):
         out = signature(tf.constant([], tf.string))["translations"]

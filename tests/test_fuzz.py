@@ -356,7 +356,7 @@ def loaded(request, quick_run, word_prepro):
     def translate_lines(lines):
         return translate.translate_lines(model, tok, hp, lines, translator=translator)
 
-    return translate_lines, tok, export.build_module(model, tok, hp)
+    return translate_lines, tok, export.ServingModule(model, tok, hp)
 
 
 UNICODE_16_LATIN = [0xA7CB, 0xA7CC, 0xA7CD, 0xA7CE, 0xA7CF, 0xA7D2, 0xA7D4, 0xA7DA, 0xA7DB, 0xA7DC]

@@ -312,7 +312,7 @@ def test_universal_trains_logs_ponder_and_evaluates(demo_prepro, tmp_path, monke
     sentences = ["Die Frau liest ein Buch.", "", "Der Hund schläft."]
     for beam in (1, 2):
         hp2, tok, model, _ = checkpoints.load_run(hp.logdir, {"beam_size": beam})
-        module = export.build_module(model, tok, hp2)
+        module = export.ServingModule(model, tok, hp2)
         got = module.translate(tf.constant(sentences))["translations"].numpy()
         expected = translate.translate_lines(model, tok, hp2, sentences)
         assert [s.decode("utf-8") for s in got] == expected
