@@ -78,9 +78,10 @@ def test_the_bench_scores_each_layer_and_the_diagonal_against_the_gold(quick_run
     assert set(result) == {"pairs", "left_out", "seconds", *rows}
     assert (result["pairs"], result["left_out"]) == (12, 0)
     src, tgt, _ = prepro.read_split(hp, "test")
-    gold = [alignment.gold_links(a, b) for a, b in zip(src[:12], tgt[:12])]
+    src, tgt = src[:12], tgt[:12]
+    gold = [alignment.gold_links(a, b) for a, b in zip(src, tgt)]
     diagonal = [alignment_bench.diagonal(len(a.split()), len(b.split())) for a, b in zip(src, tgt)]
-    assert result["diagonal"] == pytest.approx(alignment.agreement(diagonal[:12], gold))
+    assert result["diagonal"] == pytest.approx(alignment.agreement(diagonal, gold))
     assert {result[r]["links"] for r in rows} == {sum(map(len, gold))}
     assert all(0 <= result[r][k] <= 1 for r in rows for k in ("precision", "recall", "aer"))
     assert f"layer {hp.num_blocks - 1} *" in out  # translate.py's layer is marked
