@@ -421,7 +421,7 @@ def main() -> None:
     runs = cli.ensemble_runs(opts, "eval")
     # before TensorFlow starts
     first = runs[0] if runs else hp.logdir
-    translator.one_thread_per_stream(hp, count_sources(first, opts["test_src"]))
+    translator.decoding_process(hp, count_sources(first, opts["test_src"]))
     if opts["contrastive"]:
         if runs:
             raise UserError("--contrastive scores one run in its documents: drop --ensemble")

@@ -88,7 +88,7 @@ def main() -> None:
     runs = cli.ensemble_runs(opts, "translate") or [hp.logdir]
     check_options(hp, opts)
     # before TensorFlow starts; stdin is read after the run loads (its errors come first)
-    translator.one_thread_per_stream(hp, files.count_lines(opts["input"]))  # None: stdin
+    translator.decoding_process(hp, files.count_lines(opts["input"]))  # None: stdin
     hp, tok, model, _ = ensemble.load_ensemble(runs, overrides, opts["ckpt"], "translate")
     if opts["input"]:
         lines = files.read_lines(opts["input"])

@@ -44,8 +44,10 @@ BEAM = 4  # the beam row of --ctranslate2
 PARTS = r"""
 import json, sys, time
 t0 = time.perf_counter()
-import checkpoints, data_load, greedy_search, tensorflow as tf
+import checkpoints, data_load, greedy_search, hparams, translator, tensorflow as tf
 t1 = time.perf_counter()
+if hasattr(translator, "decoding_process"):  # translate.py's set-up (a checkout that has it)
+    translator.decoding_process(hparams.load(sys.argv[1] + "/hparams.json"), 1)
 hp, tok, model, _ = checkpoints.load_run(sys.argv[1], {}, who="bench")
 t2 = time.perf_counter()
 greedy = greedy_search.greedy_decoder(model)

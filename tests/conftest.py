@@ -65,6 +65,17 @@ def _float32_policy():
     keras.mixed_precision.set_global_policy("float32")
 
 
+@pytest.fixture(autouse=True)
+def _graph_optimizer():
+    """eval.py's and translate.py's main (translator.decoding_process) turn Grappler off
+    for the process; a test that runs one in this process must not leave it off."""
+    before = tensorflow.config.optimizer.get_experimental_options()
+    yield
+    tensorflow.config.optimizer.set_experimental_options(
+        {"disable_meta_optimizer": before.get("disable_meta_optimizer", False)}
+    )
+
+
 def once(tmp_path_factory, name, build):
     """``build(folder)``'s result, built once per test session: under pytest-xdist the
     first worker to ask builds it in a folder of the session's base temp folder, which

@@ -6,8 +6,10 @@ import dataclasses
 import json
 import os
 
+import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import checkpoints
 import data_load
@@ -41,21 +43,46 @@ THREADS = """
 import json, sys
 import translator, hparams, tensorflow as tf
 hp = hparams.apply(hparams.preset("demo"), json.loads(sys.argv[1]))
-streams = translator.one_thread_per_stream(hp, json.loads(sys.argv[2]))
+streams = translator.decoding_process(hp, json.loads(sys.argv[2]))
+grappler_off = tf.config.optimizer.get_experimental_options().get("disable_meta_optimizer")
+gpu = bool(tf.config.list_physical_devices("GPU"))
 print(json.dumps([streams, tf.config.threading.get_intra_op_parallelism_threads(),
-                  tf.config.threading.get_inter_op_parallelism_threads()]))
+                  tf.config.threading.get_inter_op_parallelism_threads(),
+                  grappler_off is (not gpu)]))
 """
 
 
 @pytest.mark.slow
 def test_each_stream_gets_one_thread_before_tensorflow_starts():
-    # a fresh process each: TensorFlow's thread pools are fixed once it runs an op
+    # a fresh process each: TensorFlow's thread pools are fixed once it runs an op; each
+    # also turns Grappler off on a CPU-only machine (the last entry: as it should be)
     two = json.dumps({"decode_streams": 2})
-    assert run_json_script(THREADS, two, "null") == [2, 1, 2]
-    assert run_json_script(THREADS, two, "129") == [2, 1, 2]  # 2 batches of 128
+    assert run_json_script(THREADS, two, "null") == [2, 1, 2, True]
+    assert run_json_script(THREADS, two, "129") == [2, 1, 2, True]  # 2 batches of 128
     # one batch, or one stream, keeps TensorFlow's own threads (0: its default)
-    assert run_json_script(THREADS, two, "128") == [1, 0, 0]
-    assert run_json_script(THREADS, json.dumps({"decode_streams": 1}), "null") == [1, 0, 0]
+    assert run_json_script(THREADS, two, "128") == [1, 0, 0, True]
+    assert run_json_script(THREADS, json.dumps({"decode_streams": 1}), "null") == [1, 0, 0, True]
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_decoding_without_grappler_gives_the_same_translations(beam):
+    # translator.decoding_process turns Grappler off for eval.py and translate.py: the
+    # same tokens, and a beam's scores to their last bits (its arithmetic rewrites round
+    # differently); conftest turns it back on after the test
+    sizes = {"d_model": 32, "num_heads": 4, "d_ff": 64, "num_blocks": 2, "beam_size": beam}
+    hp = hparams.apply(hparams.Hparams(), {**sizes, "max_len_extra": 6, "decode_streams": 1})
+    keras.utils.set_random_seed(3)
+    model = Transformer.from_hparams(hp, 40, 40)
+    rng = np.random.default_rng(0)
+    ids = [rng.integers(4, 40, size=int(n)).tolist() for n in rng.integers(1, 12, size=24)]
+    outs = {}
+    for off in (False, True):
+        tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": off})
+        outs[off] = Translator(model, None, hp).translate_ids(ids)
+    assert tf.config.optimizer.get_experimental_options()["disable_meta_optimizer"]
+    for on, off in zip(outs[False], outs[True]):
+        np.testing.assert_array_equal(on[0], off[0])
+        np.testing.assert_allclose(on[1], off[1], rtol=0, atol=1e-5)
 
 
 def test_the_default_is_one_stream_per_core_of_this_process(monkeypatch):
