@@ -167,12 +167,15 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def _project(self, x, w, b=None):
         """(N, T, d_model) @ W [+ b, ReLU] -> heads (N, h, T, d_k)."""
+        step = x.shape[1] == 1  # one position (a decoding step): its rows are its heads
+        if step:
+            x = tf.reshape(x, (-1, self.d_model))
         y = fast_ops.dense(x, cast(w.value, self.compute_dtype))
         if b is not None:
             y = y + cast(b.value, self.compute_dtype)
         if self.qkv_activation == "relu":
             y = tf.nn.relu(y)
-        if y.shape[1] == 1:  # one position (a decoding step): the same memory, no copy
+        if step:  # the same memory, no copy
             return tf.reshape(y, (-1, self.num_heads, 1, self.d_k))
         split = tf.concat([tf.shape(y)[:2], [self.num_heads, self.d_k]], 0)
         return tf.transpose(tf.reshape(y, split), (0, 2, 1, 3))
@@ -180,11 +183,14 @@ class MultiHeadAttention(keras.layers.Layer):
     def _merge(self, heads):
         """(N, h, T, d_k) -> Concat(heads) W^O (N, T, d_model); Concat(heads) without W^O."""
         if heads.shape[2] == 1:  # one position: the same memory, no copy
-            concat = tf.reshape(heads, (-1, 1, self.d_model))
-        else:
-            positions = tf.transpose(heads, (0, 2, 1, 3))
-            merged = tf.concat([tf.shape(positions)[:2], [self.d_model]], 0)
-            concat = tf.reshape(positions, merged)
+            if not self.output_projection:
+                return tf.reshape(heads, (-1, 1, self.d_model))
+            rows = tf.reshape(heads, (-1, self.d_model))
+            out = fast_ops.dense(rows, cast(self.w_o.value, self.compute_dtype))
+            return tf.reshape(out, (-1, 1, self.d_model))
+        positions = tf.transpose(heads, (0, 2, 1, 3))
+        merged = tf.concat([tf.shape(positions)[:2], [self.d_model]], 0)
+        concat = tf.reshape(positions, merged)
         if not self.output_projection:
             return concat
         return fast_ops.dense(concat, cast(self.w_o.value, self.compute_dtype))
@@ -199,13 +205,14 @@ class MultiHeadAttention(keras.layers.Layer):
         k = self._rotate(self._project(memory, self.w_k, self.b_k), offset)
         return k, self._project(memory, self.w_v, self.b_v)
 
-    def _query(self, query, t_k, bias, offset, k_offset):
+    def _query(self, query, k, bias, offset, k_offset):
         """The queries of query (N, T_q, d_model) at positions offset, ... over T_k keys at
         positions k_offset, ...: (heads (N, h, T_q, d_k), the logits bias or None, the
         value term or None), the relative scheme's terms added to ``bias``."""
         q = self._rotate(self._project(query, self.w_q, self.b_q), offset)
         value_term = None
         if self.relative is not None:
+            t_k = tf.shape(k)[2]  # read only here: no shape ops in a plain decoding step
             q, extra, value_term = self.relative.terms(q, t_k, offset, k_offset, self.scale)
             bias = extra if bias is None else (bias if extra is None else bias + extra)
         return q, bias, value_term
@@ -213,7 +220,7 @@ class MultiHeadAttention(keras.layers.Layer):
     def _heads(self, query, k, v, mask, training, bias, query_mask, offset, k_offset):
         """Attention of query (N, T_q, d_model) at positions offset, ... over heads k, v at
         positions k_offset, ...: (heads (N, h, T_q, d_k), weights (N, h, T_q, T_k))."""
-        q, bias, value_term = self._query(query, tf.shape(k)[2], bias, offset, k_offset)
+        q, bias, value_term = self._query(query, k, bias, offset, k_offset)
         return scaled_dot_product_attention(
             q, k, v, mask, self.dropout, training, self.scale, bias, query_mask, value_term
         )
@@ -226,7 +233,7 @@ class MultiHeadAttention(keras.layers.Layer):
         every head are one kernel. k, v: (N, h, T_k, d_k); mask (N or 1, 1, 1, T_k) bool
         or None. See 3.2.1, 3.2.2."""
         lib = fast_ops.kernels().decode_lib
-        q, bias, value_term = self._query(query, tf.shape(k)[2], None, offset, k_offset)
+        q, bias, value_term = self._query(query, k, None, offset, k_offset)
         plain = bias is None and value_term is None and query_mask is None
         if lib is None or not plain or q.dtype != tf.float32:
             heads, _ = scaled_dot_product_attention(
@@ -235,7 +242,7 @@ class MultiHeadAttention(keras.layers.Layer):
         else:
             flat = tf.zeros((0,), tf.bool)  # (N or 1, T_k) where there is a mask
             if mask is not None:
-                flat = tf.reshape(mask, (tf.shape(mask)[0], -1))
+                flat = tf.squeeze(mask, axis=(1, 2))
             div = math.sqrt(float(self.d_k)) if self.scale else 1.0
             heads = lib.native_step_attention(q, k, v, flat, div=div, masked_value=MASK_VALUE)
         return self._merge(heads)

@@ -86,6 +86,17 @@ def dense(x, w, transpose_b: bool = False):
     # the static sizes where they are known: fewer shape ops to trace (no arithmetic moves)
     d_in = x.shape[-1] if x.shape[-1] is not None else tf.shape(x)[-1]
     y = tf.matmul(tf.reshape(x, (-1, d_in)), w, transpose_b=transpose_b)
+    return unflatten(y, x)
+
+
+def unflatten(y, x):
+    """The rows y (M, d_out) of x (..., d_in) reshaped to x's leading dimensions:
+    (..., d_out). Where those beyond the first and d_out are known statically, as in a
+    decoding step's (N, 1, d_model), one reshape to (-1, ..., d_out): no shape ops to
+    trace, nor to run at each step of a decoding loop (the same values either way)."""
+    inner = x.shape[1:-1]
+    if inner.is_fully_defined() and all(inner) and y.shape[-1] is not None:
+        return tf.reshape(y, (-1, *inner, y.shape[-1]))
     d_out = [y.shape[-1]] if y.shape[-1] is not None else tf.shape(y)[-1:]
     return tf.reshape(y, tf.concat([tf.shape(x)[:-1], d_out], 0))
 

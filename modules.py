@@ -438,7 +438,7 @@ class FeedForward(keras.layers.Layer):
         rows = tf.reshape(x, (-1, self.inner.kernel.shape[0]))
         h = tf.nn.relu(tf.nn.bias_add(tf.matmul(rows, self.inner.kernel), self.inner.bias))
         y = tf.nn.bias_add(tf.matmul(h, self.outer.kernel), self.outer.bias)
-        return tf.reshape(y, tf.concat([tf.shape(x)[:-1], [self.d_model]], 0))
+        return fast_ops.unflatten(y, x)
 
     def get_config(self):
         return {**super().get_config(), "d_model": self.d_model, "d_ff": self.d_ff}

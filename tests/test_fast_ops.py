@@ -410,3 +410,41 @@ def test_an_xla_function_traces_without_the_native_kernels(monkeypatch):
     seen.clear()
     nested = fast_ops.function(lambda x: fast_ops.under(train, step)(x), train.for_xla())
     assert float(nested(tf.constant(1.0))) == 2.0 and seen == [None]
+
+
+def _op_types(fn, *specs) -> list[str]:
+    return [op.type for op in fn.get_concrete_function(*specs).graph.get_operations()]
+
+
+def test_a_decoding_steps_projections_trace_no_shape_ops():
+    """dense of one position (N, 1, d_in), N unknown, reshapes back with its static sizes
+    (fast_ops.unflatten): the values of x @ w, and no Shape, StridedSlice or ConcatV2 op
+    to trace, nor to run at every step of a decoding loop; T unknown keeps them."""
+    rng = np.random.default_rng(3)
+    w = tf.constant(rng.normal(size=(8, 6)).astype(np.float32))
+    fn = tf.function(lambda x: fast_ops.dense(x, w))
+    step = tf.TensorSpec([None, 1, 8], tf.float32)
+    types = _op_types(fn, step)
+    assert "MatMul" in types
+    assert not {"Shape", "StridedSlice", "ConcatV2"} & set(types)
+    assert {"Shape", "ConcatV2"} <= set(_op_types(fn, tf.TensorSpec([None, None, 8], tf.float32)))
+    x = rng.normal(size=(5, 1, 8)).astype(np.float32)
+    np.testing.assert_allclose(fn(x).numpy(), x @ w.numpy(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("output_projection", [True, False])
+def test_an_attention_step_traces_no_shape_ops_and_attends_as_the_full_layer(output_projection):
+    """MultiHeadAttention.attend_step of one query position over cached heads: the full
+    layer's output for that position, with no shape op in its graph (the rows of a step
+    are its heads: one reshape each way)."""
+    layer = attention.MultiHeadAttention(16, 4, output_projection=output_projection)
+    rng = np.random.default_rng(4)
+    memory = tf.constant(rng.normal(size=(3, 5, 16)).astype(np.float32))
+    query = tf.constant(rng.normal(size=(3, 1, 16)).astype(np.float32))
+    full = layer(query, memory)
+    k, v = layer.keys_values(memory)
+    fn = tf.function(layer.attend_step)
+    heads = tf.TensorSpec([None, 4, None, 4], tf.float32)
+    types = _op_types(fn, tf.TensorSpec([None, 1, 16], tf.float32), heads, heads)
+    assert not {"Shape", "StridedSlice", "ConcatV2"} & set(types)
+    np.testing.assert_allclose(fn(query, k, v).numpy(), full.numpy(), rtol=1e-5, atol=1e-5)
