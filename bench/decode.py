@@ -259,23 +259,25 @@ def profile_beam(model, src, steps_done: int, k: int = 4, repeats: int = 100):
     longest = steps_done + 20
     alive_logp = tf.tile(tf.constant([[0.0] + [beam_search.NEG] * (k - 1)]), (n, 1))
     seqs = tf.zeros((n, k, longest), tf.int32)
-    search = (tf.range(n), tf.fill((n,), longest), tokens, seqs, alive_logp, seqs, alive_logp)
+    search = beam_search.BeamState(
+        tf.range(n), tf.fill((n,), longest), tokens, seqs, alive_logp, seqs, alive_logp
+    )
     rows = tf.range(n * k)[::-1]
     i = tf.constant(steps_done)
 
     def whole():
         step_logits, new_cache = model.decode_step(tokens, cache)
         state, source_rows = beam_search.beam_step(i, step_logits, search, 0.6)
-        return model.reorder_cache(new_cache, source_rows)["layers"][0]["k"], state[3]
+        return model.reorder_cache(new_cache, source_rows)["layers"][0]["k"], state.alive_seq
 
     parts = {
         "whole step (decoder, search, cache reorder)": whole,
         "decoder step, N * k rows (every layer, logits)": lambda: model.decode_step(tokens, cache)[
             0
         ],
-        "search bookkeeping (top-k, sequences, finished set)": lambda: beam_search.beam_step(
-            i, logits, search, 0.6
-        )[0][3],
+        "search bookkeeping (top-k, sequences, finished set)": lambda: (
+            beam_search.beam_step(i, logits, search, 0.6)[0].alive_seq
+        ),
         "  the k best extensions (top-k of top-k)": lambda: beam_search.best_extensions(
             logits, alive_logp
         )[0],

@@ -922,6 +922,31 @@ def test_the_ablated_switch_takes_turns_with_the_decoder_that_has_it(switch, qui
     assert all(r["seconds"] > 0 for r in got.values())
 
 
+@pytest.mark.slow
+def test_profile_times_each_part_of_a_greedy_and_a_beam_step(quick_run):
+    """``--profile``: each part of one greedy step and of one beam-4 step, run alone on a
+    trained run's cache filled to 3 positions, in milliseconds."""
+    import tensorflow as tf
+
+    import checkpoints
+    import data_load
+    import decode
+
+    hp, _ = quick_run
+    _, tok, model, _ = checkpoints.load_run(hp.logdir, {}, who="test")
+    sources, _ = data_load.read_raw(hp, "test")
+    src = data_load.pad_batch(
+        [np.asarray(s + [data_load.EOS_ID]) for s in tok.encode_src(sources[:3])]
+    )
+    for parts, first in (
+        (decode.profile_step(model, tf.constant(src), 3, repeats=2), "whole step"),
+        (decode.profile_beam(model, tf.constant(src), 3, repeats=2), "whole step"),
+    ):
+        names = [name for name, _ in parts]
+        assert names[0].startswith(first) and len(names) >= 5
+        assert all(ms > 0 for _, ms in parts)
+
+
 def test_the_anchor_prints_each_ablated_pair_and_leaves_it_out_of_the_best(capsys):
     import decode
 
