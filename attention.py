@@ -168,7 +168,7 @@ class MultiHeadAttention(keras.layers.Layer):
     def _project(self, x, w, b=None):
         """(N, T, d_model) @ W [+ b, ReLU] -> heads (N, h, T, d_k)."""
         step = x.shape[1] == 1  # one position (a decoding step): its rows are its heads
-        if step:
+        if step and fast_ops.kernels().dense2d:  # (the switch off: the standard 3-D product)
             x = tf.reshape(x, (-1, self.d_model))
         y = fast_ops.dense(x, cast(w.value, self.compute_dtype))
         if b is not None:
@@ -185,7 +185,9 @@ class MultiHeadAttention(keras.layers.Layer):
         if heads.shape[2] == 1:  # one position: the same memory, no copy
             if not self.output_projection:
                 return tf.reshape(heads, (-1, 1, self.d_model))
-            rows = tf.reshape(heads, (-1, self.d_model))
+            rows = tf.reshape(
+                heads, (-1, self.d_model) if fast_ops.kernels().dense2d else (-1, 1, self.d_model)
+            )
             out = fast_ops.dense(rows, cast(self.w_o.value, self.compute_dtype))
             return tf.reshape(out, (-1, 1, self.d_model))
         positions = tf.transpose(heads, (0, 2, 1, 3))
@@ -231,7 +233,10 @@ class MultiHeadAttention(keras.layers.Layer):
         and only the content logits enter (no relative bias or value term, no query mask,
         float32), the scaled dot products, the mask, the softmax and the weighted sum of
         every head are one kernel. k, v: (N, h, T_k, d_k); mask (N or 1, 1, 1, T_k) bool
-        or None. See 3.2.1, 3.2.2."""
+        or None. That kernel also takes k, v (N / g, h, T_k, d_k) and mask (N / g or 1, 1,
+        1, T_k), each key row serving g consecutive queries: a beam's g hypotheses of one
+        sentence over its one copy of the encoder's keys/values (where
+        :meth:`model.Transformer.shares_sentence_rows`). See 3.2.1, 3.2.2."""
         lib = fast_ops.kernels().decode_lib
         q, bias, value_term = self._query(query, k, None, offset, k_offset)
         plain = bias is None and value_term is None and query_mask is None

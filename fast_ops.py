@@ -95,7 +95,8 @@ def unflatten(y, x):
     decoding step's (N, 1, d_model), one reshape to (-1, ..., d_out): no shape ops to
     trace, nor to run at each step of a decoding loop (the same values either way)."""
     inner = x.shape[1:-1]
-    if inner.is_fully_defined() and all(inner) and y.shape[-1] is not None:
+    static = x.shape.rank is not None and x.shape.rank >= 2 and bool(y.shape[-1])
+    if static and inner.is_fully_defined() and all(inner):
         return tf.reshape(y, (-1, *inner, y.shape[-1]))
     d_out = [y.shape[-1]] if y.shape[-1] is not None else tf.shape(y)[-1:]
     return tf.reshape(y, tf.concat([tf.shape(x)[:-1], d_out], 0))

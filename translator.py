@@ -59,13 +59,13 @@ def decoding_process(hp: hparams.Hparams, sentences: int | None = None) -> int:
     TensorFlow runs its first op) and, on a CPU-only machine, no Grappler pass over the
     graphs it runs. Returns the number of streams.
 
-    Grappler rewrites a function's graph on its first call. On a decoder's graph it halves
-    that first call (0.28 s -> 0.15 s greedy, 0.35 s -> 0.19 s beam 4 on the ``multi30k``
-    preset: part of every eval.py and translate.py wait) and buys no decoding speed: the
-    same sentences/s within 1 % over 3 passes each. The tokens are the same; a beam's
-    scores move in their last bits (at most 3.4e-6 over 2,014 sentences), as Grappler's
-    arithmetic rewrites round differently. Training keeps Grappler (its fused kernels pay
-    at every step), and so does a GPU."""
+    Grappler rewrites a function's graph on its first call. Without it a decoder's first
+    call takes half the time (0.27 s -> 0.13 s greedy on the ``multi30k`` preset, ``python
+    bench/startup.py --logdir LOGDIR --tree OLD``: part of every eval.py and translate.py
+    wait), and its rewrites bought no decoding speed. The tokens are the same; a beam's
+    scores, and translate.py --score's, move in their last bits, as Grappler's arithmetic
+    rewrites round differently (tests/test_streams.py). Training keeps Grappler (its fused
+    kernels pay at every step), and so does a GPU (docs/performance.md)."""
     streams = one_thread_per_stream(hp, sentences)
     if not tf.config.list_physical_devices("GPU"):
         tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})

@@ -48,7 +48,7 @@ grappler_off = tf.config.optimizer.get_experimental_options().get("disable_meta_
 gpu = bool(tf.config.list_physical_devices("GPU"))
 print(json.dumps([streams, tf.config.threading.get_intra_op_parallelism_threads(),
                   tf.config.threading.get_inter_op_parallelism_threads(),
-                  grappler_off is (not gpu)]))
+                  bool(grappler_off) == (not gpu)]))
 """
 
 
