@@ -66,7 +66,8 @@ def beam_loop(
     sentence's k hypotheses are all <S>, runs once per sentence, as do the encoder-side
     keys/values of the cache; both are then repeated for the k hypotheses. With k = 1
     this is exactly greedy decoding. ``model`` needs
-    encode / init_cache / decode_step / reorder_cache / select_rows; ``encoded`` and
+    encode / init_cache / decode_step / reorder_cache / select_rows (and, optionally,
+    shares_sentence_rows: model.Transformer's); ``encoded`` and
     ``context`` as in :func:`greedy_loop` (a document's context enters the encoder once
     per sentence, and the beams share its output; the keys/values of the decoder's
     memory are computed once per sentence and never reordered). ``prefix``: a
@@ -80,6 +81,8 @@ def beam_loop(
     n = tf.shape(src)[0]
     limits, longest = decode_budgets(model, src, extra, max_len, prefix)
     cache = init_cache(model, memory, mask, context)  # N rows until the first step's end
+    # a sentence's k hypotheses read one copy of its encoder side (memory_mask, cross_k/v)
+    shared = getattr(model, "shares_sentence_rows", lambda: False)()
     search = first_search(n, k, limits, longest)
     done = (tf.zeros((n, k, longest), tf.int32), tf.fill((n, k), NEG))  # the results
 
@@ -90,7 +93,7 @@ def beam_loop(
         logits, cache = model.decode_step(search.tokens, cache)
         logits, cache = tf.cond(
             tf.equal(i, 0),
-            lambda: hypotheses_of_first(model, logits, cache, k),
+            lambda: hypotheses_of_first(model, logits, cache, k, shared),
             lambda: (logits, cache),
         )
         forced = None if prefix is None else prefix.forced(i, tf.repeat(search.sentence, k))
@@ -106,7 +109,7 @@ def beam_loop(
         search, cache = tf.cond(
             all_still,
             lambda: (search, cache),
-            lambda: drop_sentences(model, search, cache, still, k),
+            lambda: drop_sentences(model, search, cache, still, k, shared),
         )
         return i + 1, search, done, cache
 
@@ -136,11 +139,17 @@ def first_search(n, k: int, limits, longest):
     )
 
 
-def hypotheses_of_first(model, logits, cache, k: int):
+def hypotheses_of_first(model, logits, cache, k: int, shared: bool = False):
     """The first step's logits (N, V) and cache, of one row per sentence, as its k
-    hypotheses' (N * k rows, each sentence's k together)."""
-    rows = tf.repeat(tf.range(tf.shape(logits)[0]), k)
-    return tf.gather(logits, rows), model.select_rows(cache, rows)
+    hypotheses' (N * k rows, each sentence's k together); where ``shared``
+    (model.shares_sentence_rows), the encoder's side of the cache stays one row per
+    sentence."""
+    n = tf.shape(logits)[0]
+    rows = tf.repeat(tf.range(n), k)
+    cache = (
+        model.select_rows(cache, rows, tf.range(n)) if shared else model.select_rows(cache, rows)
+    )
+    return tf.gather(logits, rows), cache
 
 
 def beam_step(i, logits, search: BeamState, alpha: float, forced=None):
@@ -242,12 +251,14 @@ def write_finished(i, search: BeamState, still, done: tuple, alpha: float) -> tu
     )
 
 
-def drop_sentences(model, search: BeamState, cache, still, k: int):
-    """The search state and the cache of the sentences that search on (``still``) only."""
+def drop_sentences(model, search: BeamState, cache, still, k: int, shared: bool = False):
+    """The search state and the cache of the sentences that search on (``still``) only;
+    where ``shared``, the encoder's side of the cache has one row per sentence."""
     keep = tf.cast(tf.where(still)[:, 0], tf.int32)
     rows = tf.reshape(keep[:, None] * k + tf.range(k)[None, :], (-1,))
     kept = BeamState(*(tf.gather(t, keep) for t in search))
-    return kept._replace(tokens=tf.gather(search.tokens, rows)), model.select_rows(cache, rows)
+    cache = model.select_rows(cache, rows, keep) if shared else model.select_rows(cache, rows)
+    return kept._replace(tokens=tf.gather(search.tokens, rows)), cache
 
 
 def merge_finished(fin_seq, fin_score, seq, tok, top_logp, i, alpha: float):

@@ -64,8 +64,11 @@ class Ensemble:
     def reorder_cache(self, caches, index):
         return tuple(m.reorder_cache(c, index) for m, c in zip(self.models, caches))
 
-    def select_rows(self, caches, index):
-        return tuple(m.select_rows(c, index) for m, c in zip(self.models, caches))
+    def shares_sentence_rows(self) -> bool:
+        return all(m.shares_sentence_rows() for m in self.models)
+
+    def select_rows(self, caches, index, sentences=None):
+        return tuple(m.select_rows(c, index, sentences) for m, c in zip(self.models, caches))
 
     def cache_shapes(self, caches):
         return tuple(m.cache_shapes(c) for m, c in zip(self.models, caches))

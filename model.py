@@ -170,6 +170,19 @@ def run_layer(layer, extras, *args, **kwargs):
     return x, w
 
 
+def _one_kernel_cross_attention(layer) -> bool:
+    """Whether a decoder layer's cross-attention step is the paper's attention in float32
+    with no relative positions: one C++ kernel where the decoder's kernels hold it
+    (attention.MultiHeadAttention.attend_step), not a variant's (a weighted model's
+    branches)."""
+    attn = layer.cross_attn
+    return (
+        type(attn) is attention.MultiHeadAttention
+        and attn.relative is None
+        and attn.compute_dtype == "float32"
+    )
+
+
 @keras.saving.register_keras_serializable(package="transformer")
 class Transformer(keras.Model):
     """Encoder and decoder stacks of ``num_blocks`` layers each (3.1).
@@ -493,21 +506,41 @@ class Transformer(keras.Model):
         ]
         return dict(cache, layers=layers)
 
-    def select_rows(self, cache, index):
+    def shares_sentence_rows(self) -> bool:
+        """Whether the decoding step traced now lets a beam's hypotheses of one sentence
+        share one row of the encoder's side of the cache (``memory_mask`` and each layer's
+        ``cross_k``, ``cross_v``): where :meth:`lazy_reorder` and every cross-attention
+        runs as one C++ kernel (float32, no query mask, no relative positions), which
+        reads key row r // k for query row r (attention.MultiHeadAttention.attend_step).
+        A beam step then reads one copy of the sentence's keys/values, not k, and a beam
+        that drops sentences copies a k-th of them (:meth:`select_rows`'s
+        ``sentences``)."""
+        return (
+            self.lazy_reorder()
+            and not self.query_masking
+            and all(_one_kernel_cross_attention(layer) for layer in self.decoder_layers)
+        )
+
+    def select_rows(self, cache, index, sentences=None):
         """The cache of the rows ``index`` (N',) of the batch, every per-row entry gathered
         (greedy decoding drops the sentences that have ended), the self-attention
-        keys/values at the next step where :meth:`lazy_reorder`."""
+        keys/values at the next step where :meth:`lazy_reorder`. ``sentences``: where a
+        beam's hypotheses share their sentence's row of the encoder's side
+        (:meth:`shares_sentence_rows`), the rows of that side to keep (N' / k,), gathered
+        by them instead of ``index``."""
         lazy = ("k", "v") if self.lazy_reorder() else ()
+        shared = ("cross_k", "cross_v") if sentences is not None else ()
 
         def rows(key, entry):
             if key in lazy:
                 return entry
-            return tf.nest.map_structure(lambda t: tf.gather(t, index), entry)
+            by = sentences if key in shared else index
+            return tf.nest.map_structure(lambda t: tf.gather(t, by), entry)
 
         layers = [{key: rows(key, entry) for key, entry in c.items()} for c in cache["layers"]]
         return dict(
             cache,
-            memory_mask=tf.gather(cache["memory_mask"], index),
+            memory_mask=tf.gather(cache["memory_mask"], index if sentences is None else sentences),
             layers=layers,
             order=tf.gather(cache["order"], index),
         )

@@ -17,10 +17,12 @@
 // A decoding step (greedy_search.py's and beam_search.py's decoders, through
 // fast_ops.decoding_function) runs NativeLayerNorm forward and:
 // NativeStepAttention: the attention of one query position over cached heads (3.2.1)
-//   q (N, h, 1, d), k (N, h, T, d), v (N, h, T, d), mask (M, T) bool with M = N or 1, or
-//   (0,) for none -> out (N, h, 1, d), head i = softmax(q_i k_i^T / div, masked keys at
-//   masked_value) v_i: what TensorFlow's ops compute in five ops (two batched matmuls of
-//   N * h products of one row, a scale, a mask and a softmax).
+//   q (N, h, 1, d), k (N / g, h, T, d), v like k, mask (M, T) bool with M = N / g or 1,
+//   or (0,) for none -> out (N, h, 1, d), head i = softmax(q_i k_i^T / div, masked keys
+//   at masked_value) v_i: what TensorFlow's ops compute in five ops (two batched matmuls
+//   of N * h products of one row, a scale, a mask and a softmax). Each key row (and mask
+//   row) serves g consecutive query rows: g = 1, or a beam's g hypotheses of one sentence
+//   over its one copy of the encoder's keys/values.
 // NativeTopLogSoftmax: log_softmax(logits) at each row's k largest logits
 //   logits (R, V) -> values (R, k) float, indices (R, k) int32, largest first, the lower
 //   index first among equal logits (as tf.math.top_k): the beam search's top k of each
@@ -382,15 +384,18 @@ class NativeStepAttentionOp : public OpKernel {
     OP_REQUIRES(ctx, q.dims() == 4 && q.dim_size(2) == 1 && k.dims() == 4,
                 absl::InvalidArgumentError("NativeStepAttention: q (N, h, 1, d), k (N, h, T, d)"));
     const int64_t n = q.dim_size(0), h = q.dim_size(1), d = q.dim_size(3), t_k = k.dim_size(2);
+    const int64_t n_k = k.dim_size(0);
     OP_REQUIRES(ctx,
-                k.dim_size(0) == n && k.dim_size(1) == h && k.dim_size(3) == d &&
+                (n_k > 0 ? n % n_k == 0 : n == 0) && k.dim_size(1) == h && k.dim_size(3) == d &&
                     v.shape() == k.shape(),
-                absl::InvalidArgumentError("NativeStepAttention: q, k, v differ in shape"));
+                absl::InvalidArgumentError("NativeStepAttention: q (N, h, 1, d), k and v (N / g, "
+                                           "h, T, d) differ in shape"));
+    const int64_t group = n_k > 0 ? n / n_k : 1;  // query rows per key row
     const bool masked = mask.NumElements() > 0;
     OP_REQUIRES(ctx,
                 !masked || (mask.dims() == 2 && mask.dim_size(1) == t_k &&
-                            (mask.dim_size(0) == n || mask.dim_size(0) == 1)),
-                absl::InvalidArgumentError("NativeStepAttention: mask must be (N or 1, T)"));
+                            (mask.dim_size(0) == n_k || mask.dim_size(0) == 1)),
+                absl::InvalidArgumentError("NativeStepAttention: mask must be (N / g or 1, T)"));
     absl::Status status;
     float* out = Output(ctx, 0, q.shape(), &status);
     OP_REQUIRES_OK(ctx, status);
@@ -400,9 +405,10 @@ class NativeStepAttentionOp : public OpKernel {
     ParallelRows(ctx, n * h, 4 * t_k * d + 20 * t_k, [&](int64_t lo, int64_t hi) {
       Eigen::ArrayXf scores(t_k);
       for (int64_t i = lo; i < hi; ++i) {  // i = row * h + head
-        const int64_t row = i / h;
-        const bool* m = mp == nullptr ? nullptr : mp + (mask_rows == 1 ? 0 : row) * t_k;
-        AttendHead(qp + i * d, kp + i * t_k * d, vp + i * t_k * d, m, t_k, d, div_,
+        const int64_t key_row = i / h / group;
+        const int64_t j = key_row * h + i % h;  // the key row's head
+        const bool* m = mp == nullptr ? nullptr : mp + (mask_rows == 1 ? 0 : key_row) * t_k;
+        AttendHead(qp + i * d, kp + j * t_k * d, vp + j * t_k * d, m, t_k, d, div_,
                    masked_value_, scores, out + i * d);
       }
     });

@@ -530,6 +530,31 @@ def test_step_attention_kernel_matches_float64(masking, t_k):
 
 
 @needs_compiler
+@pytest.mark.parametrize("mask_rows", [0, 1, 3])
+def test_step_attention_kernel_shares_a_key_row_among_consecutive_queries(mask_rows):
+    """k, v (N / g, h, T, d) and mask (N / g or 1, T): query row r reads key row r // g,
+    bit for bit what the kernel gives with the key rows repeated g times (a beam's g
+    hypotheses of a sentence over one copy of its encoder's keys/values)."""
+    lib = library()
+    rng = np.random.default_rng(7)
+    sentences, g, h, t_k, d = 3, 4, 2, 9, 8
+    q = rng.normal(size=(sentences * g, h, 1, d)).astype(np.float32)
+    k, v = (rng.normal(size=(sentences, h, t_k, d)).astype(np.float32) for _ in range(2))
+    mask = rng.random((mask_rows, t_k)) < 0.6 if mask_rows else np.zeros((0,), bool)
+    if mask_rows:
+        mask[:, 0] = True
+    shared = lib.native_step_attention(q, k, v, mask, div=np.sqrt(d), masked_value=-1e9)
+    rows = np.repeat(np.arange(sentences), g)
+    repeated_mask = mask[rows] if mask_rows == sentences else mask
+    repeated = lib.native_step_attention(
+        q, k[rows], v[rows], repeated_mask, div=np.sqrt(d), masked_value=-1e9
+    )
+    assert np.array_equal(shared.numpy(), repeated.numpy())
+    with pytest.raises(tf.errors.InvalidArgumentError, match="differ in shape"):
+        lib.native_step_attention(q[:-1], k, v, mask, div=1.0, masked_value=-1e9)
+
+
+@needs_compiler
 def test_step_attention_kernel_rejects_a_mask_of_the_wrong_length():
     lib = library()
     q, k = np.zeros((2, 1, 1, 4), np.float32), np.zeros((2, 1, 3, 4), np.float32)
@@ -585,7 +610,10 @@ def graph_ops(fn, *specs) -> set[str]:
 
 @pytest.mark.slow
 @needs_compiler
-@pytest.mark.parametrize("position,model_type", [("t5", "transformer"), ("rotary", "weighted")])
+@pytest.mark.parametrize(
+    "position,model_type",
+    [("sinusoid", "transformer"), ("t5", "transformer"), ("rotary", "weighted")],
+)
 def test_decoders_use_the_kernels_and_decode_the_same(monkeypatch, position, model_type):
     """The greedy and beam decoders trace the kernels where the attention is plain (the
     cross-attention; rotary self-attention; T5's bias keeps TensorFlow's ops for
@@ -604,7 +632,9 @@ def test_decoders_use_the_kernels_and_decode_the_same(monkeypatch, position, mod
         num_blocks=2, dropout_rate=0.0, position=position, model_type=model_type,
     )  # fmt: skip
     model.build_all()
-    src = tf.constant(np.random.default_rng(6).integers(4, 30, size=(5, 7)), tf.int32)
+    ids = np.random.default_rng(6).integers(4, 30, size=(5, 7))
+    ids[np.arange(7)[None, :] >= np.array([7, 3, 5, 2, 6])[:, None]] = 0  # PAD: unequal budgets
+    src = tf.constant(ids, tf.int32)  # so that sentences leave the beam at different steps
     spec = (tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([], tf.int32))
     results = {}
     for on in (True, False):
@@ -616,6 +646,9 @@ def test_decoders_use_the_kernels_and_decode_the_same(monkeypatch, position, mod
         assert ("NativeTopLogSoftmax" in kinds) == on
         # the beam's reorder and a step's append, one copy (Transformer.lazy_reorder)
         assert ("NativeGatherAppend" in kinds) == on
+        # the paper's cross-attention: a sentence's beams read one copy of its keys/values
+        shared = fast_ops.under(kernels, model.shares_sentence_rows)()
+        assert shared == (on and model_type == "transformer")
         ids, scores = beam(src, tf.constant(6))
         results[on] = greedy(src, tf.constant(6)).numpy(), ids.numpy(), scores.numpy()
     assert np.array_equal(results[True][0], results[False][0])
