@@ -64,7 +64,8 @@ def beam_loop(
     leave the batch, so that later steps compute (and reorder the caches of) the
     sentences still searching only, as in :func:`greedy_loop`. The first step, where a
     sentence's k hypotheses are all <S>, runs once per sentence, as do the encoder-side
-    keys/values of the cache; both are then repeated for the k hypotheses. With k = 1
+    keys/values of the cache; both are then repeated for the k hypotheses (the keys/values
+    stay one per sentence where ``model.shares_sentence_rows()``). With k = 1
     this is exactly greedy decoding. ``model`` needs
     encode / init_cache / decode_step / reorder_cache / select_rows (and, optionally,
     shares_sentence_rows: model.Transformer's); ``encoded`` and
@@ -113,15 +114,25 @@ def beam_loop(
         )
         return i + 1, search, done, cache
 
-    shapes = (
-        tf.TensorShape([]),
-        BeamState.shapes(k),
-        (done[0].shape, done[1].shape),
-        model.cache_shapes(cache),  # the batch shrinks, the self-attention keys grow
-    )
     loop_vars = (tf.constant(0), search, done, cache)
+    shapes = loop_shapes(model, k, done, cache)
     i, _, (seqs, scores), _ = tf.while_loop(cond, body, loop_vars, shape_invariants=shapes)
     return seqs[:, :n_best, :i], scores[:, :n_best]
+
+
+def loop_shapes(model, k: int, done: tuple, cache) -> tuple:
+    """The shape invariants of :func:`beam_loop`'s (step, search, done, cache): the batch
+    shrinks, the self-attention keys grow, the results keep their shape."""
+    done_shapes = (done[0].shape, done[1].shape)
+    return tf.TensorShape([]), BeamState.shapes(k), done_shapes, model.cache_shapes(cache)
+
+
+def select_hypotheses(model, cache, rows, sentences, shared: bool):
+    """model.select_rows of the hypothesis rows ``rows``; where ``shared``
+    (model.shares_sentence_rows), the encoder's side of the cache by ``sentences``."""
+    if shared:
+        return model.select_rows(cache, rows, sentences)
+    return model.select_rows(cache, rows)
 
 
 def first_search(n, k: int, limits, longest):
@@ -146,10 +157,7 @@ def hypotheses_of_first(model, logits, cache, k: int, shared: bool = False):
     sentence."""
     n = tf.shape(logits)[0]
     rows = tf.repeat(tf.range(n), k)
-    cache = (
-        model.select_rows(cache, rows, tf.range(n)) if shared else model.select_rows(cache, rows)
-    )
-    return tf.gather(logits, rows), cache
+    return tf.gather(logits, rows), select_hypotheses(model, cache, rows, tf.range(n), shared)
 
 
 def beam_step(i, logits, search: BeamState, alpha: float, forced=None):
@@ -257,7 +265,7 @@ def drop_sentences(model, search: BeamState, cache, still, k: int, shared: bool 
     keep = tf.cast(tf.where(still)[:, 0], tf.int32)
     rows = tf.reshape(keep[:, None] * k + tf.range(k)[None, :], (-1,))
     kept = BeamState(*(tf.gather(t, keep) for t in search))
-    cache = model.select_rows(cache, rows, keep) if shared else model.select_rows(cache, rows)
+    cache = select_hypotheses(model, cache, rows, keep, shared)
     return kept._replace(tokens=tf.gather(search.tokens, rows)), cache
 
 
