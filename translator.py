@@ -251,10 +251,12 @@ class Translator:
         return out
 
     def _map_batches(self, fn, batches: list, progress: bool):
-        """(indices, fn(indices, batch)) of each (indices, batch), in order:
-        ``self.streams`` batches at once, each on a thread of its own (TensorFlow releases
-        the GIL while a graph runs), so that a batch's serial steps overlap another's; the
-        outputs are those of one stream."""
+        """(indices, fn(indices, batch)) of each (indices, batch): ``self.streams``
+        batches at once, each on a thread of its own (TensorFlow releases the GIL while a
+        graph runs), so that a batch's serial steps overlap another's; the outputs are
+        those of one stream. Several streams take the batches largest first
+        (:func:`largest_first`), so that no stream is left alone with the longest one at
+        the end; the results come in that order, each with its indices."""
 
         def one(item):
             idx, batch = item
@@ -264,6 +266,7 @@ class Translator:
         if self.streams == 1 or len(batches) <= 1:
             yield from map(one, bar)
             return
+        batches = largest_first(batches)
         with ThreadPoolExecutor(min(self.streams, len(batches))) as pool:
             for done in pool.map(one, batches):
                 bar.update(1)
@@ -385,6 +388,22 @@ class Translator:
         outs = self.translate_ids(self.tok.encode_src(sentences), docs=docs)
         hyps = ["" if o is None else self.tok.decode_tgt(o[0][0]) for o in outs]
         return hyps, runaways(outs)
+
+
+def largest_first(batches: list) -> list:
+    """(indices, batch) pairs, the batch an array or a tuple of arrays, in decreasing
+    order of size (elements in all), ties in their order: the longest-job-first order
+    of batches for several streams. Batches of sorted sources grow longest last
+    (data_load.eval_batches); a greedy or beam batch runs as many steps as its longest
+    budget, so the last one takes the most time, and taken last, it ran alone on one
+    core at the end. Largest first, every stream stays busy to the end (the same
+    outputs; docs/performance.md, "Decoding speed")."""
+
+    def size(item) -> int:
+        batch = item[1]
+        return sum(np.size(a) for a in batch) if isinstance(batch, tuple) else np.size(batch)
+
+    return sorted(batches, key=size, reverse=True)
 
 
 def _tokens(ids) -> list[int]:

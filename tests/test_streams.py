@@ -95,6 +95,33 @@ def test_the_default_is_one_stream_per_core_of_this_process(monkeypatch):
         hparams.apply(hp, {"decode_streams": -1})
 
 
+def test_several_streams_take_the_largest_batch_first():
+    # sorted sources make the last batch the longest: taken last, it ran alone at the
+    # end; the streams now start with it, and every batch still comes back once
+    sizes = {"d_model": 16, "num_heads": 4, "d_ff": 32, "num_blocks": 1, "decode_streams": 2}
+    hp = hparams.apply(hparams.Hparams(), sizes)
+    t = Translator(Transformer.from_hparams(hp, 24, 24), None, hp)
+    widths = [3, 5, 5, 9, 2]
+    batches = [([i], np.zeros((4 if w != 9 else 2, w), np.int32)) for i, w in enumerate(widths)]
+    started = []
+
+    def record(idx, batch):
+        started.append(idx[0])
+        return batch.shape
+
+    done = list(t._map_batches(record, batches, progress=False))
+    # sizes 12, 20, 20, 18, 8: ties keep their order
+    assert [idx[0] for idx, _ in done] == [1, 2, 3, 0, 4]
+    assert started[:2] in ([1, 2], [2, 1]) and sorted(started) == [0, 1, 2, 3, 4]
+    assert [shape for _, shape in done] == [(4, 5), (4, 5), (2, 9), (4, 3), (4, 2)]
+    # scoring's batches are tuples of arrays: their sizes add up
+    pairs = [([0], (np.zeros((2, 3)), np.zeros((2, 1)))), ([1], (np.zeros((2, 5)), np.zeros(8)))]
+    assert [idx for idx, _ in translator.largest_first(pairs)] == [[1], [0]]
+    one = dataclasses.replace(hp, decode_streams=1)  # one stream: the batches in order
+    record_one = Translator(t.model, None, one)._map_batches(record, batches, False)
+    assert [idx[0] for idx, _ in record_one] == [0, 1, 2, 3, 4]
+
+
 def test_nothing_to_decode_needs_no_stream():
     sizes = {"d_model": 16, "num_heads": 4, "d_ff": 32, "num_blocks": 1, "decode_streams": 2}
     hp = hparams.apply(hparams.Hparams(), sizes)
