@@ -166,36 +166,45 @@ class MultiHeadAttention(keras.layers.Layer):
             self.relative.build()
 
     def _project(self, x, w, b=None):
-        """(N, T, d_model) @ W [+ b, ReLU] -> heads (N, h, T, d_k)."""
-        step = x.shape[1] == 1  # one position (a decoding step): its rows are its heads
-        if step and fast_ops.kernels().dense2d:  # (the switch off: the standard 3-D product)
-            x = tf.reshape(x, (-1, self.d_model))
-        y = fast_ops.dense(x, cast(w.value, self.compute_dtype))
+        """(N, T, d_model) @ W [+ b, ReLU] -> heads (N, h, T, d_k). In a decoder
+        (fast_ops.Kernels' ``decoding``) with the dense2d switch, the product runs on the
+        rows of x (N * T, d_model) and its result reshapes straight to the heads
+        (fast_ops.unflatten): the same values as by way of (N, T, d_model), with half the
+        shape ops; one position (a decoding step) needs none."""
+        w, chosen = cast(w.value, self.compute_dtype), fast_ops.kernels()
+        if chosen.dense2d and (chosen.decoding or x.shape[1] == 1):
+            y = tf.matmul(tf.reshape(x, (-1, self.d_model)), w)
+        else:  # (a train step's graph; the switch off: the standard 3-D product)
+            y = fast_ops.dense(x, w)
         if b is not None:
             y = y + cast(b.value, self.compute_dtype)
         if self.qkv_activation == "relu":
             y = tf.nn.relu(y)
-        if step:  # the same memory, no copy
+        if x.shape[1] == 1:  # one position: its rows are its heads, the same memory
             return tf.reshape(y, (-1, self.num_heads, 1, self.d_k))
-        split = tf.concat([tf.shape(y)[:2], [self.num_heads, self.d_k]], 0)
-        return tf.transpose(tf.reshape(y, split), (0, 2, 1, 3))
+        if y.shape.rank == 2:
+            heads = fast_ops.unflatten(y, x, (self.num_heads, self.d_k))  # (N, T, h, d_k)
+        else:
+            heads = tf.reshape(y, tf.concat([tf.shape(y)[:2], [self.num_heads, self.d_k]], 0))
+        return tf.transpose(heads, (0, 2, 1, 3))
 
     def _merge(self, heads):
-        """(N, h, T, d_k) -> Concat(heads) W^O (N, T, d_model); Concat(heads) without W^O."""
+        """(N, h, T, d_k) -> Concat(heads) W^O (N, T, d_model); Concat(heads) without W^O.
+        In a decoder with the dense2d switch, W^O multiplies the rows (N * T, d_model) of
+        the concatenated heads, as in :meth:`_project`."""
+        dense2d = fast_ops.kernels().dense2d
+        w_o = cast(self.w_o.value, self.compute_dtype) if self.output_projection else None
         if heads.shape[2] == 1:  # one position: the same memory, no copy
-            if not self.output_projection:
+            if w_o is None:
                 return tf.reshape(heads, (-1, 1, self.d_model))
-            rows = tf.reshape(
-                heads, (-1, self.d_model) if fast_ops.kernels().dense2d else (-1, 1, self.d_model)
-            )
-            out = fast_ops.dense(rows, cast(self.w_o.value, self.compute_dtype))
-            return tf.reshape(out, (-1, 1, self.d_model))
-        positions = tf.transpose(heads, (0, 2, 1, 3))
-        merged = tf.concat([tf.shape(positions)[:2], [self.d_model]], 0)
-        concat = tf.reshape(positions, merged)
-        if not self.output_projection:
-            return concat
-        return fast_ops.dense(concat, cast(self.w_o.value, self.compute_dtype))
+            rows = tf.reshape(heads, (-1, self.d_model) if dense2d else (-1, 1, self.d_model))
+            return tf.reshape(fast_ops.dense(rows, w_o), (-1, 1, self.d_model))
+        positions = tf.transpose(heads, (0, 2, 1, 3))  # (N, T, h, d_k)
+        if w_o is None or not (dense2d and fast_ops.kernels().decoding):
+            concat = tf.reshape(positions, tf.concat([tf.shape(positions)[:2], [self.d_model]], 0))
+            return concat if w_o is None else fast_ops.dense(concat, w_o)
+        out = tf.matmul(tf.reshape(positions, (-1, self.d_model)), w_o)
+        return fast_ops.unflatten(out, positions, lead=2)
 
     def _rotate(self, heads, offset):
         """Heads (N, h, T, d_k) at positions offset, ...: rotated with rotary positions."""

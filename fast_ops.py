@@ -89,17 +89,21 @@ def dense(x, w, transpose_b: bool = False):
     return unflatten(y, x)
 
 
-def unflatten(y, x):
-    """The rows y (M, d_out) of x (..., d_in) reshaped to x's leading dimensions:
-    (..., d_out). Where those beyond the first and d_out are known statically, as in a
-    decoding step's (N, 1, d_model), one reshape to (-1, ..., d_out): no shape ops to
-    trace, nor to run at each step of a decoding loop (the same values either way)."""
-    inner = x.shape[1:-1]
-    static = x.shape.rank is not None and x.shape.rank >= 2 and bool(y.shape[-1])
-    if static and inner.is_fully_defined() and all(inner):
-        return tf.reshape(y, (-1, *inner, y.shape[-1]))
-    d_out = [y.shape[-1]] if y.shape[-1] is not None else tf.shape(y)[-1:]
-    return tf.reshape(y, tf.concat([tf.shape(x)[:-1], d_out], 0))
+def unflatten(y, x, last: tuple | None = None, lead: int | None = None):
+    """The rows y (M, d_out) of x (..., d_in) reshaped to x's leading dimensions (all
+    but its last; ``lead``: its first ``lead``): (..., d_out), or (..., *last) where
+    ``last`` is given (attention's heads (h, d_k)). Where those beyond the first and the
+    last ones are known statically, as in a decoding step's (N, 1, d_model), one reshape
+    to (-1, ..., d_out): no shape ops to trace, nor to run at each step of a decoding
+    loop (the same values either way)."""
+    lead = x.shape.rank - 1 if lead is None else lead
+    inner = x.shape[1:lead]
+    last = (y.shape[-1],) if last is None else tuple(last)
+    if lead >= 1 and all(last) and inner.is_fully_defined() and all(inner):
+        return tf.reshape(y, (-1, *inner, *last))
+    if all(d is not None for d in last):
+        return tf.reshape(y, tf.concat([tf.shape(x)[:lead], last], 0))
+    return tf.reshape(y, tf.concat([tf.shape(x)[:lead], tf.shape(y)[-1:]], 0))
 
 
 # ---------------------------------------------------------------------------------------
@@ -312,8 +316,12 @@ class Kernels:
     (``native_ln``), ``decode_lib`` for a decoder's LayerNorms, attention of one position,
     the beam's top k and the cache's reorder with its append (``native_decode``).
     ``jit_compile``: the function is compiled by XLA, which never gets a C++ op
-    (:func:`function`). ``Kernels()``: every rewrite, no C++ op, what a call outside any
-    built function uses (eager code, export.py's SavedModel)."""
+    (:func:`function`). ``decoding``: a decoder's function (:func:`decoding_function`),
+    whose attention projects straight into heads (attention.MultiHeadAttention._project:
+    fewer ops to trace and to set up at a decoder's first call; a train step keeps the
+    graph its Grappler rewrites were measured on, which round differently on another).
+    ``Kernels()``: every rewrite, no C++ op, what a call outside any built function uses
+    (eager code, export.py's SavedModel)."""
 
     dense2d: bool = True
     xent_grad: bool = True
@@ -322,6 +330,7 @@ class Kernels:
     train_lib: Any = None
     decode_lib: Any = None
     jit_compile: bool = False
+    decoding: bool = False
 
     @classmethod
     def resolve(cls, off=(), decoding: bool = False, jit_compile: bool = False) -> "Kernels":
@@ -346,6 +355,7 @@ class Kernels:
             train_lib=lib if train else None,
             decode_lib=lib if decode else None,
             jit_compile=jit_compile,
+            decoding=decoding,
         )
 
     def for_xla(self) -> "Kernels":

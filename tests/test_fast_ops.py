@@ -68,7 +68,7 @@ def test_switches_cover_every_rewrite():
     assert set(fast_ops.SWITCHES) == names
     assert set(fast_ops.PRECISION) <= set(fast_ops.SWITCHES)
     fields = {f.name for f in fast_ops.dataclasses.fields(fast_ops.Kernels)}
-    assert fields == set(fast_ops.REWRITES) | {"train_lib", "decode_lib", "jit_compile"}
+    assert fields == set(fast_ops.REWRITES) | {"train_lib", "decode_lib", "jit_compile", "decoding"}
     assert set(fast_ops.REWRITES) == names - {"native_ln", "native_decode"}
 
 
@@ -82,6 +82,7 @@ def test_kernels_resolve_once_from_the_switches_the_device_and_the_environment(m
     assert (train.train_lib, train.decode_lib) == (sentinel, None)
     assert (decode.train_lib, decode.decode_lib) == (sentinel, sentinel)
     off = fast_ops.Kernels.resolve(["native_ln", "dense2d"], decoding=True)
+    assert (train.decoding, decode.decoding, off.decoding) == (False, True, True)
     assert (off.train_lib, off.decode_lib, off.dense2d, off.xent_grad) == (
         None, sentinel, False, True,
     )  # fmt: skip
@@ -448,3 +449,24 @@ def test_an_attention_step_traces_no_shape_ops_and_attends_as_the_full_layer(out
     types = _op_types(fn, tf.TensorSpec([None, 1, 16], tf.float32), heads, heads)
     assert not {"Shape", "StridedSlice", "ConcatV2"} & set(types)
     np.testing.assert_allclose(fn(query, k, v).numpy(), full.numpy(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("output_projection", [True, False])
+def test_a_decoders_attention_projects_straight_into_heads(output_projection):
+    """In a decoder (Kernels' ``decoding``), attention over T unknown positions
+    (the encoder's, and its keys/values for the decoder) multiplies the rows (N * T,
+    d_model) and reshapes them straight into heads: the train step's values bit for bit,
+    with half the shape ops; a train step keeps its graph (its Grappler rewrites)."""
+    layer = attention.MultiHeadAttention(16, 4, output_projection=output_projection)
+    rng = np.random.default_rng(5)
+    x = tf.constant(rng.normal(size=(3, 5, 16)).astype(np.float32))
+    spec = tf.TensorSpec([None, None, 16], tf.float32)
+    fn = {}
+    for decoding in (False, True):
+        chosen = fast_ops.Kernels(decoding=decoding)
+        fn[decoding] = tf.function(fast_ops.under(chosen, lambda q: layer(q, q)))
+    np.testing.assert_array_equal(fn[True](x).numpy(), fn[False](x).numpy())
+    shapes = {d: _op_types(f, spec).count("Shape") for d, f in fn.items()}
+    # one Shape per projection and one for the merge, from two each (W^O's unflatten
+    # included; without W^O, the merge has one either way, and the layer one of its own)
+    assert shapes == ({False: 8, True: 4} if output_projection else {False: 7, True: 4})
