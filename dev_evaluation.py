@@ -143,7 +143,7 @@ def evaluate(run: Run, bleu: bool = True) -> dict:
             greedy = translator.decode if translator.k == 1 else None
             with trainer.scored_weights():
                 summaries.attention(
-                    trainer.model,
+                    translator.model,  # the weights the translation above decoded
                     trainer.tok,
                     dev.src[0],
                     hp.max_len_extra,

@@ -342,9 +342,43 @@ class Dev:
             self.max_len = max(len(ids) for ids in tok.encode_tgt(self.ref)) + 10
 
     def translator(self, model, tok, hp: hparams.Hparams) -> Translator:
-        """The run's decoding settings under the subset's length limit."""
+        """The run's decoding settings under the subset's length limit
+        (:class:`DevTranslator`)."""
         limit = min(hp.max_len, self.max_len) if hp.max_len else self.max_len
-        return Translator(model, tok, hparams.apply(hp, {"max_len": limit}))
+        return DevTranslator(model, tok, hparams.apply(hp, {"max_len": limit}))
+
+
+class DevTranslator(Translator):
+    """The dev evaluation's Translator: it decodes in float32, as eval.py does unless
+    asked (checkpoints.load_run). Under mixed precision that is a float32 copy of the
+    model (``self.model``), built once (train.py: outside the strategy's scope), into which the
+    model's weights (``self.source``'s, as they are: the moving average's inside
+    Trainer.scored_weights) are copied before each translation.
+
+    So dev BLEU scores what eval.py will decode. Decoding in bfloat16 on a CPU also paid
+    for oneDNN's kernels, made for each new product shape and made again at every dev
+    evaluation once the train step's shapes had pushed them out of its cache: the
+    document-memory demo spent 28 % of its training time on dev evaluation (``python
+    train.py --demo_documents 0.5 --data_dir data/doc --prepro_dir prepro/doc --position
+    xl --memory_sentences 1 --num_epochs 12`` on a CPU with AVX512-BF16,
+    docs/performance.md)."""
+
+    def __init__(self, model, tok, hp: hparams.Hparams):
+        self.source = model
+        if model.compute_dtype != "float32":
+            policy = keras.mixed_precision.global_policy()
+            keras.mixed_precision.set_global_policy("float32")
+            try:
+                model = Transformer.from_hparams(hp, tok.src_vocab_size, tok.tgt_vocab_size)
+            finally:
+                keras.mixed_precision.set_global_policy(policy)
+        super().__init__(model, tok, hp)
+
+    def translate_ids(self, *args, **kwargs) -> list:
+        if self.model is not self.source:
+            for copy, weight in zip(self.model.weights, self.source.weights, strict=True):
+                copy.assign(weight)
+        return super().translate_ids(*args, **kwargs)
 
 
 class Health:

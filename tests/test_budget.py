@@ -437,6 +437,7 @@ def test_dev_bleu_subset_has_one_length_limit(demo_prepro):
         memory_sentences=0,
         target_memory_sentences=0,
         reads_documents=False,
+        compute_dtype="float32",
     )
     translator = dev.translator(model, tok, demo_prepro)
     assert translator.hp.max_len == dev.max_len

@@ -14,7 +14,9 @@ import fast_ops
 import native
 import variants
 from helpers import step_ops, tiny
-from trainer import Trainer
+from model import Transformer
+from trainer import Dev, Trainer
+from translator import Translator
 
 
 def trainer_for(demo_prepro, tmp_path, **kw) -> tuple[Trainer, list]:
@@ -200,3 +202,35 @@ def test_the_step_traces_the_kernels_its_trainer_resolved(demo_prepro, tmp_path)
     plain = tf.function(lambda s, d: trainer.model.forward(s, d, training=True))
     graph = plain.get_concrete_function(tf.constant(src), tf.constant(dec_in)).graph
     assert not {op.type for op in graph.get_operations()} & native_ln
+
+
+def test_dev_decodes_a_float32_copy_of_a_mixed_precision_model(demo_prepro, tmp_path):
+    """Under mixed precision the dev evaluation decodes a float32 copy of the model (what
+    eval.py decodes), the model's weights copied in at each translation: the moving
+    average's inside scored_weights, a restored checkpoint's, a later step's."""
+    trainer, _ = trainer_for(demo_prepro, tmp_path, precision="mixed_bfloat16", ema_decay=0.5)
+    model, tok, hp = trainer.model, trainer.tok, trainer.hp
+    dev = Dev(hp, tok)
+    translator = dev.translator(model, tok, hp)
+    assert model.compute_dtype == "bfloat16" and translator.source is model
+    assert translator.model is not model and translator.model.compute_dtype == "float32"
+    trainer.ema.shadows[0].assign(trainer.ema.shadows[0] + 1.0)  # the average moves apart
+    for later in range(2):
+        with trainer.scored_weights():
+            hyps = translator.translate(dev.src)
+            scored = values(model.weights)
+        for copy, value in zip(values(translator.model.weights), scored, strict=True):
+            np.testing.assert_array_equal(copy, value)
+        keras.mixed_precision.set_global_policy("float32")
+        float32 = Transformer.from_hparams(hp, tok.src_vocab_size, tok.tgt_vocab_size)
+        keras.mixed_precision.set_global_policy("mixed_bfloat16")
+        for weight, value in zip(float32.weights, scored, strict=True):
+            weight.assign(value)
+        assert Translator(float32, tok, translator.hp).translate(dev.src) == hyps
+        for weight in model.trainable_variables:  # a later step's weights
+            weight.assign(weight * 0.5)
+    copies = zip(values(translator.model.weights), values(model.weights))
+    assert not all(np.array_equal(copy, value) for copy, value in copies)  # until the next
+    keras.mixed_precision.set_global_policy("float32")  # a float32 model is decoded itself
+    plain = Transformer.from_hparams(hp, tok.src_vocab_size, tok.tgt_vocab_size)
+    assert dev.translator(plain, tok, hp).model is plain
