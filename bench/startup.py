@@ -1,7 +1,7 @@
 """Time to first translation: what a user waits for before the first line of output.
 
     python bench/startup.py --logdir log/multi30k [--tree /tmp/old] [--repeats 3]
-        [--ctranslate2]
+        [--ctranslate2 [--length_penalty ALPHA]]
 
 Rows, each the median of ``--repeats`` runs, this checkout and (``--tree``) another
 checkout interleaved (old, new, old, new, ...), both on this checkout's run folder:
@@ -21,7 +21,10 @@ checkout interleaved (old, new, old, new, ...), both on this checkout's run fold
   at once: inter_threads = the cores, 1 intra-op thread each; the run's length penalty,
   in CTranslate2's own formula |Y|^alpha where ours is GNMT's; its length budget the
   longest source's plus max_len_extra, ours each sentence's own), then the ratios of
-  the two.
+  the two. ``--length_penalty ALPHA`` gives both beams that penalty instead of the
+  run's (a beam's stop differs: ours once no live hypothesis can beat the best
+  finished one, T2T's exact rule, which a larger penalty makes later; CTranslate2's
+  once beam_size hypotheses have finished).
 """
 
 import argparse
@@ -176,7 +179,8 @@ def ctranslate2_model(logdir: str) -> tuple[str, dict]:
 
 
 def ctranslate2_seconds(folder: str, settings: dict, beam: int) -> float:
-    """CTranslate2's seconds for the run's test sentences in a fresh process (load excluded)."""
+    """CTranslate2's seconds for the run's test sentences in a fresh process (load
+    excluded), at the length penalty of ``settings``."""
     prepro_dir = os.path.join(ROOT, settings["prepro_dir"])  # a run's folders are relative
     sources = os.path.join(prepro_dir, "test.src")
     args = [str(beam), str(settings["length_penalty"]), str(settings["max_len_extra"])]
@@ -200,6 +204,12 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help=f"eval.py's timing line, greedy and beam {BEAM}, against CTranslate2's",
     )
+    ap.add_argument(
+        "--length_penalty",
+        type=float,
+        default=None,
+        help=f"with --ctranslate2: beam {BEAM}'s length penalty on both sides (default: the run's)",
+    )
     return ap
 
 
@@ -208,8 +218,12 @@ def main() -> None:
     args = ap.parse_args()
     if args.ctranslate2 and args.skip_eval:
         ap.error("--ctranslate2 compares eval.py's timing: drop --skip_eval")
+    if args.length_penalty is not None and not args.ctranslate2:
+        ap.error("--length_penalty is the beam's against CTranslate2's: add --ctranslate2")
     logdir = os.path.abspath(args.logdir)
     folder, settings = ctranslate2_model(logdir) if args.ctranslate2 else ("", {})
+    if args.length_penalty is not None:
+        settings["length_penalty"] = args.length_penalty
     try:
         measure(args, logdir, folder, settings)
     finally:
@@ -236,7 +250,13 @@ def measure(args, logdir: str, folder: str, settings: dict) -> None:
                 rows.setdefault(("eval.py on the test set, end to end", label), []).append(seconds)
                 rows.setdefault(("  its own timing line, greedy", label), []).append(own)
             if args.ctranslate2:
-                own = eval_end_to_end(tree, logdir, results, "--beam_size", str(BEAM))[1]
+                beam = [
+                    "--beam_size",
+                    str(BEAM),
+                    "--length_penalty",
+                    str(settings["length_penalty"]),
+                ]
+                own = eval_end_to_end(tree, logdir, results, *beam)[1]
                 rows.setdefault((f"  its own timing line, beam {BEAM}", label), []).append(own)
         for beam in (1, BEAM) if args.ctranslate2 else ():
             name = "greedy" if beam == 1 else f"beam {beam}"
@@ -247,7 +267,8 @@ def measure(args, logdir: str, folder: str, settings: dict) -> None:
         for name, times in json_run(tree, TRACE, logdir, str(args.repeats)).items():
             rows[(f"trace: {name}", label)] = times
     width = max(len(name) for name, _ in rows) + 2
-    print(f"median seconds of {args.repeats} runs; {logdir}")
+    alpha = f"; beam {BEAM} at length penalty {settings['length_penalty']:g}" if settings else ""
+    print(f"median seconds of {args.repeats} runs; {logdir}{alpha}")
     labels = list(trees)
     print(f"{'':<{width}}" + "".join(f"{label:>16}" for label in labels))
     names = list(dict.fromkeys(name for name, _ in rows))

@@ -965,18 +965,24 @@ def test_the_anchor_prints_each_ablated_pair_and_leaves_it_out_of_the_best(capsy
     assert out[-2].endswith("best layout: 2.00x; both one batch at a time on every core: 2.00x")
 
 
-def test_startup_refuses_ctranslate2_without_eval():
-    """--ctranslate2 compares eval.py's timing line: with --skip_eval it is refused at once."""
+@pytest.mark.parametrize(
+    "options, error",
+    [
+        (["--ctranslate2", "--skip_eval"], "compares eval.py's timing: drop --skip_eval"),
+        (["--length_penalty", "0.6"], "the beam's against CTranslate2's: add --ctranslate2"),
+    ],
+)
+def test_startup_refuses_what_it_cannot_compare(options, error):
+    """--ctranslate2 compares eval.py's timing line: with --skip_eval it is refused at
+    once; --length_penalty is the beam's against CTranslate2's: alone, refused too."""
     proc = subprocess.run(
-        [sys.executable, "bench/startup.py", "--logdir", "none", "--ctranslate2", "--skip_eval"],
+        [sys.executable, "bench/startup.py", "--logdir", "none", *options],
         cwd=os.path.dirname(BENCH),
         capture_output=True,
         text=True,
     )
     assert proc.returncode == 2
-    assert proc.stderr.splitlines()[-1].endswith(
-        "--ctranslate2 compares eval.py's timing: drop --skip_eval"
-    )
+    assert proc.stderr.splitlines()[-1].endswith(error)
 
 
 @pytest.mark.slow
@@ -985,18 +991,20 @@ def test_startup_times_each_part_of_the_first_translation_and_ctranslate2s(quick
     translate.py, the parts of its wait (imports, restore, trace, decode), eval.py end to
     end and its own timing line (greedy and beam 4), CTranslate2's seconds on the same
     test sentences in a fresh process, and the trace times with and without autograph,
-    each a positive number of seconds; then the ratios of eval.py to CTranslate2."""
+    each a positive number of seconds; then the ratios of eval.py to CTranslate2. Both
+    beams at the length penalty asked for (--length_penalty: the title says which)."""
     pytest.importorskip("ctranslate2")
     hp, _ = quick_run
     proc = subprocess.run(
         [sys.executable, "bench/startup.py", "--logdir", hp.logdir, "--repeats", "1"]
-        + ["--ctranslate2"],
+        + ["--ctranslate2", "--length_penalty", "0.25"],
         cwd=os.path.dirname(BENCH),
         capture_output=True,
         text=True,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = proc.stdout.splitlines()
+    assert lines[0].endswith("; beam 4 at length penalty 0.25"), lines[0]
     rows = {}
     for line in lines[2:-2]:  # the title and the column labels first, the ratios last
         name, _, value = line.rstrip().rpartition(" ")
