@@ -192,7 +192,8 @@ class MultiHeadAttention(keras.layers.Layer):
         """(N, h, T, d_k) -> Concat(heads) W^O (N, T, d_model); Concat(heads) without W^O.
         In a decoder with the dense2d switch, W^O multiplies the rows (N * T, d_model) of
         the concatenated heads, as in :meth:`_project`."""
-        dense2d = fast_ops.kernels().dense2d
+        chosen = fast_ops.kernels()
+        dense2d = chosen.dense2d
         w_o = cast(self.w_o.value, self.compute_dtype) if self.output_projection else None
         if heads.shape[2] == 1:  # one position: the same memory, no copy
             if w_o is None:
@@ -200,7 +201,7 @@ class MultiHeadAttention(keras.layers.Layer):
             rows = tf.reshape(heads, (-1, self.d_model) if dense2d else (-1, 1, self.d_model))
             return tf.reshape(fast_ops.dense(rows, w_o), (-1, 1, self.d_model))
         positions = tf.transpose(heads, (0, 2, 1, 3))  # (N, T, h, d_k)
-        if w_o is None or not (dense2d and fast_ops.kernels().decoding):
+        if w_o is None or not (dense2d and chosen.decoding):
             concat = tf.reshape(positions, tf.concat([tf.shape(positions)[:2], [self.d_model]], 0))
             return concat if w_o is None else fast_ops.dense(concat, w_o)
         out = tf.matmul(tf.reshape(positions, (-1, self.d_model)), w_o)

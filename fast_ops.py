@@ -96,10 +96,12 @@ def unflatten(y, x, last: tuple | None = None, lead: int | None = None):
     last ones are known statically, as in a decoding step's (N, 1, d_model), one reshape
     to (-1, ..., d_out): no shape ops to trace, nor to run at each step of a decoding
     loop (the same values either way)."""
-    lead = x.shape.rank - 1 if lead is None else lead
-    inner = x.shape[1:lead]
+    rank = x.shape.rank
+    if lead is None:
+        lead = -1 if rank is None else rank - 1
     last = (y.shape[-1],) if last is None else tuple(last)
-    if lead >= 1 and all(last) and inner.is_fully_defined() and all(inner):
+    inner = x.shape[1:lead] if rank is not None else None
+    if rank is not None and lead >= 1 and all(last) and inner.is_fully_defined() and all(inner):
         return tf.reshape(y, (-1, *inner, *last))
     if all(d is not None for d in last):
         return tf.reshape(y, tf.concat([tf.shape(x)[:lead], last], 0))

@@ -433,6 +433,24 @@ def test_a_decoding_steps_projections_trace_no_shape_ops():
     np.testing.assert_allclose(fn(x).numpy(), x @ w.numpy(), rtol=1e-5, atol=1e-5)
 
 
+def test_unflatten_reshapes_rows_to_the_leading_dimensions_known_or_not():
+    """fast_ops.unflatten: rows (M, d) back to x's leading dimensions (all but the last,
+    or the first ``lead``), ending in d or in ``last``; x of unknown rank too."""
+    y = tf.reshape(tf.range(60.0), (10, 6))
+    cases = [  # (x's spec, last, lead, the shape out)
+        (tf.TensorSpec(None), None, None, (2, 5, 6)),
+        (tf.TensorSpec([None, None, 4]), (2, 3), None, (2, 5, 2, 3)),
+        (tf.TensorSpec([None, 5, 4]), (2, 3), None, (2, 5, 2, 3)),
+        (tf.TensorSpec([None, None, 7, 4]), None, 2, (2, 5, 6)),
+    ]
+    for spec, last, lead, shape in cases:
+        fn = tf.function(lambda x, last=last, lead=lead: fast_ops.unflatten(y, x, last, lead))
+        x = tf.zeros((2, 5, 7, 4) if lead == 2 else (2, 5, 4))
+        out = fn.get_concrete_function(spec)(x)
+        np.testing.assert_array_equal(tf.reshape(out, (10, 6)), y)
+        assert out.shape == shape
+
+
 @pytest.mark.parametrize("output_projection", [True, False])
 def test_an_attention_step_traces_no_shape_ops_and_attends_as_the_full_layer(output_projection):
     """MultiHeadAttention.attend_step of one query position over cached heads: the full
