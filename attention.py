@@ -237,29 +237,37 @@ class MultiHeadAttention(keras.layers.Layer):
             q, k, v, mask, self.dropout, training, self.scale, bias, query_mask, value_term
         )
 
-    def attend_step(self, query, k, v, mask=None, query_mask=None, offset=0, k_offset=0):
+    def attend_step(self, query, k, v, mask=None, query_mask=None, offset=0, k_offset=0, rows=None):
         """``attend(...)[0]`` of one query position, query (N, 1, d_model) -> (N, 1,
         d_model) (a decoding step). Where the decoder's kernels hold the C++ library
         and only the content logits enter (no relative bias or value term, no query mask,
         float32), the scaled dot products, the mask, the softmax and the weighted sum of
         every head are one kernel. k, v: (N, h, T_k, d_k); mask (N or 1, 1, 1, T_k) bool
-        or None. That kernel also takes k, v (N / g, h, T_k, d_k) and mask (N / g or 1, 1,
-        1, T_k), each key row serving g consecutive queries: a beam's g hypotheses of one
-        sentence over its one copy of the encoder's keys/values (where
-        :meth:`model.Transformer.shares_sentence_rows`). See 3.2.1, 3.2.2."""
+        or None. ``rows`` (N,) int32: query row r reads key and mask row rows[r] of k, v
+        (M, h, T_k, d_k) and mask (M or 1, 1, 1, T_k): a search's hypotheses over one copy
+        of their sentence's encoder keys/values (where
+        :meth:`model.Transformer.reads_memory_rows`; the kernel reads them in place, the
+        other path gathers them). See 3.2.1, 3.2.2."""
         lib = fast_ops.kernels().decode_lib
         q, bias, value_term = self._query(query, k, None, offset, k_offset)
         plain = bias is None and value_term is None and query_mask is None
         if lib is None or not plain or q.dtype != tf.float32:
+            if rows is not None:
+                k, v = tf.gather(k, rows), tf.gather(v, rows)
+                if mask is not None and mask.shape[0] != 1:
+                    mask = tf.gather(mask, rows)
             heads, _ = scaled_dot_product_attention(
                 q, k, v, mask, None, False, self.scale, bias, query_mask, value_term
             )
         else:
-            flat = tf.zeros((0,), tf.bool)  # (N or 1, T_k) where there is a mask
+            flat = tf.zeros((0,), tf.bool)  # (M or 1, T_k) where there is a mask
             if mask is not None:
                 flat = tf.squeeze(mask, axis=(1, 2))
             div = math.sqrt(float(self.d_k)) if self.scale else 1.0
-            heads = lib.native_step_attention(q, k, v, flat, div=div, masked_value=MASK_VALUE)
+            index = tf.zeros((0,), tf.int32) if rows is None else rows
+            heads = lib.native_step_attention(
+                q, k, v, flat, index, div=div, masked_value=MASK_VALUE
+            )
         return self._merge(heads)
 
     def call(

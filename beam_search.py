@@ -22,11 +22,12 @@ NEG = -1e9  # the log-probability of an empty beam slot
 
 class BeamState(NamedTuple):
     """The search state of :func:`beam_loop` over the R sentences still searching, each
-    with k hypotheses."""
+    with k slots of hypotheses; the decoder computes the n live ones (not empty) only."""
 
     sentence: tf.Tensor  # (R,) int32: each one's row in src
     limits: tf.Tensor  # (R,) int32: its budget (steps)
-    tokens: tf.Tensor  # (R * k,) int32: each alive hypothesis's last token (R at step 0)
+    rows: tf.Tensor  # (n,) int32: each live hypothesis's slot r * k + j: the cache's rows
+    tokens: tf.Tensor  # (n,) int32: each live hypothesis's last token
     alive_seq: tf.Tensor  # (R, k, L) int32: the alive hypotheses
     alive_logp: tf.Tensor  # (R, k) float32: their log-probabilities (NEG: an empty slot)
     fin_seq: tf.Tensor  # (R, k, L) int32: the finished hypotheses (ended by </S>)
@@ -36,7 +37,7 @@ class BeamState(NamedTuple):
     def shapes(k: int) -> BeamState:
         """The loop's shape invariants: the sentences leave, the buffers keep L."""
         free, seqs, scores = [tf.TensorShape(s) for s in ([None], [None, k, None], [None, k])]
-        return BeamState(free, free, free, seqs, scores, seqs, scores)
+        return BeamState(free, free, free, free, seqs, scores, seqs, scores)
 
 
 def beam_loop(
@@ -58,22 +59,20 @@ def beam_loop(
     At each step every alive hypothesis is extended by every token and the k best
     extensions are kept; those ending in </S> move to a separate finished set (scored
     with the length penalty at their own length), so a shorter finished hypothesis is
-    never pushed out by longer, worse alive ones, and their slot stays empty. A
-    sentence stops once its ``n_best`` (1 <= n_best <= k) best are final (:func:`searching`)
-    or after ``its source length + extra`` steps; they are then written out and its rows
-    leave the batch, so that later steps compute (and reorder the caches of) the
-    sentences still searching only, as in :func:`greedy_loop`. The first step, where a
-    sentence's k hypotheses are all <S>, runs once per sentence, as do the encoder-side
-    keys/values of the cache; both are then repeated for the k hypotheses (the keys/values
-    stay one per sentence where ``model.shares_sentence_rows()``). With k = 1
-    this is exactly greedy decoding. ``model`` needs
-    encode / init_cache / decode_step / reorder_cache / select_rows (and, optionally,
-    shares_sentence_rows: model.Transformer's); ``encoded`` and
-    ``context`` as in :func:`greedy_loop` (a document's context enters the encoder once
-    per sentence, and the beams share its output; the keys/values of the decoder's
-    memory are computed once per sentence and never reordered). ``prefix``: a
-    :class:`greedy_search.Prefix` each sentence's search is forced through first (one
-    hypothesis, scored with the prefix tokens' log-probabilities), then searches freely.
+    never pushed out by longer, worse alive ones, and their slot stays empty, as does
+    the slot of an alive hypothesis that can no longer beat the ``n_best``-th finished
+    one (:func:`beam_step`). The decoder computes the live slots only: one per sentence
+    at the first step (its k hypotheses are all <S>), then those neither empty nor
+    beaten. A sentence stops once its ``n_best`` (1 <= n_best <= k) best are final
+    (:func:`searching`) or after ``its source length + extra`` steps; they are then
+    written out and its rows leave the batch, as in :func:`greedy_loop`. With k = 1
+    this is exactly greedy decoding. ``model`` needs encode / init_cache / decode_step /
+    select_rows / cache_shapes (model.Transformer's; where it reads the encoder's side
+    of the cache in place, its ``memory_rows``, a sentence's hypotheses share one copy
+    of it); ``encoded`` and ``context`` as in :func:`greedy_loop` (a document's context
+    enters the encoder once per sentence). ``prefix``: a :class:`greedy_search.Prefix`
+    each sentence's search is forced through first (one hypothesis, scored with the
+    prefix tokens' log-probabilities), then searches freely.
     """
     k = beam_size
     if not 1 <= n_best <= k:
@@ -81,9 +80,7 @@ def beam_loop(
     memory, mask = model.encode(src) if encoded is None else encoded
     n = tf.shape(src)[0]
     limits, longest = decode_budgets(model, src, extra, max_len, prefix)
-    cache = init_cache(model, memory, mask, context)  # N rows until the first step's end
-    # a sentence's k hypotheses read one copy of its encoder side (memory_mask, cross_k/v)
-    shared = getattr(model, "shares_sentence_rows", lambda: False)()
+    cache = init_cache(model, memory, mask, context)  # one row per live hypothesis
     search = first_search(n, k, limits, longest)
     done = (tf.zeros((n, k, longest), tf.int32), tf.fill((n, k), NEG))  # the results
 
@@ -92,13 +89,10 @@ def beam_loop(
 
     def body(i, search, done, cache):
         logits, cache = model.decode_step(search.tokens, cache)
-        logits, cache = tf.cond(
-            tf.equal(i, 0),
-            lambda: hypotheses_of_first(model, logits, cache, k, shared),
-            lambda: (logits, cache),
-        )
-        forced = None if prefix is None else prefix.forced(i, tf.repeat(search.sentence, k))
-        search, source_rows = beam_step(i, logits, search, alpha, forced)
+        forced = None
+        if prefix is not None:
+            forced = prefix.forced(i, tf.gather(search.sentence, search.rows // k))
+        search, cache_rows = beam_step(i, logits, search, alpha, n_best, forced)
         still = searching(i + 1, search, alpha, n_best)  # (R,)
         all_still = tf.reduce_all(still)
         done = tf.cond(
@@ -106,13 +100,12 @@ def beam_loop(
             lambda: done,
             lambda: write_finished(i + 1, search, still, done, alpha),
         )
-        cache = model.reorder_cache(cache, source_rows)
-        search, cache = tf.cond(
+        search, cache_rows = tf.cond(
             all_still,
-            lambda: (search, cache),
-            lambda: drop_sentences(model, search, cache, still, k, shared),
+            lambda: (search, cache_rows),
+            lambda: drop_sentences(search, cache_rows, still, k),
         )
-        return i + 1, search, done, cache
+        return i + 1, search, done, model.select_rows(cache, cache_rows)
 
     loop_vars = (tf.constant(0), search, done, cache)
     shapes = loop_shapes(model, k, done, cache)
@@ -127,21 +120,14 @@ def loop_shapes(model, k: int, done: tuple, cache) -> tuple:
     return tf.TensorShape([]), BeamState.shapes(k), done_shapes, model.cache_shapes(cache)
 
 
-def select_hypotheses(model, cache, rows, sentences, shared: bool):
-    """model.select_rows of the hypothesis rows ``rows``; where ``shared``
-    (model.shares_sentence_rows), the encoder's side of the cache by ``sentences``."""
-    if shared:
-        return model.select_rows(cache, rows, sentences)
-    return model.select_rows(cache, rows)
-
-
 def first_search(n, k: int, limits, longest):
     """The :class:`BeamState` before the first step, for n sentences with budgets limits
-    (n,) and buffers of ``longest`` tokens: one <S> per sentence (until the first step's
-    end), its k hypotheses <S> (log-probability 0) and k - 1 empty slots, none finished."""
+    (n,) and buffers of ``longest`` tokens: each sentence's k hypotheses <S>, the first
+    (log-probability 0) live, k - 1 empty slots, none finished."""
     return BeamState(
         tf.range(n),
         limits,
+        tf.range(n) * k,
         tf.fill((n,), data_load.BOS_ID),
         tf.zeros((n, k, longest), tf.int32),
         tf.tile(tf.concat([[0.0], tf.fill([k - 1], NEG)], 0)[None], (n, 1)),
@@ -150,59 +136,56 @@ def first_search(n, k: int, limits, longest):
     )
 
 
-def hypotheses_of_first(model, logits, cache, k: int, shared: bool = False):
-    """The first step's logits (N, V) and cache, of one row per sentence, as its k
-    hypotheses' (N * k rows, each sentence's k together); where ``shared``
-    (model.shares_sentence_rows), the encoder's side of the cache stays one row per
-    sentence."""
-    n = tf.shape(logits)[0]
-    rows = tf.repeat(tf.range(n), k)
-    return tf.gather(logits, rows), select_hypotheses(model, cache, rows, tf.range(n), shared)
-
-
-def beam_step(i, logits, search: BeamState, alpha: float, forced=None):
-    """One step of :func:`beam_loop` for R sentences still searching: the logits (R * k,
-    V) of their alive hypotheses extend them (``forced``: see :func:`best_extensions`);
-    returns the new :class:`BeamState` and, for each new alive hypothesis, the row of the
-    hypothesis it extends (R * k,), which its cache must follow."""
+def beam_step(i, logits, search: BeamState, alpha: float, n_best: int = 1, forced=None):
+    """One step of :func:`beam_loop` for R sentences still searching: the logits (n, V)
+    of their live hypotheses extend them (``forced``: see :func:`best_extensions`);
+    returns the new :class:`BeamState` and, for each new live hypothesis, the row of the
+    hypothesis it extends (n',), which its cache must follow. A new alive hypothesis
+    that cannot beat its sentence's ``n_best``-th finished one, even at its longest
+    (:func:`can_win`), leaves its slot empty: neither it nor what it would push out of
+    the beam could, so the n_best best are those of the beam that keeps it."""
     alive_logp, fin_seq, fin_score = search.alive_logp, search.fin_seq, search.fin_score
     r, k = tf.shape(alive_logp)[0], alive_logp.shape[1]
-    top_logp, beam, tok = best_extensions(logits, alive_logp, forced)
+    top_logp, beam, tok = best_extensions(logits, alive_logp, search.rows, forced)
     seq = tf.gather(search.alive_seq, beam, batch_dims=1)
     # position i of each (N, k, L) row becomes its token (a select, not keras'
     # slice_update: an XLA op that TensorFlow compiles and runs apart at every step)
     seq = tf.where(tf.equal(tf.range(tf.shape(seq)[2]), i), tok[:, :, None], seq)
     ended = tf.logical_or(tf.equal(tok, data_load.EOS_ID), top_logp <= NEG / 2)
     fin_seq, fin_score = merge_finished(fin_seq, fin_score, seq, tok, top_logp, i, alpha)
-    # alive set: the extensions that did not end; ended slots become empty
-    alive_logp = tf.where(ended, NEG, top_logp)
+    # alive set: the extensions that did not end and can win; the others' slots are empty
+    beaten = tf.logical_not(can_win(top_logp, search.limits, fin_score, alpha, n_best))
+    alive_logp = tf.where(tf.logical_or(ended, beaten), NEG, top_logp)
     order = tf.argsort(alive_logp, axis=1, direction="DESCENDING", stable=True)
     alive_logp = tf.gather(alive_logp, order, batch_dims=1)
     alive_seq = tf.gather(seq, order, batch_dims=1)
-    tokens = tf.reshape(tf.gather(tok, order, batch_dims=1), (-1,))
     source_beam = tf.gather(beam, order, batch_dims=1)
-    source_rows = tf.reshape(source_beam + (tf.range(r) * k)[:, None], (-1,))
+    source_slots = tf.reshape(source_beam + (tf.range(r) * k)[:, None], (-1,))
+    live = tf.cast(tf.where(tf.reshape(alive_logp, (-1,)) > NEG / 2)[:, 0], tf.int32)
+    # the cache row of each slot of the step (of a live one: the others are never read)
+    row_of_slot = tf.scatter_nd(search.rows[:, None], tf.range(tf.size(search.rows)), [r * k])
+    cache_rows = tf.gather(row_of_slot, tf.gather(source_slots, live))
+    tokens = tf.gather(tf.reshape(tf.gather(tok, order, batch_dims=1), (-1,)), live)
     # (every sentence here is within its budget: one leaves the search at its limit)
-    state = search._replace(
-        tokens=tokens, alive_seq=alive_seq, alive_logp=alive_logp, fin_seq=fin_seq
-    )
-    return state._replace(fin_score=fin_score), source_rows
+    state = search._replace(rows=live, tokens=tokens, alive_seq=alive_seq, alive_logp=alive_logp)
+    return state._replace(fin_seq=fin_seq, fin_score=fin_score), cache_rows
 
 
-def best_extensions(logits, alive_logp, forced=None):
+def best_extensions(logits, alive_logp, rows, forced=None):
     """The k best extensions of each sentence's k alive hypotheses (log-probabilities
-    alive_logp (R, k)) by one token, from the logits (R * k, V): (their log-probabilities,
-    the hypothesis each extends, the token), each (R, k), best first. A hypothesis's own
-    k best tokens hold every one of those, so the top-k runs over k * k candidates, the
-    log-softmax over those alone: (z - max z) - log sum exp(z - max z), the arithmetic of
+    alive_logp (R, k)) by one token, from the logits (n, V) of the live ones, in slots
+    ``rows`` (n,) (an empty slot has none): (their log-probabilities, the hypothesis each
+    extends, the token), each (R, k), best first. A hypothesis's own k best tokens hold
+    every one of those, so the top-k runs over k * k candidates, the log-softmax over
+    those alone: (z - max z) - log sum exp(z - max z), the arithmetic of
     tf.nn.log_softmax (one C++ kernel where the decoder's kernels hold the library).
-    ``forced``: (inside (R * k,) bool, token (R * k,) int32) of a target prefix: a
-    hypothesis inside its prefix has one extension, by the prefix's token, at its
-    log-probability (:class:`greedy_search.Prefix`)."""
+    ``forced``: (inside (n,) bool, token (n,) int32) of a target prefix: a hypothesis
+    inside its prefix has one extension, by the prefix's token, at its log-probability
+    (:class:`greedy_search.Prefix`)."""
     r, k = tf.shape(alive_logp)[0], alive_logp.shape[1]
     lib = fast_ops.kernels().decode_lib
     if lib is not None and logits.dtype == tf.float32:
-        row_logp, row_tok = lib.native_top_log_softmax(logits, k=k)  # (R * k, k)
+        row_logp, row_tok = lib.native_top_log_softmax(logits, k=k)  # (n, k)
     else:
         z_max = tf.reduce_max(logits, axis=-1, keepdims=True)
         log_sum = tf.math.log(tf.reduce_sum(tf.exp(logits - z_max), axis=-1, keepdims=True))
@@ -210,6 +193,9 @@ def best_extensions(logits, alive_logp, forced=None):
         row_logp = (row_z - z_max) - log_sum
     if forced is not None:
         row_logp, row_tok = forced_extensions(logits, row_logp, row_tok, *forced)
+    # each slot's k extensions, (R * k, k): an empty slot's at NEG + 0, behind every other
+    row_logp = tf.scatter_nd(rows[:, None], row_logp, [r * k, k])
+    row_tok = tf.scatter_nd(rows[:, None], row_tok, [r * k, k])
     cand = tf.reshape(alive_logp[:, :, None] + tf.reshape(row_logp, (r, k, k)), (r, k * k))
     top_logp, top_idx = tf.math.top_k(cand, k=k)
     tok = tf.gather(tf.reshape(row_tok, (r, k * k)), top_idx, batch_dims=1)
@@ -231,16 +217,23 @@ def forced_extensions(logits, row_logp, row_tok, inside, token):
     )
 
 
+def can_win(logp, limits, fin_score, alpha: float, n_best: int):
+    """(R, k) bool: whether each alive hypothesis (log-probabilities ``logp`` (R, k), NEG:
+    an empty slot) can still beat its sentence's ``n_best``-th finished one (scores
+    ``fin_score`` (R, k)), even at its longest (budget ``limits`` (R,)), where the length
+    penalty divides the least: a later token only lowers its log-probability."""
+    best_possible = logp / length_penalty(limits, alpha)[:, None]
+    return tf.logical_and(logp > NEG / 2, best_possible > fin_score[:, n_best - 1 : n_best])
+
+
 def searching(i, search: BeamState, alpha: float, n_best: int):
     """(R,) bool: which sentences search on at step i: one with an alive hypothesis that
-    can still beat its ``n_best``-th finished one (even at its longest, where the length
-    penalty divides the least), within its budget. A finished hypothesis's score never
-    changes and a later one only ties it at best (ties keep the earlier), so the
-    n_best best stay as they are once none can."""
-    limits, alive_logp, fin_score = search.limits, search.alive_logp, search.fin_score
-    best_possible = alive_logp[:, 0] / length_penalty(limits, alpha)
-    open_ = tf.logical_and(alive_logp[:, 0] > NEG / 2, best_possible > fin_score[:, n_best - 1])
-    return tf.logical_and(open_, i < limits)
+    can still beat its ``n_best``-th finished one (:func:`can_win`), within its budget.
+    A finished hypothesis's score never changes and a later one only ties it at best
+    (ties keep the earlier), so the n_best best stay as they are once none can."""
+    best = search.alive_logp[:, :1]  # the alive are sorted, best first
+    open_ = can_win(best, search.limits, search.fin_score, alpha, n_best)[:, 0]
+    return tf.logical_and(open_, i < search.limits)
 
 
 def write_finished(i, search: BeamState, still, done: tuple, alpha: float) -> tuple:
@@ -259,14 +252,18 @@ def write_finished(i, search: BeamState, still, done: tuple, alpha: float) -> tu
     )
 
 
-def drop_sentences(model, search: BeamState, cache, still, k: int, shared: bool = False):
-    """The search state and the cache of the sentences that search on (``still``) only;
-    where ``shared``, the encoder's side of the cache has one row per sentence."""
+def drop_sentences(search: BeamState, cache_rows, still, k: int):
+    """The search state of the sentences that search on (``still`` (R,)) only, and the
+    cache rows (n',) of its live hypotheses among ``cache_rows``."""
     keep = tf.cast(tf.where(still)[:, 0], tf.int32)
-    rows = tf.reshape(keep[:, None] * k + tf.range(k)[None, :], (-1,))
-    kept = BeamState(*(tf.gather(t, keep) for t in search))
-    cache = select_hypotheses(model, cache, rows, keep, shared)
-    return kept._replace(tokens=tf.gather(search.tokens, rows)), cache
+    position = tf.cumsum(tf.cast(still, tf.int32), exclusive=True)  # each one's new row
+    sentence = search.rows // k
+    picked = tf.cast(tf.where(tf.gather(still, sentence))[:, 0], tf.int32)
+    rows = tf.gather(position, tf.gather(sentence, picked)) * k + tf.gather(search.rows, picked) % k
+    per_sentence = [tf.gather(t, keep) for t in (search.sentence, search.limits)]
+    per_slot = [tf.gather(t, keep) for t in search[4:]]
+    kept = BeamState(*per_sentence, rows, tf.gather(search.tokens, picked), *per_slot)
+    return kept, tf.gather(cache_rows, picked)
 
 
 def merge_finished(fin_seq, fin_score, seq, tok, top_logp, i, alpha: float):

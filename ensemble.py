@@ -30,7 +30,7 @@ def mixture(log_probs: list):
 class Ensemble:
     """M :class:`model.Transformer` of one vocabulary as one model of the decoding
     protocol that the search loops take (encode / init_cache / decode_step / select_rows /
-    reorder_cache / cache_shapes, and a teacher-forced call): each step's "logits" (N, V)
+    cache_shapes, and a teacher-forced call): each step's "logits" (N, V)
     are the mixture's log-probabilities (:func:`mixture`); the caches are a tuple, one per
     run. Sources are cut to the shortest ``max_length`` of the runs."""
 
@@ -61,14 +61,8 @@ class Ensemble:
             new.append(cache)
         return mixture(log_probs), tuple(new)
 
-    def reorder_cache(self, caches, index):
-        return tuple(m.reorder_cache(c, index) for m, c in zip(self.models, caches))
-
-    def shares_sentence_rows(self) -> bool:
-        return all(m.shares_sentence_rows() for m in self.models)
-
-    def select_rows(self, caches, index, sentences=None):
-        return tuple(m.select_rows(c, index, sentences) for m, c in zip(self.models, caches))
+    def select_rows(self, caches, index):
+        return tuple(m.select_rows(c, index) for m, c in zip(self.models, caches))
 
     def cache_shapes(self, caches):
         return tuple(m.cache_shapes(c) for m, c in zip(self.models, caches))

@@ -9,7 +9,7 @@ temperature, as CTranslate2's ``sampling_topk``, ``sampling_topp`` and
 document_decoding.py's; the Translator (translator.py) batches them.
 
 A loop needs from ``model`` only encode / init_cache / decode_step / select_rows /
-cache_shapes (and reorder_cache for a beam): model.Transformer, or ensemble.Ensemble.
+cache_shapes: model.Transformer, or ensemble.Ensemble.
 """
 
 from __future__ import annotations

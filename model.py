@@ -472,78 +472,66 @@ class Transformer(keras.Model):
         memory as :meth:`decode` takes it, also the earlier target sentences' keys/values).
         ``memory_mask`` and every layer entry have the batch on axis 0; ``order`` (N,)
         int32: the rows of the layers' self-attention keys/values that each row of the
-        batch continues, gathered at the next step (:meth:`lazy_reorder`)."""
+        batch continues, gathered at the next step (:meth:`lazy_reorder`); where
+        :meth:`reads_memory_rows`, ``memory_rows`` (N,) int32: the row of the encoder's
+        side (``memory_mask``, each layer's ``cross_k``, ``cross_v``) that each row reads."""
         output = self.tgt_embedding.transposed() if self.tie_softmax else tf.zeros((0,))
         layers = [
             layer.init_cache(memory, **({} if context is None else {"earlier": context[i]}))
             for i, layer in enumerate(self.decoder_layers)
         ]
-        return {
-            "step": tf.constant(0, tf.int32),
-            "memory_mask": memory_mask,
-            "output": output,
-            "layers": layers,
-            "order": tf.range(tf.shape(memory)[0]),
-        }
+        n = tf.shape(memory)[0]
+        cache = {"step": tf.constant(0, tf.int32), "memory_mask": memory_mask}
+        cache.update(output=output, layers=layers, order=tf.range(n))
+        if self.reads_memory_rows():
+            cache["memory_rows"] = tf.range(n)
+        return cache
 
     def lazy_reorder(self) -> bool:
         """Whether the decoding step traced now gathers the rows of the self-attention
         keys/values as it appends a position (fast_ops.gather_append: one copy, where the
         decoder's kernels hold the C++ library and the layers are the paper's), so that
-        :meth:`reorder_cache` and :meth:`select_rows` only record the rows in ``order``;
-        else they gather the keys/values at once."""
+        :meth:`select_rows` only records the rows in ``order``; else it gathers the
+        keys/values at once."""
         return fast_ops.kernels().decode_lib is not None and all(
             isinstance(layer, modules.DecoderLayer) for layer in self.decoder_layers
         )
 
-    def reorder_cache(self, cache, index):
-        """The cache of rows ``index`` of the batch after a beam-search step (the
-        hypotheses of each sentence reordered among themselves)."""
-        if self.lazy_reorder():
-            return dict(cache, order=tf.gather(cache["order"], index))
-        layers = [
-            layer.reorder_cache(c, index) for layer, c in zip(self.decoder_layers, cache["layers"])
-        ]
-        return dict(cache, layers=layers)
-
-    def shares_sentence_rows(self) -> bool:
-        """Whether the decoding step traced now lets a beam's hypotheses of one sentence
-        share one row of the encoder's side of the cache (``memory_mask`` and each layer's
-        ``cross_k``, ``cross_v``): where :meth:`lazy_reorder` and every cross-attention
-        runs as one C++ kernel (float32, no query mask, no relative positions), which
-        reads key row r // k for query row r (attention.MultiHeadAttention.attend_step).
-        A beam step then reads one copy of the sentence's keys/values, not k, and a beam
-        that drops sentences copies a k-th of them (:meth:`select_rows`'s
-        ``sentences``)."""
+    def reads_memory_rows(self) -> bool:
+        """Whether the decoding step traced now reads the encoder's side of the cache
+        (``memory_mask`` and each layer's ``cross_k``, ``cross_v``) in place, row
+        ``memory_rows[r]`` for batch row r: where :meth:`lazy_reorder` and every
+        cross-attention runs as one C++ kernel (float32, no query mask, no relative
+        positions; attention.MultiHeadAttention.attend_step). A beam's hypotheses then
+        read one copy of their sentence's keys/values, and a search that picks rows
+        (:meth:`select_rows`) copies none of them."""
         return (
             self.lazy_reorder()
             and not self.query_masking
             and all(_one_kernel_cross_attention(layer) for layer in self.decoder_layers)
         )
 
-    def select_rows(self, cache, index, sentences=None):
-        """The cache of the rows ``index`` (N',) of the batch, every per-row entry gathered
-        (greedy decoding drops the sentences that have ended), the self-attention
-        keys/values at the next step where :meth:`lazy_reorder`. ``sentences``: where a
-        beam's hypotheses share their sentence's row of the encoder's side
-        (:meth:`shares_sentence_rows`), the rows of that side to keep (N' / k,), gathered
-        by them instead of ``index``."""
+    def select_rows(self, cache, index):
+        """The cache of the rows ``index`` (N',) of the batch: the hypotheses a beam step
+        keeps (a row may be picked twice), the sentences a search keeps. Every per-row
+        entry is gathered, but the self-attention keys/values at the next step where
+        :meth:`lazy_reorder`, and the encoder's side where :meth:`reads_memory_rows`
+        (its ``memory_rows`` are gathered instead)."""
         lazy = ("k", "v") if self.lazy_reorder() else ()
-        shared = ("cross_k", "cross_v") if sentences is not None else ()
+        kept = ("cross_k", "cross_v") if "memory_rows" in cache else ()
 
         def rows(key, entry):
-            if key in lazy:
+            if key in lazy or key in kept:
                 return entry
-            by = sentences if key in shared else index
-            return tf.nest.map_structure(lambda t: tf.gather(t, by), entry)
+            return tf.nest.map_structure(lambda t: tf.gather(t, index), entry)
 
         layers = [{key: rows(key, entry) for key, entry in c.items()} for c in cache["layers"]]
-        return dict(
-            cache,
-            memory_mask=tf.gather(cache["memory_mask"], index if sentences is None else sentences),
-            layers=layers,
-            order=tf.gather(cache["order"], index),
-        )
+        new = dict(cache, layers=layers, order=tf.gather(cache["order"], index))
+        if kept:
+            new["memory_rows"] = tf.gather(cache["memory_rows"], index)
+        else:
+            new["memory_mask"] = tf.gather(cache["memory_mask"], index)
+        return new
 
     @staticmethod
     def cache_shapes(cache):
@@ -567,6 +555,8 @@ class Transformer(keras.Model):
         query_mask = self.masks(tokens[:, None])[1]
         lazy = self.lazy_reorder()
         order = {"order": cache["order"]} if lazy else {}
+        if "memory_rows" in cache:
+            order["memory_rows"] = cache["memory_rows"]
         layers = []
         for layer, layer_cache in zip(self.decoder_layers, cache["layers"]):
             x, layer_cache = layer.step(

@@ -346,9 +346,9 @@ class DecoderLayer(_Block):
         cross-attention keys/values of the memory (N, h, T1, d_k), computed once per
         source. ``earlier``: (states (N, T_e, d_model), mask (N, 1, 1, T_e)) of the
         earlier target sentences (see the class), whose keys/values (N, h, T_e, d_k, at
-        positions -T_e ..) are also computed once per sentence, like the cross-attention's,
-        and shared by a sentence's beams (never reordered). Every entry has the batch on
-        axis 0."""
+        positions -T_e ..) are also computed once per sentence, like the cross-attention's.
+        Every entry has the batch on axis 0 (a search picks rows of each:
+        Transformer.select_rows)."""
         cross_k, cross_v = self.cross_attn.keys_values(cast(memory, self.compute_dtype))
         n, a = tf.shape(memory)[0], self.self_attn
         empty = tf.zeros((n, a.num_heads, 0, a.d_k), self.compute_dtype)
@@ -360,19 +360,16 @@ class DecoderLayer(_Block):
             cache["earlier_mask"] = mask
         return cache
 
-    def reorder_cache(self, cache: dict, index) -> dict:
-        """The cache of the rows ``index`` (N',) after a beam-search step: the
-        self-attention keys/values follow their hypotheses (the cross-attention ones and
-        the earlier sentences' are the same for every hypothesis of a sentence)."""
-        return dict(cache, k=tf.gather(cache["k"], index), v=tf.gather(cache["v"], index))
-
-    def step(self, x, cache, step, memory_mask, query_mask=None, order=None):
+    def step(self, x, cache, step, memory_mask, query_mask=None, order=None, memory_rows=None):
         """One decoding position. x: (N, 1, d_model) at position ``step`` (scalar int);
         returns (N, 1, d_model) and the updated cache (this position's self keys/values
         appended). ``query_mask`` (N, 1, 1, 1), if given, zeroes the attention weights of
         PAD queries. ``order`` (N,) int32, if given: the rows of the cached self
         keys/values (M, h, T, d_k) that x's rows continue, gathered as the new position
-        is appended (fast_ops.gather_append; Transformer.reorder_cache)."""
+        is appended (fast_ops.gather_append; Transformer.select_rows). ``memory_rows``
+        (N,) int32, if given: the row of the cross-attention keys/values (M, h, T1, d_k)
+        and of ``memory_mask`` (M, 1, 1, T1) that each of x's rows reads
+        (Transformer.reads_memory_rows)."""
         x = cast(x, self.compute_dtype)
         new = dict(cache)
 
@@ -398,7 +395,9 @@ class DecoderLayer(_Block):
 
         def cross_attend(h):
             k, v = cache["cross_k"], cache["cross_v"]
-            return self.cross_attn.attend_step(h, k, v, memory_mask, query_mask=query_mask)
+            return self.cross_attn.attend_step(
+                h, k, v, memory_mask, query_mask=query_mask, rows=memory_rows
+            )
 
         x = self.res1(x, fn=self_attend)
         x = self.res2(x, fn=cross_attend)

@@ -17,12 +17,13 @@
 // A decoding step (greedy_search.py's and beam_search.py's decoders, through
 // fast_ops.decoding_function) runs NativeLayerNorm forward and:
 // NativeStepAttention: the attention of one query position over cached heads (3.2.1)
-//   q (N, h, 1, d), k (N / g, h, T, d), v like k, mask (M, T) bool with M = N / g or 1,
-//   or (0,) for none -> out (N, h, 1, d), head i = softmax(q_i k_i^T / div, masked keys
-//   at masked_value) v_i: what TensorFlow's ops compute in five ops (two batched matmuls
-//   of N * h products of one row, a scale, a mask and a softmax). Each key row (and mask
-//   row) serves g consecutive query rows: g = 1, or a beam's g hypotheses of one sentence
-//   over its one copy of the encoder's keys/values.
+//   q (N, h, 1, d), k (M, h, T, d), v like k, mask (M, T) bool or (1, T), or (0,) for
+//   none, rows (N,) int32 in [0, M) or (0,) -> out (N, h, 1, d), head i = softmax(q_i
+//   k_i^T / div, masked keys at masked_value) v_i: what TensorFlow's ops compute in five
+//   ops (two batched matmuls of N * h products of one row, a scale, a mask and a
+//   softmax). Query row r reads key (and mask) row rows[r]: a search's hypotheses over
+//   one copy of their sentence's encoder keys/values; without rows, key row r // g with
+//   g = N / M (g = 1: each query its own keys).
 // NativeTopLogSoftmax: log_softmax(logits) at each row's k largest logits
 //   logits (R, V) -> values (R, k) float, indices (R, k) int32, largest first, the lower
 //   index first among equal logits (as tf.math.top_k): the beam search's top k of each
@@ -101,6 +102,7 @@ REGISTER_OP("NativeStepAttention")
     .Input("k: float")
     .Input("v: float")
     .Input("mask: bool")
+    .Input("rows: int32")
     .Output("out: float")
     .Attr("div: float")
     .Attr("masked_value: float")
@@ -370,7 +372,7 @@ class NativeLayerNormGradOp : public OpKernel {
   }
 };
 
-// q (N, h, 1, d), k and v (N, h, T, d), mask (M, T) with M = N or 1, or empty.
+// q (N, h, 1, d), k and v (M, h, T, d), mask (M or 1, T) or empty, rows (N,) or empty.
 class NativeStepAttentionOp : public OpKernel {
  public:
   explicit NativeStepAttentionOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
@@ -380,22 +382,29 @@ class NativeStepAttentionOp : public OpKernel {
 
   void Compute(OpKernelContext* ctx) override {
     const Tensor &q = ctx->input(0), &k = ctx->input(1), &v = ctx->input(2);
-    const Tensor& mask = ctx->input(3);
+    const Tensor &mask = ctx->input(3), &rows = ctx->input(4);
     OP_REQUIRES(ctx, q.dims() == 4 && q.dim_size(2) == 1 && k.dims() == 4,
-                absl::InvalidArgumentError("NativeStepAttention: q (N, h, 1, d), k (N, h, T, d)"));
+                absl::InvalidArgumentError("NativeStepAttention: q (N, h, 1, d), k (M, h, T, d)"));
     const int64_t n = q.dim_size(0), h = q.dim_size(1), d = q.dim_size(3), t_k = k.dim_size(2);
     const int64_t n_k = k.dim_size(0);
+    const bool indexed = rows.NumElements() > 0;  // else row r // g
     OP_REQUIRES(ctx,
-                (n_k > 0 ? n % n_k == 0 : n == 0) && k.dim_size(1) == h && k.dim_size(3) == d &&
-                    v.shape() == k.shape(),
-                absl::InvalidArgumentError("NativeStepAttention: q (N, h, 1, d), k and v (N / g, "
-                                           "h, T, d) differ in shape"));
-    const int64_t group = n_k > 0 ? n / n_k : 1;  // query rows per key row
+                (indexed ? rows.dims() == 1 && rows.dim_size(0) == n
+                         : (n_k > 0 ? n % n_k == 0 : n == 0)) &&
+                    k.dim_size(1) == h && k.dim_size(3) == d && v.shape() == k.shape(),
+                absl::InvalidArgumentError("NativeStepAttention: q (N, h, 1, d), k and v (M, h, "
+                                           "T, d), rows (N,) or none differ in shape"));
+    const int32_t* index = indexed ? rows.flat<int32_t>().data() : nullptr;
+    for (int64_t i = 0; indexed && i < n; ++i) {
+      OP_REQUIRES(ctx, index[i] >= 0 && index[i] < n_k,
+                  absl::InvalidArgumentError("NativeStepAttention: a row outside the keys"));
+    }
+    const int64_t group = n_k > 0 && !indexed ? n / n_k : 1;  // query rows per key row
     const bool masked = mask.NumElements() > 0;
     OP_REQUIRES(ctx,
                 !masked || (mask.dims() == 2 && mask.dim_size(1) == t_k &&
                             (mask.dim_size(0) == n_k || mask.dim_size(0) == 1)),
-                absl::InvalidArgumentError("NativeStepAttention: mask must be (N / g or 1, T)"));
+                absl::InvalidArgumentError("NativeStepAttention: mask must be (M or 1, T)"));
     absl::Status status;
     float* out = Output(ctx, 0, q.shape(), &status);
     OP_REQUIRES_OK(ctx, status);
@@ -405,7 +414,7 @@ class NativeStepAttentionOp : public OpKernel {
     ParallelRows(ctx, n * h, 4 * t_k * d + 20 * t_k, [&](int64_t lo, int64_t hi) {
       Eigen::ArrayXf scores(t_k);
       for (int64_t i = lo; i < hi; ++i) {  // i = row * h + head
-        const int64_t key_row = i / h / group;
+        const int64_t key_row = indexed ? index[i / h] : i / h / group;
         const int64_t j = key_row * h + i % h;  // the key row's head
         const bool* m = mp == nullptr ? nullptr : mp + (mask_rows == 1 ? 0 : key_row) * t_k;
         AttendHead(qp + i * d, kp + j * t_k * d, vp + j * t_k * d, m, t_k, d, div_,

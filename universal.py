@@ -281,15 +281,6 @@ class UniversalDecoder(_Recurrent):
             "ponder": tf.zeros((n, 0), tf.float32),
         }
 
-    def reorder_cache(self, cache: dict, index) -> dict:
-        """Rows ``index`` of every depth's keys/values and of the ponder record."""
-        return dict(
-            cache,
-            k=[tf.gather(k, index) for k in cache["k"]],
-            v=[tf.gather(v, index) for v in cache["v"]],
-            ponder=tf.gather(cache["ponder"], index),
-        )
-
     def step(self, x, cache, step, memory_mask, query_mask=None):
         """One decoding position through every depth step. x: (N, 1, d_model) at
         position ``step``; returns (N, 1, d_model) and the cache with this position's

@@ -43,10 +43,11 @@ class Variant:
     A variant module (weighted.py, ...) subclasses it, is listed in model.VARIANTS and
     in hparams.CHOICES["model_type"], and overrides what it needs:
     * layer construction: :meth:`encoder_layer`, :meth:`decoder_layer` (a layer class
-      also owns its decoding cache: ``init_cache``, ``step``, ``reorder_cache``), how
-      many (:meth:`num_layers`), their extra arguments (:meth:`layer_args`) and whether
-      they add the positions themselves (``positions_in_layers``), and whether they
-      attend to earlier sentences (``document_memory``);
+      also owns its decoding cache: ``init_cache`` and ``step``, every entry with the
+      batch on axis 0), how many (:meth:`num_layers`), their extra arguments
+      (:meth:`layer_args`) and whether they add the positions themselves
+      (``positions_in_layers``), and whether they attend to earlier sentences
+      (``document_memory``);
     * ``training``: its :class:`Training` hooks (the loss terms, optimizer groups and
       summaries it adds to training);
     * :meth:`specs_lines`: lines added to the run's ``specs`` file;

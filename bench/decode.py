@@ -259,16 +259,20 @@ def profile_beam(model, src, steps_done: int, k: int = 4, repeats: int = 100):
     longest = steps_done + 20
     alive_logp = tf.tile(tf.constant([[0.0] + [beam_search.NEG] * (k - 1)]), (n, 1))
     seqs = tf.zeros((n, k, longest), tf.int32)
+    live = tf.range(n * k)  # every slot live: N * k rows
     search = beam_search.BeamState(
-        tf.range(n), tf.fill((n,), longest), tokens, seqs, alive_logp, seqs, alive_logp
+        tf.range(n), tf.fill((n,), longest), live, tokens, seqs, alive_logp, seqs, alive_logp
     )
-    rows = tf.range(n * k)[::-1]
+    rows = live[::-1]
     i = tf.constant(steps_done)
+
+    def pick(index):
+        return model.select_rows(cache, index)
 
     def whole():
         step_logits, new_cache = model.decode_step(tokens, cache)
-        state, source_rows = beam_search.beam_step(i, step_logits, search, 0.6)
-        return model.reorder_cache(new_cache, source_rows)["layers"][0]["k"], state.alive_seq
+        state, cache_rows = beam_search.beam_step(i, step_logits, search, 0.6)
+        return model.select_rows(new_cache, cache_rows)["layers"][0]["k"], state.alive_seq
 
     parts = {
         "whole step (decoder, search, cache reorder)": whole,
@@ -279,7 +283,7 @@ def profile_beam(model, src, steps_done: int, k: int = 4, repeats: int = 100):
             beam_search.beam_step(i, logits, search, 0.6)[0].alive_seq
         ),
         "  the k best extensions (top-k of top-k)": lambda: beam_search.best_extensions(
-            logits, alive_logp
+            logits, alive_logp, live
         )[0],
         "  for comparison: log-softmax + top-k over k * V": lambda: tf.math.top_k(
             tf.reshape(
@@ -288,9 +292,7 @@ def profile_beam(model, src, steps_done: int, k: int = 4, repeats: int = 100):
             ),
             k,
         )[0],
-        "cache reorder (every layer's self-attention k, v)": lambda: model.reorder_cache(
-            cache, rows
-        )["layers"][0]["k"],
+        "cache rows (every layer's self-attention k, v)": lambda: pick(rows)["layers"][0]["k"],
     }
     return time_parts(parts, repeats)
 

@@ -29,8 +29,8 @@ class BigramToy:
     """A 'model' whose next-token distribution depends only on the previous token.
 
     It has the interface the decoders use (encode / init_cache / decode_step /
-    reorder_cache); the cache carries a dummy self-attention entry so the beam search
-    reorders something real, the rows of its hypotheses.
+    select_rows / cache_shapes); the cache carries a dummy self-attention entry so the
+    beam search picks something real, the rows of its hypotheses.
     """
 
     max_length = None  # the position family's longest length: none
@@ -57,17 +57,10 @@ class BigramToy:
         prev = tokens  # the cache's dummy entries are reordered alongside
         return tf.gather(self.logp, prev), dict(cache, step=cache["step"] + 1)
 
-    def reorder_cache(self, cache, index):
-        """Gather the rows ``index`` of every layer's cache."""
-        layers = [
-            {key: tf.gather(value, index) for key, value in layer.items()}
-            for layer in cache["layers"]
-        ]
-        return dict(cache, layers=layers)
-
     @staticmethod
     def select_rows(cache, index):
-        """The rows ``index`` of every per-row entry (sentences leaving the batch)."""
+        """The rows ``index`` of every per-row entry (a beam's hypotheses, sentences
+        leaving the batch)."""
         layers = tf.nest.map_structure(lambda t: tf.gather(t, index), cache["layers"])
         return dict(cache, memory_mask=tf.gather(cache["memory_mask"], index), layers=layers)
 
@@ -147,6 +140,41 @@ def test_n_best_sorted_and_padded_after_eos():
         seq = list(seq)
         if EOS in seq:
             assert all(t == PAD for t in seq[seq.index(EOS) + 1 :])
+
+
+class CountingToy(BigramToy):
+    """A BigramToy that records how many rows each decoding step computes (eager)."""
+
+    def __init__(self, table):
+        super().__init__(table)
+        self.rows = []
+
+    def decode_step(self, tokens, cache):
+        self.rows.append(int(tf.shape(tokens)[0]))
+        return super().decode_step(tokens, cache)
+
+
+def test_the_decoder_computes_the_live_hypotheses_only():
+    """k = 3, n_best = 1, alpha = 0. The first step computes one row (the k hypotheses are
+    all <S>). It keeps A (log 0.5), finishes </S> (log 0.3) and keeps B (log 0.2), which can
+    no longer beat that finished one (log 0.2 < log 0.3 at any length): the second step
+    computes A alone, not A, B and the </S> slot, and gives A </S> (0.5 * 0.9), which ends
+    the search. Two sentences, one forced through the prefix B C: one row each inside it."""
+    table = {BOS: {A: 0.5, EOS: 0.3, B: 0.2}, A: {EOS: 0.9, C: 0.1}, B: {C: 1.0}, C: {EOS: 1.0}}
+    toy = CountingToy(table)
+    src = tf.constant([[4, 3]], tf.int32)
+    ids, scores = beam_search.beam_loop(toy, src, tf.constant(8), 3, 0.0)
+    assert toy.rows == [1, 1]
+    assert list(ids[0, 0, :2]) == [A, EOS]
+    assert scores.numpy()[0, 0] == pytest.approx(math.log(0.5 * 0.9), abs=1e-5)
+    toy.rows = []
+    prefix = greedy_search.Prefix(tf.constant([[B, C], [PAD, PAD]]), tf.constant([2, 0]))
+    src2 = tf.constant([[4, 3], [4, 3]], tf.int32)
+    ids, scores = beam_search.beam_loop(toy, src2, tf.constant(8), 3, 0.0, prefix=prefix)
+    # step 0: one row per sentence; step 1: B (forced) and the other's A; step 2: C </S>
+    assert toy.rows == [2, 2, 1]
+    assert list(ids[0, 0, :3]) == [B, C, EOS] and list(ids[1, 0, :2]) == [A, EOS]
+    assert scores.numpy()[0, 0] == pytest.approx(math.log(0.2), abs=1e-5)
 
 
 def test_early_finishers_are_padded_not_extended():

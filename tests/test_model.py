@@ -15,9 +15,11 @@ import pytest
 import tensorflow as tf
 
 import attention
+import fast_ops
 import greedy_search
 import hparams
 import modules
+import native
 import optimization
 import variants
 import weighted
@@ -452,26 +454,54 @@ def test_variants_registry():
 
 
 @pytest.mark.slow
-def test_reorder_cache_follows_the_hypotheses():
-    """Transformer.reorder_cache picks batch rows of every decoder layer's self-attention
-    keys/values (beam search) and leaves the rest of the cache as it is."""
+@pytest.mark.parametrize("native_decode", [False, True])
+def test_select_rows_follows_the_hypotheses(native_decode):
+    """Transformer.select_rows picks batch rows (a beam step's, a row picked twice) of
+    every per-row entry of the cache; where the decoder's kernels read the encoder's side
+    in place (reads_memory_rows), it gathers memory_rows instead of that side and the
+    self-attention keys/values at the next step (order), and the next step computes
+    what it computes on a cache gathered entry by entry."""
+    if native_decode and native.compiler() is None:
+        pytest.skip("no C++ compiler")
     m = tiny_model(17, 17, seed=3)
     rng = np.random.default_rng(3)
     src = rand_ids(rng, (3, 5), 17)
-    memory, mask = m.encode(src)
-    cache = m.init_cache(memory, mask)
+    kernels = fast_ops.Kernels.resolve([] if native_decode else ["native_decode"], decoding=True)
+
+    def run(fn, *args):
+        return fast_ops.under(kernels, fn)(*args)
+
+    cache = run(m.init_cache, *m.encode(src))
+    assert ("memory_rows" in cache) == native_decode == run(m.reads_memory_rows)
     for _ in range(2):
-        _, cache = m.decode_step(tf.constant(rand_ids(rng, (3,), 17)), cache)
+        _, cache = run(m.decode_step, tf.constant(rand_ids(rng, (3,), 17)), cache)
     index = tf.constant([2, 2, 0])
-    new = m.reorder_cache(cache, index)
-    assert new["step"] is cache["step"] and new["memory_mask"] is cache["memory_mask"]
-    assert len(new["layers"]) == len(cache["layers"]) == 2
+    new = run(m.select_rows, cache, index)
+    assert new["step"] is cache["step"] and len(new["layers"]) == len(cache["layers"]) == 2
+    np.testing.assert_array_equal(new["order"].numpy(), [2, 2, 0])
     for old, layer in zip(cache["layers"], new["layers"]):
         for key in ("k", "v"):
             assert np.abs(old[key].numpy()[:, :, :2]).max() > 0  # written positions
-            np.testing.assert_array_equal(layer[key].numpy(), old[key].numpy()[[2, 2, 0]])
+            if native_decode:  # gathered as the next step appends
+                assert layer[key] is old[key]
+            else:
+                np.testing.assert_array_equal(layer[key].numpy(), old[key].numpy()[[2, 2, 0]])
         for key in ("cross_k", "cross_v"):
-            assert layer[key] is old[key]
+            if native_decode:
+                assert layer[key] is old[key]
+            else:
+                np.testing.assert_array_equal(layer[key].numpy(), old[key].numpy()[[2, 2, 0]])
+    if native_decode:
+        assert new["memory_mask"] is cache["memory_mask"]
+        np.testing.assert_array_equal(new["memory_rows"].numpy(), [2, 2, 0])
+    token = tf.constant(rand_ids(rng, (3,), 17))
+    logits, _ = run(m.decode_step, token, new)
+    whole = dict(cache, memory_mask=tf.gather(cache["memory_mask"], index))
+    whole["layers"] = [{key: tf.gather(t, index) for key, t in c.items()} for c in cache["layers"]]
+    whole.pop("memory_rows", None)
+    plain = fast_ops.Kernels.resolve(["native_decode"], decoding=True)
+    expected, _ = fast_ops.under(plain, m.decode_step)(token, whole)
+    np.testing.assert_allclose(logits.numpy(), expected.numpy(), atol=1e-5)
 
 
 # ---------------------------------------------------------------------------------------

@@ -379,21 +379,29 @@ def test_attention_bias_is_added_to_the_logits():
     np.testing.assert_allclose(biased.numpy(), masked.numpy(), atol=1e-6)
 
 
-def test_decoder_layer_reorder_cache():
-    """After a beam-search step the self-attention keys/values follow their hypotheses
-    (rows picked by index); the cross-attention ones are shared and left as they are."""
+def test_decoder_layer_step_appends_and_reads_memory_rows():
+    """A decoding step appends one position of self-attention keys/values; with
+    memory_rows, row r attends over row memory_rows[r] of the cross-attention keys/values
+    and of the memory mask, as a step over those rows gathered does."""
     layer = modules.DecoderLayer(d_model=8, num_heads=2, d_ff=16, dropout_rate=0.0)
     layer.build((None, None, 8), (None, None, 8))
     cache = layer.init_cache(tf.random.normal((3, 4, 8)))
     # nothing decoded yet: no self-attention keys; the memory's 4 positions cached
     assert cache["k"].shape == (3, 2, 0, 4) and cache["cross_k"].shape == (3, 2, 4, 4)
+    mask = tf.constant([[True] * 4, [True, True, False, False], [True] * 3 + [False]])
+    mask = mask[:, None, None, :]
     for step in range(5):
-        _, cache = layer.step(tf.random.normal((3, 1, 8)), cache, step, None)
+        _, cache = layer.step(tf.random.normal((3, 1, 8)), cache, step, mask)
     assert cache["k"].shape == (3, 2, 5, 4)  # one position appended per step
-    new = layer.reorder_cache(cache, tf.constant([2, 2, 0]))
-    for key in ("k", "v"):
-        np.testing.assert_array_equal(new[key].numpy(), cache[key].numpy()[[2, 2, 0]])
-    assert new["cross_k"] is cache["cross_k"] and new["cross_v"] is cache["cross_v"]
+    rows = tf.constant([2, 1, 1, 0])
+    x = tf.random.normal((4, 1, 8))
+    picked = dict(cache, k=tf.gather(cache["k"], rows), v=tf.gather(cache["v"], rows))
+    out, _ = layer.step(x, picked, 5, mask, memory_rows=rows)
+    gathered = {key: tf.gather(t, rows) for key, t in cache.items()}
+    expected, _ = layer.step(x, gathered, 5, tf.gather(mask, rows))
+    np.testing.assert_allclose(out.numpy(), expected.numpy(), atol=1e-6)
+    unread, _ = layer.step(x, picked, 5, mask, memory_rows=tf.constant([0, 1, 1, 0]))
+    assert np.abs(unread.numpy()[0] - out.numpy()[0]).max() > 1e-3  # the rows matter
 
 
 # ---------------------------------------------------------------------------------------

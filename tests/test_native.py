@@ -27,6 +27,7 @@ from helpers import graph_nodes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 needs_compiler = pytest.mark.skipif(native.compiler() is None, reason="no C++ compiler")
+NO_ROWS = np.zeros((0,), np.int32)  # NativeStepAttention's rows: none, key row r // g
 
 
 def library():
@@ -522,7 +523,9 @@ def test_step_attention_kernel_matches_float64(masking, t_k):
         mask[:, 0] = True
     for div in (np.sqrt(d), 1.0):
         flat = np.zeros((0,), bool) if mask is None else mask
-        out = lib.native_step_attention(q, k, v, flat, div=div, masked_value=attention.MASK_VALUE)
+        out = lib.native_step_attention(
+            q, k, v, flat, NO_ROWS, div=div, masked_value=attention.MASK_VALUE
+        )
         assert out.shape == (n, h, 1, d)
         np.testing.assert_allclose(out, attention_reference(q, k, v, mask, div), atol=1e-5)
     if masking == "one_row_all_masked":
@@ -543,15 +546,44 @@ def test_step_attention_kernel_shares_a_key_row_among_consecutive_queries(mask_r
     mask = rng.random((mask_rows, t_k)) < 0.6 if mask_rows else np.zeros((0,), bool)
     if mask_rows:
         mask[:, 0] = True
-    shared = lib.native_step_attention(q, k, v, mask, div=np.sqrt(d), masked_value=-1e9)
+    shared = lib.native_step_attention(q, k, v, mask, NO_ROWS, div=np.sqrt(d), masked_value=-1e9)
     rows = np.repeat(np.arange(sentences), g)
     repeated_mask = mask[rows] if mask_rows == sentences else mask
     repeated = lib.native_step_attention(
-        q, k[rows], v[rows], repeated_mask, div=np.sqrt(d), masked_value=-1e9
+        q, k[rows], v[rows], repeated_mask, NO_ROWS, div=np.sqrt(d), masked_value=-1e9
     )
     assert np.array_equal(shared.numpy(), repeated.numpy())
     with pytest.raises(tf.errors.InvalidArgumentError, match="differ in shape"):
-        lib.native_step_attention(q[:-1], k, v, mask, div=1.0, masked_value=-1e9)
+        lib.native_step_attention(q[:-1], k, v, mask, NO_ROWS, div=1.0, masked_value=-1e9)
+
+
+@needs_compiler
+@pytest.mark.parametrize("mask_rows", [0, 1, 3])
+def test_step_attention_kernel_reads_the_key_row_each_query_names(mask_rows):
+    """rows (N,): query row r reads key (and mask) row rows[r] of k, v (M, h, T, d), in
+    any order and any number of times (a beam's live hypotheses over their sentences'
+    one copy of the encoder's keys/values), bit for bit what the kernel gives on the
+    gathered rows; a row outside the keys is refused."""
+    lib = library()
+    rng = np.random.default_rng(8)
+    sentences, h, t_k, d = 3, 2, 9, 8
+    rows = np.array([2, 0, 0, 2, 1, 2, 2], np.int32)
+    q = rng.normal(size=(len(rows), h, 1, d)).astype(np.float32)
+    k, v = (rng.normal(size=(sentences, h, t_k, d)).astype(np.float32) for _ in range(2))
+    mask = rng.random((mask_rows, t_k)) < 0.6 if mask_rows else np.zeros((0,), bool)
+    if mask_rows:
+        mask[:, 0] = True
+    indexed = lib.native_step_attention(q, k, v, mask, rows, div=np.sqrt(d), masked_value=-1e9)
+    gathered_mask = mask[rows] if mask_rows == sentences else mask
+    gathered = lib.native_step_attention(
+        q, k[rows], v[rows], gathered_mask, NO_ROWS, div=np.sqrt(d), masked_value=-1e9
+    )
+    assert np.array_equal(indexed.numpy(), gathered.numpy())
+    assert not np.array_equal(indexed.numpy()[1], indexed.numpy()[0])  # rows differ
+    with pytest.raises(tf.errors.InvalidArgumentError, match="a row outside the keys"):
+        lib.native_step_attention(q, k, v, mask, rows + 1, div=1.0, masked_value=-1e9)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="differ in shape"):
+        lib.native_step_attention(q, k, v, mask, rows[:-1], div=1.0, masked_value=-1e9)
 
 
 @needs_compiler
@@ -559,7 +591,9 @@ def test_step_attention_kernel_rejects_a_mask_of_the_wrong_length():
     lib = library()
     q, k = np.zeros((2, 1, 1, 4), np.float32), np.zeros((2, 1, 3, 4), np.float32)
     with pytest.raises(tf.errors.InvalidArgumentError, match="mask must be"):
-        lib.native_step_attention(q, k, k, np.ones((2, 2), bool), div=2.0, masked_value=-1e9)
+        lib.native_step_attention(
+            q, k, k, np.ones((2, 2), bool), NO_ROWS, div=2.0, masked_value=-1e9
+        )
 
 
 @needs_compiler
@@ -647,7 +681,7 @@ def test_decoders_use_the_kernels_and_decode_the_same(monkeypatch, position, mod
         # the beam's reorder and a step's append, one copy (Transformer.lazy_reorder)
         assert ("NativeGatherAppend" in kinds) == on
         # the paper's cross-attention: a sentence's beams read one copy of its keys/values
-        shared = fast_ops.under(kernels, model.shares_sentence_rows)()
+        shared = fast_ops.under(kernels, model.reads_memory_rows)()
         assert shared == (on and model_type == "transformer")
         ids, scores = beam(src, tf.constant(6))
         results[on] = greedy(src, tf.constant(6)).numpy(), ids.numpy(), scores.numpy()

@@ -184,13 +184,13 @@ def test_greedy_and_beam_search_on_the_cache(act):
 
 
 @pytest.mark.slow
-def test_reorder_cache_picks_every_depth():
+def test_select_rows_picks_every_depth():
     m = ut_model(seed=1)
     src = tf.constant(rand_ids(np.random.default_rng(4), (2, 5), 23))
     memory, mask = m.encode(src)
     cache = m.init_cache(memory, mask)
     _, cache = m.decode_step(tf.constant([7, 9]), cache)
-    picked = m.reorder_cache(cache, tf.constant([1, 1, 0]))
+    picked = m.select_rows(cache, tf.constant([1, 1, 0]))
     layer = cache["layers"][0]
     for key in ("k", "v"):
         assert len(picked["layers"][0][key]) == 4
