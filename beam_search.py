@@ -260,9 +260,9 @@ def drop_sentences(search: BeamState, cache_rows, still, k: int):
     sentence = search.rows // k
     picked = tf.cast(tf.where(tf.gather(still, sentence))[:, 0], tf.int32)
     rows = tf.gather(position, tf.gather(sentence, picked)) * k + tf.gather(search.rows, picked) % k
-    per_sentence = [tf.gather(t, keep) for t in (search.sentence, search.limits)]
-    per_slot = [tf.gather(t, keep) for t in search[4:]]
-    kept = BeamState(*per_sentence, rows, tf.gather(search.tokens, picked), *per_slot)
+    per_sentence = ("sentence", "limits", "alive_seq", "alive_logp", "fin_seq", "fin_score")
+    kept = search._replace(**{f: tf.gather(getattr(search, f), keep) for f in per_sentence})
+    kept = kept._replace(rows=rows, tokens=tf.gather(search.tokens, picked))
     return kept, tf.gather(cache_rows, picked)
 
 
