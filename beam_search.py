@@ -318,10 +318,10 @@ def beam_decoder(
     lengths (N,) int32]) -> (ids (N, n_best, L), scores (N, n_best))`` (:func:`beam_loop`):
     the beam's n_best best hypotheses, best first.
 
-    A tf.function graph; unlike the greedy loop it is not XLA-compiled: with its
-    data-dependent buffer sizes, XLA on CPU (TF 2.21) crashed on it. Traced without
-    autograph, as the greedy loop. ``kernels``: a fast_ops.Kernels (this machine's
-    decoding kernels by default).
+    A tf.function graph, without XLA, as the greedy loop (greedy_search.greedy_decoder):
+    the live hypotheses, the sentences and the caches change size from step to step,
+    which XLA's static shapes do not allow. Traced without autograph, as the greedy loop.
+    ``kernels``: a fast_ops.Kernels (this machine's decoding kernels by default).
     """
 
     def decode(src, extra, *forced):
