@@ -93,7 +93,7 @@ def beam_loop(
         if prefix is not None:
             forced = prefix.forced(i, tf.gather(search.sentence, search.rows // k))
         search, cache_rows = beam_step(i, logits, search, alpha, n_best, forced)
-        still = searching(i + 1, search, alpha, n_best)  # (R,)
+        still = searching(i + 1, search)  # (R,)
         all_still = tf.reduce_all(still)
         done = tf.cond(
             all_still,
@@ -226,14 +226,13 @@ def can_win(logp, limits, fin_score, alpha: float, n_best: int):
     return tf.logical_and(logp > NEG / 2, best_possible > fin_score[:, n_best - 1 : n_best])
 
 
-def searching(i, search: BeamState, alpha: float, n_best: int):
-    """(R,) bool: which sentences search on at step i: one with an alive hypothesis that
-    can still beat its ``n_best``-th finished one (:func:`can_win`), within its budget.
-    A finished hypothesis's score never changes and a later one only ties it at best
-    (ties keep the earlier), so the n_best best stay as they are once none can."""
-    best = search.alive_logp[:, :1]  # the alive are sorted, best first
-    open_ = can_win(best, search.limits, search.fin_score, alpha, n_best)[:, 0]
-    return tf.logical_and(open_, i < search.limits)
+def searching(i, search: BeamState):
+    """(R,) bool: which sentences search on at step i: one with a live hypothesis (one
+    that can still beat its ``n_best``-th finished one: :func:`beam_step` empties the
+    others' slots), within its budget. A finished hypothesis's score never changes and
+    a later one only ties it at best (ties keep the earlier), so the n_best best stay as
+    they are once none can."""
+    return tf.logical_and(search.alive_logp[:, 0] > NEG / 2, i < search.limits)
 
 
 def write_finished(i, search: BeamState, still, done: tuple, alpha: float) -> tuple:
