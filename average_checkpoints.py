@@ -12,7 +12,7 @@ that checkpoint (to leave out a newer one, e.g. a damaged one).
 
 from __future__ import annotations
 
-import cli
+from transformer_tf2.config import cli
 
 DEFAULT_LAST = 5  # checkpoints averaged by default (hparams.Hparams.keep_ckpts keeps as many)
 SCRIPT = cli.Script(
@@ -32,9 +32,9 @@ import os
 
 import tensorflow as tf
 
-import checkpoints
-import files
-from hparams import UserError
+from transformer_tf2.config.hparams import UserError
+from transformer_tf2.models import checkpoints
+from transformer_tf2.utils import files
 
 
 def run_checkpoints(logdir: str) -> list[str]:

@@ -40,8 +40,7 @@ results file is ``results/<model_name>_legacy``.
 
 from __future__ import annotations
 
-import cli
-import hparams
+from transformer_tf2.config import cli, hparams
 
 SCRIPT = cli.Script(
     "eval",
@@ -69,17 +68,13 @@ import time
 import numpy as np
 import tensorflow as tf
 
-import checkpoints
-import data_load
-import document_decoding
-import ensemble
-import files
-import metrics
-import recurrence
-import scoring
-import translator
-from hparams import UserError
-from translator import Translator
+from transformer_tf2.api import Translator
+from transformer_tf2.config.hparams import UserError
+from transformer_tf2.data import data_load
+from transformer_tf2.decoding import document_decoding, scoring, translator
+from transformer_tf2.evaluation import metrics
+from transformer_tf2.layers import recurrence
+from transformer_tf2.utils import files
 
 CONTRASTIVE_KEYS = ("context", "source", "reference", "contrastive")
 
@@ -198,7 +193,8 @@ def evaluate(
     """Translate the test set (or ``test_src``) with the run in ``logdir`` (or the
     ensemble of ``runs``), write the results and print the figures."""
     edges = parse_edges(length_buckets) if length_buckets else ()
-    hp, tok, model, paths = ensemble.load_ensemble(runs or [logdir], overrides, ckpt, "eval")
+    engine = Translator.from_settings(runs or [logdir], overrides, ckpt, "eval")
+    hp, tok, model, paths = engine.hparams, engine.tok, engine.model, engine.checkpoints
     if bool(test_src) != bool(test_ref):
         raise UserError("--test_src and --test_ref go together")
     if test_src:
@@ -224,7 +220,9 @@ def evaluate(
         name += "_legacy"
         seconds = time.time() - t0  # its scores are computed along the way
     else:
-        hyps, runaway = Translator(model, tok, hp).translate_counted(sources, docs)
+        results = engine.translate_batch(sources, docs=docs)
+        hyps = [r[0].text if r else "" for r in results]
+        runaway = [i for i, r in enumerate(results) if r and r[0].runaway]
         seconds = time.time() - t0  # the translation alone, as a decoder's users time it
         figures = metrics.scores(hyps, refs)
     figures["runaways"] = len(runaway)
@@ -355,14 +353,15 @@ def contrastive(logdir: str, overrides: dict, path: str, ckpt: str = "") -> dict
     95% interval, overall and per "pronoun" class (where the items have one); and
     sacreBLEU and chrF of the sources translated in their context (a document each). Writes
     ``<results_dir>/<run>_<checkpoint>_contrastive.json``."""
-    hp, tok, model, ckpt_path = checkpoints.load_run(logdir, overrides, ckpt)
+    engine = Translator.from_settings([logdir], overrides, ckpt, "eval")
+    hp, tok, model, ckpt_path = engine.hparams, engine.tok, engine.model, engine.checkpoints[0]
     items = read_contrastive(path)
     files.check_writable(hp.results_dir, "nothing was scored yet")
     sentences, docs = [], []
     for k, it in enumerate(items):  # each item a document: its context, then its source
         sentences += list(it["context"]) + [it["source"]]
         docs += [k] * (len(it["context"]) + 1)
-    hyps = Translator(model, tok, hp).translate(sentences, np.array(docs))
+    hyps = [r[0].text if r else "" for r in engine.translate_batch(sentences, docs=np.array(docs))]
     last = np.cumsum([len(it["context"]) + 1 for it in items]) - 1
     # a decoder memory reads the context's translations: the item's, else the model's own
     targets = [

@@ -32,8 +32,7 @@ Unicode 16: they are removed where Python keeps them.)
 
 from __future__ import annotations
 
-import cli
-import hparams
+from transformer_tf2.config import cli, hparams
 
 SCRIPT = cli.Script(
     "export",
@@ -60,14 +59,12 @@ import types
 
 import tensorflow as tf
 
-import beam_search
-import checkpoints
-import ctranslate
-import data_load
-import document_decoding
-import files
-import greedy_search
-from hparams import UserError
+from transformer_tf2.config.hparams import UserError
+from transformer_tf2.data import data_load
+from transformer_tf2.decoding import beam_search, document_decoding, greedy_search
+from transformer_tf2.export import ctranslate
+from transformer_tf2.models import checkpoints
+from transformer_tf2.utils import files
 
 # data_load.clean in RE2, whose \s is [\t\n\f\r ] alone; then the other characters at
 # which Python's str.split() splits, made spaces for tf.strings.split

@@ -12,7 +12,7 @@ evaluations; a point between two logged steps is interpolated).
 
 from __future__ import annotations
 
-import cli
+from transformer_tf2.config import cli
 
 SCRIPT = cli.Script(
     "plot_logs",
@@ -34,8 +34,8 @@ import numpy as np
 import tensorflow as tf
 from tensorboard.backend.event_processing import event_accumulator
 
-import files
-from hparams import UserError
+from transformer_tf2.config.hparams import UserError
+from transformer_tf2.utils import files
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the Agg backend)

@@ -22,8 +22,7 @@ document in order) and ``hparams.json``.
 
 from __future__ import annotations
 
-import cli
-import hparams
+from transformer_tf2.config import cli, hparams
 
 SCRIPT = cli.Script(
     "prepro",
@@ -58,14 +57,13 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import sentencepiece as spm
 
-import data_load
-import download
-import files
-import finetune
-import model as _model  # noqa: F401  (registers the position and document-memory checks)
 from demo import corpus as demo_corpus
 from demo import documents as demo_documents
-from hparams import UserError
+from transformer_tf2.config.hparams import UserError
+from transformer_tf2.data import data_load, download
+from transformer_tf2.models import model as _model  # noqa: F401  (registers the checks)
+from transformer_tf2.training import finetune
+from transformer_tf2.utils import files
 
 SPLITS = ("train", "dev", "test")
 

@@ -25,8 +25,7 @@ forward, label-smoothed loss, gradients, clipping, Adam) -> StepStats -> Window 
 
 from __future__ import annotations
 
-import cli
-import hparams
+from transformer_tf2.config import cli, hparams
 
 SCRIPT = cli.Script(
     "train",
@@ -52,14 +51,10 @@ import numpy as np
 import tensorflow as tf
 from tqdm import tqdm
 
-import checkpoints
-import data_load
-import devices
-import files
-import finetune
-import summaries
-from budget import Budget, RunClock
-from dev_evaluation import (  # noqa: F401 (train.dev_bleu, ...)
+from transformer_tf2.config.hparams import UserError
+from transformer_tf2.data import data_load
+from transformer_tf2.evaluation.dev import Dev
+from transformer_tf2.evaluation.dev_evaluation import (  # noqa: F401 (train.dev_bleu, ...)
     Run,
     Stop,
     dev_bleu,
@@ -68,11 +63,14 @@ from dev_evaluation import (  # noqa: F401 (train.dev_bleu, ...)
     finish_run,
     summary,
 )
-from hparams import UserError
-from interrupts import DevAbandoned, Interrupt
-from optimization import StepStats
-from run_state import RunState
-from trainer import Dev, Health, Trainer
+from transformer_tf2.layers.optimization import StepStats
+from transformer_tf2.models import checkpoints
+from transformer_tf2.training import finetune, summaries
+from transformer_tf2.training.budget import Budget, RunClock
+from transformer_tf2.training.interrupts import DevAbandoned, Interrupt
+from transformer_tf2.training.run_state import RunState
+from transformer_tf2.training.trainer import Health, Trainer
+from transformer_tf2.utils import devices, files
 
 LOG_EVERY = 50  # steps between TensorBoard scalar summaries
 

@@ -36,8 +36,7 @@ every sentence with the encoder states of the ones before it.
 
 from __future__ import annotations
 
-import cli
-import hparams
+from transformer_tf2.config import cli, hparams
 
 SCRIPT = cli.Script(
     "translate",
@@ -63,14 +62,10 @@ if __name__ == "__main__":
 
 import sys
 
-import document_decoding
-import ensemble
-import files
-import greedy_search
-import plots
-import translator
-from hparams import UserError
-from translator import Translator
+from transformer_tf2.api import Translator
+from transformer_tf2.config.hparams import UserError
+from transformer_tf2.decoding import plots, translator
+from transformer_tf2.utils import files
 
 
 def plot_attention(model, tok, sentence: str, path: str, max_len_extra: int) -> str:
@@ -89,7 +84,8 @@ def main() -> None:
     check_options(hp, opts)
     # before TensorFlow starts; stdin is read after the run loads (its errors come first)
     translator.decoding_process(hp, files.count_lines(opts["input"]))  # None: stdin
-    hp, tok, model, _ = ensemble.load_ensemble(runs, overrides, opts["ckpt"], "translate")
+    engine = Translator.from_settings(runs, overrides, opts["ckpt"], "translate")
+    hp = engine.hparams
     if opts["input"]:
         lines = files.read_lines(opts["input"])
     else:
@@ -100,19 +96,18 @@ def main() -> None:
         if len([s for s in lines if s]) != 1:
             raise UserError("--attention takes exactly one sentence")
         sentence = next(s for s in lines if s)
-        files.print_text(
-            plot_attention(model, tok, sentence, opts["attention"], hp.max_len_extra) + "\n"
+        text = plot_attention(
+            engine.model, engine.tok, sentence, opts["attention"], hp.max_len_extra
         )
+        files.print_text(text + "\n")
         print(f"translate: attention written to {opts['attention']}", file=sys.stderr)
         return
     given = {key: aligned_lines(opts[key], lines, key) for key in ("prefix", "score")}
     if opts["score"]:
-        out = score_lines(model, tok, hp, lines, given["score"], opts["score_tokens"])
+        out = score_lines(engine, lines, given["score"], opts["score_tokens"])
     else:
         out = translate_lines(
-            model,
-            tok,
-            hp,
+            engine,
             lines,
             opts["n_best"],
             progress=bool(opts["input"]),
@@ -158,60 +153,49 @@ def aligned_lines(path: str, lines: list[str], option: str) -> list[str] | None:
     return given
 
 
-def score_lines(model, tok, hp, lines: list[str], targets: list[str], tokens: bool) -> list[str]:
+def score_lines(
+    engine: Translator, lines: list[str], targets: list[str], tokens: bool
+) -> list[str]:
     """``score<TAB>translation`` per (line, target) pair: the summed log-probability of
     the target's tokens and </S> given the line; with ``tokens``, a third column of
-    piece=log-probability, </S> last (Translator.score_ids)."""
-    tgt_ids = tok.encode_tgt(targets)
-    logp = Translator(model, tok, hp).score_ids(tok.encode_src(lines), tgt_ids)
+    piece=log-probability, </S> last (Translator.score)."""
     out = []
-    for target, ids, lp in zip(targets, tgt_ids, logp):
-        line = f"{lp.sum():.4f}\t{target}"
+    for target, scored in zip(targets, engine.score(lines, targets, tokens=True)):
+        line = f"{scored.score:.4f}\t{target}"
         if tokens:
-            pieces = tok.tgt_tokens(ids) + ["</S>"]
-            line += "\t" + " ".join(f"{p}={x:.4f}" for p, x in zip(pieces, lp))
+            line += "\t" + " ".join(f"{p}={x:.4f}" for p, x in scored.tokens)
         out.append(line)
     return out
 
 
 def translate_lines(
-    model,
-    tok,
-    hp: hparams.Hparams,
+    engine: Translator,
     lines: list[str],
     n_best: int = 1,
     progress: bool = False,
-    translator: Translator | None = None,
     prefixes: list[str] | None = None,
     alignments: bool = False,
 ) -> list[str]:
-    """Output lines for input lines (see the module docstring); ``translator``: one to
-    reuse (its compiled decoding loop) instead of a new one; ``prefixes``: per line the
-    text its translation starts with; ``alignments``: append each line's alignment."""
-    limit = greedy_search.source_limit(model)
-    ids = tok.encode_src(lines)  # encoded once, for the warnings and the decoding
-    for n, seq in enumerate(ids, 1):
-        if len(seq) + 1 > limit:
-            print(
-                f"translate: warning: line {n} has {len(seq)} tokens; only the first "
-                f"{limit - 1} are translated",
-                file=sys.stderr,
-            )
+    """Output lines for input lines (see the module docstring), decoded by ``engine``
+    (its compiled loops kept from call to call); ``prefixes``: per line the text its
+    translation starts with; ``alignments``: append each line's alignment."""
+    for i, tokens in engine.long_lines(lines):
+        print(
+            f"translate: warning: line {i + 1} has {tokens} tokens; only the first "
+            f"{engine.source_limit - 1} are translated",
+            file=sys.stderr,
+        )
+    results = engine.translate_batch(lines, n_best, prefixes, alignments, progress=progress)
     lines_out = []
-    translator = translator or Translator(model, tok, hp)
-    docs = document_decoding.documents_of_lines(lines)  # read by a model with memory only
-    if alignments:
-        forced = None if prefixes is None else tok.encode_tgt(prefixes)
-        outs = translator.translate_ids(ids, progress, docs=docs, prefixes=forced)
-        links = translator.alignments(ids, outs)
-        return ["" if o is None else f"{tok.decode_tgt(o[0][0])}\t{a}" for o, a in zip(outs, links)]
-    for best in translator.translate_nbest(lines, n_best, progress, ids, docs, prefixes):
+    for best in results:
         if not best:  # empty input line
             lines_out.extend([""] if n_best == 1 else [f"{r + 1}\t\t" for r in range(n_best)])
+        elif alignments:
+            lines_out.append(f"{best[0].text}\t{best[0].alignment}")
         elif n_best == 1:
-            lines_out.append(best[0][0])
+            lines_out.append(best[0].text)
         else:
-            lines_out.extend(f"{r + 1}\t{s:.4f}\t{t}" for r, (t, s) in enumerate(best))
+            lines_out.extend(f"{r + 1}\t{h.score:.4f}\t{h.text}" for r, h in enumerate(best))
     return lines_out
 
 

@@ -43,7 +43,7 @@ import time
 
 import common
 
-import files  # no TensorFlow: the benchmark itself stays light
+from transformer_tf2.utils import files  # no TensorFlow: the benchmark itself stays light
 
 ROOT = common.ROOT
 ARMS = ("old", "new")

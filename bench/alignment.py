@@ -20,8 +20,7 @@ import time
 
 import common
 
-import cli
-import hparams
+from transformer_tf2.config import cli, hparams
 
 
 def diagonal(n_src: int, n_tgt: int) -> set[tuple[int, int]]:
@@ -34,7 +33,7 @@ def diagonal(n_src: int, n_tgt: int) -> set[tuple[int, int]]:
 def layer_links(translator, tok, src_ids, tgt_ids, layer: int) -> list:
     """Per pair the links of ``layer``'s alignment (word indices), or None where the
     tokens' words are not the sentence's space-separated words."""
-    import scoring
+    from transformer_tf2.decoding import scoring
 
     out = []
     for w, s, t in zip(translator.align_ids(src_ids, tgt_ids, layer), src_ids, tgt_ids):
@@ -54,11 +53,13 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     opts = parser().parse_args(argv)
-    import checkpoints  # TensorFlow loads here, after the arguments are read
     import prepro
-    import scoring
     from demo import alignment
-    from translator import Translator
+    from transformer_tf2.decoding import scoring
+    from transformer_tf2.decoding.translator import Translator
+    from transformer_tf2.models import (
+        checkpoints,  # TensorFlow loads here, after the arguments are read
+    )
 
     hp, tok, model, _ = checkpoints.load_run(opts.logdir, {}, who="alignment")
     if hp.corpus != "demo":

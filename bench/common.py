@@ -1,6 +1,6 @@
 """What the benchmarks share. ``import common`` first: it puts the project's root (or,
 with :func:`use_tree`, another checkout) on the import path, so that a benchmark imports
-the flat modules as the scripts do; nothing here loads TensorFlow."""
+the package (transformer_tf2) as the scripts do; nothing here loads TensorFlow."""
 
 import json
 import os
@@ -14,7 +14,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 RESULT = "RESULT "  # the line a child prints its result on: RESULT {json}
-_PROJECT = ("hparams", "files", "cli", "errors")  # what the parent may import before use_tree
+PACKAGE = "transformer_tf2"
 
 
 def use_tree(path: str) -> None:
@@ -22,7 +22,7 @@ def use_tree(path: str) -> None:
     instead of this one: first on the import path, and the project modules imported so
     far forgotten so that they load again from there."""
     sys.path.insert(0, os.path.abspath(path))
-    for name in [m for m in sys.modules if m in _PROJECT]:
+    for name in [m for m in sys.modules if m == PACKAGE or m.startswith(PACKAGE + ".")]:
         del sys.modules[name]
 
 
@@ -60,7 +60,7 @@ def check_plan(who: str, path: str, plan: dict, fresh: dict | None = None) -> di
     """The plan guard of a resumable benchmark: ``path`` records the settings of its first
     run (``plan``, with ``fresh`` beside it); a later run whose settings differ is refused,
     as its figures would not compare. Returns what ``path`` holds."""
-    import files
+    from transformer_tf2.utils import files
 
     if os.path.exists(path):
         with open(path, encoding="utf-8") as f:
@@ -93,7 +93,6 @@ def run_logged(who: str, command: list[str], log: str, cwd: str = ROOT) -> None:
 def hparams_parser(options: dict, preset: str = "demo"):
     """The parser of a benchmark that takes the hyperparameters (cli.parse_args with
     ``extra=options``), built without TensorFlow."""
-    import cli
-    import hparams
+    from transformer_tf2.config import cli, hparams
 
     return cli.build_parser(None, hparams.preset(preset), {k: (v, "") for k, v in options.items()})

@@ -46,7 +46,7 @@ import numpy as np
 
 import common
 
-import cli
+from transformer_tf2.config import cli
 
 # --ablate's name for the beam's stop once its best is final (beam_search.beam_loop's
 # n_best 1): ablated, each beam searches until all k are final, as before it
@@ -92,8 +92,8 @@ def keras_hub_decoder(model, extra: int):
     import keras_hub
     import tensorflow as tf
 
-    import data_load
-    import positions
+    from transformer_tf2.data import data_load
+    from transformer_tf2.layers import positions
 
     BOS_ID, EOS_ID = data_load.BOS_ID, data_load.EOS_ID
     d = model.d_model
@@ -204,7 +204,7 @@ def profile_step(model, src, steps_done: int, repeats: int = 200) -> list[tuple[
     number of its result, so that no copy to numpy is timed)."""
     import tensorflow as tf
 
-    import data_load
+    from transformer_tf2.data import data_load
 
     memory, mask = model.encode(src)
     cache = model.init_cache(memory, mask)
@@ -247,8 +247,8 @@ def profile_beam(model, src, steps_done: int, k: int = 4, repeats: int = 100):
     ``repeats`` calls)."""
     import tensorflow as tf
 
-    import beam_search
-    import data_load
+    from transformer_tf2.data import data_load
+    from transformer_tf2.decoding import beam_search
 
     n = src.shape[0]
     memory, mask = model.encode(src)
@@ -304,7 +304,7 @@ def time_parts(parts: dict, repeats: int) -> list[tuple[str, float]]:
     ``repeats`` calls)."""
     import tensorflow as tf
 
-    import fast_ops
+    from transformer_tf2.kernels import fast_ops
 
     out = []
     for name, fn in parts.items():
@@ -332,7 +332,7 @@ def ctranslate2_rows(model, tok, hp, batches, repeats: int, out_dir: str, beams=
 
     import ctranslate2
 
-    import ctranslate
+    from transformer_tf2.export import ctranslate
 
     cores = os.cpu_count() or 1
     sources = [ctranslate.source_tokens(tok, [row[row > 0][:-1] for row in b]) for _, b in batches]
@@ -389,8 +389,8 @@ def ctranslate2_rows(model, tok, hp, batches, repeats: int, out_dir: str, beams=
 def ours_ids(tok, tokens: list[str], budget: int) -> list[int]:
     """CTranslate2's output tokens as our ids, </S> added where it stopped there, cut at
     our budget of ``budget`` tokens (it decodes to the batch's longest budget)."""
-    import ctranslate
-    import data_load
+    from transformer_tf2.data import data_load
+    from transformer_tf2.export import ctranslate
 
     ids = ctranslate.target_ids(tok, tokens)[:budget]
     return ids + [data_load.EOS_ID] if len(ids) < budget else ids
@@ -409,11 +409,10 @@ def layout_worker(cfg: dict) -> None:
     if cfg["intra"]:
         tf.config.threading.set_intra_op_parallelism_threads(cfg["intra"])
         tf.config.threading.set_inter_op_parallelism_threads(cfg["inter"])
-    import beam_search
-    import checkpoints
-    import data_load
-    import fast_ops
-    import greedy_search
+    from transformer_tf2.data import data_load
+    from transformer_tf2.decoding import beam_search, greedy_search
+    from transformer_tf2.kernels import fast_ops
+    from transformer_tf2.models import checkpoints
 
     hp, tok, model, _ = checkpoints.load_run(cfg["logdir"], {}, who="bench")
     src_txt, _ = data_load.read_raw(hp, "test")
@@ -501,7 +500,7 @@ def print_anchor(
     its outputs are ours (``ours``: beam size -> our outputs, batch order) token for
     token; then, with ``ablate``, each layout with that switch on against off; then our
     best layout against theirs, and each on one batch."""
-    import metrics
+    from transformer_tf2.evaluation import metrics
 
     width = max(len(r["name"]) for r in rows) + 2
     head = "decoder (float32 unless named)"
@@ -562,12 +561,11 @@ def parser(preset: str = "demo"):
 def main() -> None:
     import tensorflow as tf
 
-    import beam_search
-    import checkpoints
-    import data_load
-    import fast_ops
-    import greedy_search
-    import metrics
+    from transformer_tf2.data import data_load
+    from transformer_tf2.decoding import beam_search, greedy_search
+    from transformer_tf2.evaluation import metrics
+    from transformer_tf2.kernels import fast_ops
+    from transformer_tf2.models import checkpoints
 
     hp, opts = cli.parse_args(extra=OPTIONS)
     if opts["worker"]:

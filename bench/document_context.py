@@ -52,10 +52,9 @@ def main() -> None:
         train_cost(args.logdir, args.steps)
         return
 
-    import checkpoints
-    import data_load
-    import document_decoding
-    import translator
+    from transformer_tf2.data import data_load
+    from transformer_tf2.decoding import document_decoding, translator
+    from transformer_tf2.models import checkpoints
 
     hp, tok, model, path = checkpoints.load_run(args.logdir, {}, who="bench")
     if not model.reads_documents:
@@ -115,7 +114,7 @@ def encoder_only(model):
     states, with a one-token "translation": the lanes' passes without the decoder."""
     import tensorflow as tf
 
-    import document_decoding
+    from transformer_tf2.decoding import document_decoding
 
     def encode(src, extra, states, mask, tgt_states, tgt_mask):
         inputs = document_decoding.encode_in_window(model, src, states, mask)[1]
@@ -129,10 +128,10 @@ def train_cost(logdir: str, steps: int) -> None:
     import keras
     import numpy as np
 
-    import data_load
-    import devices
-    import hparams
     import train
+    from transformer_tf2.config import hparams
+    from transformer_tf2.data import data_load
+    from transformer_tf2.utils import devices
 
     hp = hparams.load(os.path.join(logdir, "hparams.json"))
     tok = data_load.load_tokenizer(hp)

@@ -33,10 +33,10 @@ def first_losses(preset: str, steps: int, overrides: dict | None = None) -> list
     import tensorflow as tf
 
     tf.config.experimental.enable_op_determinism()
-    import data_load
-    import hparams
     import train
     from train_throughput import project_setup_devices
+    from transformer_tf2.config import hparams
+    from transformer_tf2.data import data_load
 
     setup_devices = project_setup_devices()
     hp = hparams.apply(hparams.preset(preset), overrides or {})

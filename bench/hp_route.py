@@ -41,8 +41,8 @@ def route(calls: list[str]) -> dict:
 def traced_calls(tree: str, train_args: list[str]) -> list[str]:
     """The module of every call into ``tree``'s code that takes an Hparams argument while
     train.py's main runs with ``train_args``."""
-    import hparams
     import train
+    from transformer_tf2.config import hparams
 
     calls = []
 

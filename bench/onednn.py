@@ -20,7 +20,7 @@ import sys
 
 import common
 
-import cli
+from transformer_tf2.config import cli
 
 ROOT = common.ROOT
 
@@ -37,7 +37,9 @@ DECODE = r"""
 import json, sys, time
 import numpy as np
 import tensorflow as tf
-import data_load, decoding
+from transformer_tf2.data import data_load
+from transformer_tf2.decoding import greedy_search
+from transformer_tf2.models import checkpoints
 from tensorflow.python.util import _pywrap_util_port
 hp, tok, model, _ = checkpoints.load_run(sys.argv[1], {}, who="bench")
 src_txt, _ = data_load.read_raw(hp, "test")

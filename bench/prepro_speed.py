@@ -41,8 +41,8 @@ def make_corpus(folder: str, pairs: int, multi30k: str) -> None:
 
 
 def child(args) -> None:
-    import hparams
     import prepro
+    from transformer_tf2.config import hparams
 
     hp = hparams.apply(hparams.Hparams(), json.loads(args.child))
     t0 = time.time()

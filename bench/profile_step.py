@@ -37,8 +37,8 @@ import numpy as np
 
 import common
 
-import cli
 import train_throughput as throughput
+from transformer_tf2.config import cli
 
 ROOT = common.ROOT
 
@@ -116,9 +116,9 @@ def step_and_batches(preset: str, size: str, overrides: dict, count: int, off=()
     switches in ``off`` turned off, and the first ``count`` batches of the preset's plan."""
     import keras
 
-    import data_load
-    import hparams
     import train
+    from transformer_tf2.config import hparams
+    from transformer_tf2.data import data_load
 
     model = throughput.size_model(preset, size)
     hp = hparams.apply(
@@ -127,7 +127,7 @@ def step_and_batches(preset: str, size: str, overrides: dict, count: int, off=()
     tok = data_load.load_tokenizer(hp)
     strategy, precision = throughput.project_setup_devices()(hp)
     keras.utils.set_random_seed(hp.seed)
-    import fast_ops
+    from transformer_tf2.kernels import fast_ops
 
     trainer = train.Trainer(hp, tok, strategy, precision, fast_ops.Kernels.resolve(off))
     return trainer, throughput.batches_for(hp, data_load.TrainData(hp), count), hp

@@ -43,8 +43,10 @@ import sys
 
 import common
 
-import files
-import hparams  # neither imports TensorFlow: the search itself stays light
+from transformer_tf2.config import (
+    hparams,  # neither imports TensorFlow: the search itself stays light
+)
+from transformer_tf2.utils import files
 
 ROOT = common.ROOT
 

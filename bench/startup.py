@@ -47,7 +47,14 @@ BEAM = 4  # the beam row of --ctranslate2
 PARTS = r"""
 import json, sys, time
 t0 = time.perf_counter()
-import checkpoints, data_load, greedy_search, hparams, translator, tensorflow as tf
+try:
+    from transformer_tf2.config import hparams
+    from transformer_tf2.data import data_load
+    from transformer_tf2.decoding import greedy_search, translator
+    from transformer_tf2.models import checkpoints
+except ImportError:  # a checkout from before the package (--tree)
+    import checkpoints, data_load, greedy_search, hparams, translator
+import tensorflow as tf
 t1 = time.perf_counter()
 if hasattr(translator, "decoding_process"):  # translate.py's set-up (a checkout that has it)
     translator.decoding_process(hparams.load(sys.argv[1] + "/hparams.json"), 1)
@@ -68,9 +75,9 @@ print("RESULT " + json.dumps(parts))
 TRACE = r"""
 import json, sys, time
 import tensorflow as tf
-import beam_search
-import checkpoints
-import greedy_search
+from transformer_tf2.decoding import beam_search
+from transformer_tf2.models import checkpoints
+from transformer_tf2.decoding import greedy_search
 hp, tok, model, _ = checkpoints.load_run(sys.argv[1], {}, who="bench")
 spec = [tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([], tf.int32)]
 loops = {

@@ -96,8 +96,7 @@ import numpy as np
 
 import common
 
-import cli
-import hparams
+from transformer_tf2.config import cli, hparams
 
 ROOT = common.ROOT
 
@@ -265,7 +264,7 @@ def reset_peak_rss() -> None:
 
 def batches_for(hp, data, count):
     """The first ``count`` batches of epoch 0 of the project's plan, as numpy arrays."""
-    import data_load
+    from transformer_tf2.data import data_load
 
     plan = data.batches(0)[:count]
     corpus = data.epoch_corpus(0)[0]
@@ -275,7 +274,7 @@ def batches_for(hp, data, count):
 def project_setup_devices():
     """The project's setup_devices, in this tree (devices.py) or an older one (train.py)."""
     try:
-        import devices
+        from transformer_tf2.utils import devices
 
         return devices.setup_devices
     except ImportError:
@@ -291,10 +290,10 @@ def run_ours(cfg: dict) -> dict:
         common.use_tree(cfg["tree"])
     import keras
 
-    import data_load
-    import fast_ops
-    import hparams
     import train
+    from transformer_tf2.config import hparams
+    from transformer_tf2.data import data_load
+    from transformer_tf2.kernels import fast_ops
 
     # (none without --ablate: a --baseline_tree from before fast_ops.Kernels takes none)
     kernels = [fast_ops.Kernels.resolve(cfg["ablate"])] if cfg.get("ablate") else []
@@ -395,7 +394,7 @@ def keras_hub_dataset(batches, vocab: int):
 def user_batches(data, count: int, size: int = 64, seed: int = 0):
     """What a keras-hub user writes: ``count`` batches of ``size`` shuffled sentence pairs
     each padded to its longest sentence (source, decoder input, labels numpy arrays)."""
-    import data_load
+    from transformer_tf2.data import data_load
 
     order = np.random.default_rng(seed).permutation(data.keep)
     return [
@@ -409,7 +408,7 @@ def run_keras_hub(cfg: dict) -> dict:
     from the end of the one before (data and callbacks included)."""
     import keras
 
-    import data_load
+    from transformer_tf2.data import data_load
 
     hp = hparams.apply(hparams.preset(cfg["preset"]), cfg["hparams"])
     tok = data_load.load_tokenizer(hp)
@@ -463,10 +462,10 @@ def run_paired(cfg: dict) -> dict:
     out): the real target tokens/s of each side."""
     import keras
 
-    import data_load
-    import fast_ops
-    import hparams
     import train
+    from transformer_tf2.config import hparams
+    from transformer_tf2.data import data_load
+    from transformer_tf2.kernels import fast_ops
 
     hp = hparams.apply(hparams.preset(cfg["preset"]), cfg["hparams"])
     tok = data_load.load_tokenizer(hp)
@@ -584,7 +583,7 @@ def keep_rewrite(gains: list[float], bar: float = 0.05) -> bool:
 
 def print_ablation(rows: list[dict]) -> None:
     """Per rewrite: each pair's tokens/s on and off, its gain, and the median gain."""
-    import fast_ops
+    from transformer_tf2.kernels import fast_ops
 
     print(f"{'rewrite':18} {'pair':>4} {'on tok/s':>9} {'off tok/s':>9} {'gain':>7}")
     for name in dict.fromkeys(r["cfg"]["rewrite"] for r in rows):

@@ -68,7 +68,7 @@ import random
 from dataclasses import dataclass, replace
 from xml.sax.saxutils import escape
 
-import files
+from transformer_tf2.utils import files
 
 __all__ = [
     "generate_pairs",

@@ -25,7 +25,7 @@ os.environ["TRANSFORMER_NATIVE_CACHE"] = os.environ["TRANSFORMER_TEST_NATIVE_CAC
 if "HYPOTHESIS_STORAGE_DIRECTORY" not in os.environ:
     os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = tempfile.mkdtemp(prefix="transformer-hypothesis-")
     atexit.register(shutil.rmtree, os.environ["HYPOTHESIS_STORAGE_DIRECTORY"], True)
-import cli  # noqa: E402, F401  (its import turns oneDNN on, as for the scripts)
+from transformer_tf2.config import cli  # noqa: E402, F401  (its import turns oneDNN on)
 
 # TensorFlow's C++ start-up lines, which TF_CPP_MIN_LOG_LEVEL cannot hide (cli.NOISE), go
 # to /dev/null while it loads: under pytest-xdist the controlling process imports this
@@ -51,11 +51,11 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     tensorflow.config.threading.set_intra_op_parallelism_threads(threads)
     tensorflow.config.threading.set_inter_op_parallelism_threads(threads)
 
-import files
 import prepro
 import train
 from eval import evaluate
 from helpers import run_json_script, tiny
+from transformer_tf2.utils import files
 
 
 @pytest.fixture(autouse=True)

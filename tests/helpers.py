@@ -11,12 +11,13 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-import beam_search
-import data_load
-import devices
-import greedy_search
-import hparams
-from model import Transformer
+import translate
+from transformer_tf2 import api
+from transformer_tf2.config import hparams
+from transformer_tf2.data import data_load
+from transformer_tf2.decoding import beam_search, greedy_search
+from transformer_tf2.models.model import Transformer
+from transformer_tf2.utils import devices
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -222,3 +223,9 @@ def tgz_bytes(members) -> bytes:
             info.mode = 0o644
             tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
+
+
+def translate_lines(model, tok, hp, lines, **options) -> list[str]:
+    """translate.py's output lines for ``lines``, decoded by ``model`` with the settings
+    ``hp`` through the Python API (a new api.Translator)."""
+    return translate.translate_lines(api.Translator(hp, tok, model), lines, **options)

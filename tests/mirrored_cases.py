@@ -12,12 +12,12 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-import data_load
-import hparams
-import native
-import variants
 from helpers import step_ops
-from trainer import Trainer
+from transformer_tf2.config import hparams
+from transformer_tf2.data import data_load
+from transformer_tf2.kernels import native
+from transformer_tf2.models import variants
+from transformer_tf2.training.trainer import Trainer
 
 CASES = ("plain", "extra", "universal", "clip", "accum", "weighted_overflow")
 CLIP_NORM = 0.1  # below the tiny model's gradient norms at its first steps: every step clips

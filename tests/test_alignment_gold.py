@@ -9,10 +9,10 @@ import pytest
 import common
 
 import alignment as alignment_bench  # bench/alignment.py (bench/ is on the pytest path)
-import checkpoints
-import hparams
 import prepro
 from demo import alignment, corpus
+from transformer_tf2.config import hparams
+from transformer_tf2.models import checkpoints
 
 
 def words(de: str, en: str) -> set[tuple[str, str]]:

@@ -7,9 +7,9 @@ import pytest
 import tensorflow as tf
 
 import average_checkpoints
-import checkpoints
-import hparams
 from eval import evaluate
+from transformer_tf2.config import hparams
+from transformer_tf2.models import checkpoints
 
 KEY = "model/encoder_0/self_attn/w_q/.ATTRIBUTES/VARIABLE_VALUE"
 

@@ -15,10 +15,10 @@ import pytest
 import common
 
 import ab
-import hparams
 import length_generalisation as lengths
 import search
 import train_throughput as throughput  # bench/ is on the pytest pythonpath (setup.cfg)
+from transformer_tf2.config import hparams
 
 
 def test_window_bounds_split_the_timed_steps():
@@ -361,8 +361,8 @@ def _fake_stages(prepro_dir=""):
 
 @pytest.mark.slow
 def test_length_bench_train_command_keeps_short_pairs_and_trained_relative_settings():
-    import cli
     import train
+    from transformer_tf2.config import cli
 
     opts = argparse.Namespace(
         preset="multi30k", data_dir="d", steps=2000, minutes=0.0, max_tokens=16, out="/o",
@@ -451,9 +451,8 @@ def test_length_bench_refuses_an_unknown_position(tmp_path):
 # bench/search.py: successive halving on dev
 # ---------------------------------------------------------------------------------------
 def test_search_draws_distinct_settings_that_train_py_accepts():
-    import cli
-    import hparams
     import train
+    from transformer_tf2.config import cli, hparams
 
     base = hparams.preset("multi30k")
     drawn = search.draw(base, 30, seed=3)
@@ -564,8 +563,8 @@ def test_a_signal_stops_the_search_where_the_same_command_resumes(tmp_path, monk
 # bench/ab.py: two setups at an equal budget, interleaved
 # ---------------------------------------------------------------------------------------
 def test_ab_commands_run_each_arm_with_its_tree_settings_and_seed():
-    import cli
     import train
+    from transformer_tf2.config import cli
 
     opts = argparse.Namespace(
         preset="multi30k", data_dir="d", old_tree="/t/old", old_args="--norm post",
@@ -825,13 +824,18 @@ def test_the_plan_guard_keeps_the_first_plan_and_names_what_differs(tmp_path):
 
 
 def test_another_tree_is_imported_in_place_of_this_one(tmp_path, monkeypatch):
-    (tmp_path / "hparams.py").write_text("WHERE = 'other tree'\n")
+    (tmp_path / "transformer_tf2" / "config").mkdir(parents=True)
+    for folder in ("transformer_tf2", "transformer_tf2/config"):
+        (tmp_path / folder / "__init__.py").write_text("")
+    (tmp_path / "transformer_tf2" / "config" / "hparams.py").write_text("WHERE = 'other'\n")
     monkeypatch.setattr(sys, "path", list(sys.path))
-    monkeypatch.setitem(sys.modules, "hparams", sys.modules.get("hparams"))
+    for name in [m for m in sys.modules if m.startswith("transformer_tf2")]:
+        monkeypatch.setitem(sys.modules, name, sys.modules[name])
     common.use_tree(str(tmp_path))
-    import hparams
+    from transformer_tf2.config import hparams as other
 
-    assert hparams.WHERE == "other tree"
+    assert other.WHERE == "other"
+    assert other is not hparams
 
 
 @pytest.mark.slow
@@ -928,9 +932,9 @@ def test_profile_times_each_part_of_a_greedy_and_a_beam_step(quick_run):
     trained run's cache filled to 3 positions, in milliseconds."""
     import tensorflow as tf
 
-    import checkpoints
-    import data_load
     import decode
+    from transformer_tf2.data import data_load
+    from transformer_tf2.models import checkpoints
 
     hp, _ = quick_run
     _, tok, model, _ = checkpoints.load_run(hp.logdir, {}, who="test")

@@ -12,22 +12,23 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import budget as budget_module
-import checkpoints
-import data_load
-import dev_evaluation
-import devices
-import hparams
-import optimization
-import run_state
 import train
-import translator
-from budget import Budget, RunClock
 from eval import evaluate
 from helpers import tiny
-from hparams import UserError
 from test_interrupts import ckpt_tensor
-from trainer import Dev, Trainer
+from transformer_tf2.config import hparams
+from transformer_tf2.config.hparams import UserError
+from transformer_tf2.data import data_load
+from transformer_tf2.decoding import translator
+from transformer_tf2.evaluation import dev_evaluation
+from transformer_tf2.evaluation.dev import Dev
+from transformer_tf2.layers import optimization
+from transformer_tf2.models import checkpoints
+from transformer_tf2.training import budget as budget_module
+from transformer_tf2.training import run_state
+from transformer_tf2.training.budget import Budget, RunClock
+from transformer_tf2.training.trainer import Trainer
+from transformer_tf2.utils import devices
 
 
 # ---------------------------------------------------------------------------------------

@@ -11,15 +11,15 @@ import sys
 import pytest
 
 import average_checkpoints
-import cli
 import eval as eval_script
 import export
-import hparams
 import plot_logs
 import prepro
 import train
 import translate
 from helpers import ROOT
+from transformer_tf2.config import cli, hparams
+from transformer_tf2.config.hparams import UserError
 
 SCRIPTS = {
     "train": train,
@@ -114,10 +114,7 @@ def test_train_help_lists_every_hyperparameter_with_type_default_and_comment(cap
     assert text.startswith("usage: python train.py [--preset NAME] [--name value ...]")
     assert "Train the Transformer: Adam + a learning-rate schedule" in text  # its own description
     line = option_line(text, "d_model")
-    assert line == (
-        "--d_model INT width of every layer's input and output (3.1) (default: 128, from "
-        "hparams.py)"
-    )
+    assert line == ("--d_model INT width of every layer's input and output (3.1) (default: 128)")
     assert option_line(text, "norm").startswith("--norm {post,pre} post (paper) | pre")
     for name in hparams.FIELDS:
         assert f"--{name} " in text, name
@@ -133,7 +130,7 @@ def test_preset_help_shows_the_presets_defaults(capsys):
     text = help_text(train, ["--preset", "multi30k", "--lr", "0.001"], capsys)
     assert option_line(text, "d_model").endswith("(default: 256, from preset multi30k)")
     assert option_line(text, "vocab_size").endswith("(default: 8000, from preset multi30k)")
-    assert option_line(text, "position").endswith("(default: 'xl', from hparams.py)")
+    assert option_line(text, "position").endswith("(default: 'xl')")
     assert option_line(text, "lr").endswith("(this command: 0.001, from the command line)")
     # the preset may come after --help too
     with pytest.raises(SystemExit):
@@ -144,21 +141,23 @@ def test_preset_help_shows_the_presets_defaults(capsys):
 
 
 def test_an_edit_of_hparams_py_is_what_train_py_runs_and_shows(tmp_path):
-    """The defaults in hparams.py are the default run's (the demo preset adds nothing):
-    in a copy of the project whose hparams.py says position "t5", train.py's --help
-    shows t5 from hparams.py, and its settings are t5."""
+    """A value set in the root hparams.py is the run's (the demo preset adds nothing): in
+    a copy of the project whose hparams.py says position = "t5", train.py's --help shows
+    t5 from hparams.py, and its settings are t5."""
     for name in os.listdir(ROOT):
         if name.endswith(".py"):
             shutil.copy(os.path.join(ROOT, name), tmp_path / name)
-    source = (tmp_path / "hparams.py").read_text()
-    line = '    position: str = "xl"  #'
-    assert source.count(line) == 1
-    (tmp_path / "hparams.py").write_text(source.replace(line, '    position: str = "t5"  #'))
+    shutil.copytree(os.path.join(ROOT, "transformer_tf2"), tmp_path / "transformer_tf2")
+    with open(tmp_path / "hparams.py", "a", encoding="utf-8") as f:
+        f.write('position = "t5"\n')
     help_out = subprocess.run(
         [sys.executable, "train.py", "--help"], cwd=tmp_path, capture_output=True, text=True
     ).stdout
     assert option_line(help_out, "position").endswith("(default: 't5', from hparams.py)")
-    code = "import cli; print(cli.parse_args([], script=cli.script_of('train'))[0].position)"
+    code = (
+        "from transformer_tf2.config import cli; "
+        "print(cli.parse_args([], script=cli.script_of('train'))[0].position)"
+    )
     ran = subprocess.run(
         [sys.executable, "-c", code],
         cwd=tmp_path,
@@ -315,7 +314,7 @@ def test_filter_stream_drops_noise_and_passes_the_rest_at_once():
 
 
 START = (
-    "import sys, cli\n"
+    "import sys\nfrom transformer_tf2.config import cli\n"
     "cli.start(cli.Script('probe', 'Probe.', fields=('logdir',)), sys.argv[1:])\n"
     "import tensorflow as tf\n"
     "print('devices', len(tf.config.list_physical_devices()), file=sys.stderr)\n"
@@ -400,7 +399,7 @@ def test_every_script_parser_builds_without_tensorflow():
     its --help prints, in a process that never imports TensorFlow; parse_args with that
     Script accepts a documented command and names a misspelt option's closest match."""
     code = (
-        "import sys, cli\n"
+        "import sys\nfrom transformer_tf2.config import cli\n"
         "names = [cli.parser(n).prog for n in cli.SCRIPTS]\n"
         "hp, opts = cli.parse_args(['--preset', 'multi30k', '--max_steps', '3'],"
         " script=cli.script_of('train'))\n"
@@ -419,3 +418,39 @@ def test_every_script_parser_builds_without_tensorflow():
     progs = [f"'python {name}.py'" for name in cli.SCRIPTS]
     misspelt = "'unknown option --beam_sise; did you mean --beam_size?'"
     assert out == f"[{', '.join(progs + [misspelt, '5'])}] False"
+
+
+def test_the_users_hparams_py_sets_values_under_a_preset_and_says_what_is_wrong(tmp_path):
+    """The root hparams.py's plain assignments are the defaults of every script: a preset
+    that sets the same name wins, the command line wins over both, and --help names the
+    file; a name that is no setting, a statement that is no assignment or a value that is
+    no plain value is one UserError naming the file and the line."""
+    (tmp_path / "hparams.py").write_text('"""Mine."""\nd_model = 64\nvocab_size = 500\n_x = 1\n')
+    assert cli.user_values(str(tmp_path)) == {"d_model": 64, "vocab_size": 500}
+    user = cli.user_values(str(tmp_path))
+    assert hparams.preset("demo", user).d_model == 64
+    assert hparams.preset("multi30k", user).vocab_size == 8000  # the preset sets it
+    assert hparams.preset("multi30k", user).d_model == 256
+    assert cli.sources("demo", {"num_blocks"}, user)["d_model"] == "hparams.py"
+    assert cli.sources("demo", {"num_blocks"}, user)["num_blocks"] == "the command line"
+    assert cli.sources("demo", (), user)["num_heads"] == ""
+    assert cli.user_values(str(tmp_path / "nowhere")) == {}
+    for text, why in [
+        (
+            "d_modle = 64\n",
+            r"hparams.py, line 1: unknown setting 'd_modle'; did you mean --d_model",
+        ),
+        ("x = y = 1\n", r"line 1: only plain assignments"),
+        ("import os\n", r"line 1: only plain assignments"),
+        ("d_model = 2 ** 6\n", r"line 1: d_model must be a plain value"),
+        ("d_model = \n", r"hparams.py, line 1: invalid syntax"),
+    ]:
+        (tmp_path / "hparams.py").write_text(text)
+        with pytest.raises(UserError, match=why):
+            cli.user_values(str(tmp_path))
+
+
+def test_the_shipped_hparams_py_sets_nothing_the_defaults_do_not():
+    """The repository's hparams.py is the user's file: as shipped, every script runs the
+    declared defaults (the demo), so --help and the docs' figures hold."""
+    assert cli.user_values() == {}

@@ -9,21 +9,24 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import checkpoints
-import data_load
 import export
-import greedy_search
-import hparams
-import optimization
-import positions
-import recurrence
 import train
-import translate
-import translator
 from eval import contrastive, evaluate, forced_scores
-from helpers import check_beam_scores, rand_ids, relative_model, results_hypotheses, tiny
+from helpers import (
+    check_beam_scores,
+    rand_ids,
+    relative_model,
+    results_hypotheses,
+    tiny,
+    translate_lines,
+)
 from test_budget import lr_at
 from test_interrupts import ckpt_tensor, signal_after
+from transformer_tf2.config import hparams
+from transformer_tf2.data import data_load
+from transformer_tf2.decoding import greedy_search, translator
+from transformer_tf2.layers import optimization, positions, recurrence
+from transformer_tf2.models import checkpoints
 
 RELATIVE = [name for name, family in positions.REGISTRY.items() if family.relative]
 
@@ -315,7 +318,7 @@ def test_memory_run_trains_evaluates_and_resumes_exactly(
         ["Sie lacht."],
     ]
     lines = docs[0] + [""] + docs[1]
-    got = translate.translate_lines(model, tok, hp2, lines)
+    got = translate_lines(model, tok, hp2, lines)
     assert got[3] == "" and all(got[:3]) and got[4]
     module = export.ServingModule(model, tok, hp2)
     for doc, want in ((docs[0], got[:3]), (docs[1], got[4:])):

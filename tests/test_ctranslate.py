@@ -8,15 +8,15 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import checkpoints
-import ctranslate
-import data_load
 import export
-import greedy_search
-import hparams
-from helpers import tiny_model
-from hparams import UserError
-from translator import Translator
+from helpers import tiny_model, translate_lines
+from transformer_tf2.config import hparams
+from transformer_tf2.config.hparams import UserError
+from transformer_tf2.data import data_load
+from transformer_tf2.decoding import greedy_search
+from transformer_tf2.decoding.translator import Translator
+from transformer_tf2.export import ctranslate
+from transformer_tf2.models import checkpoints
 
 ctranslate2 = pytest.importorskip("ctranslate2")  # the [dev] extra installs it
 
@@ -144,8 +144,6 @@ def test_export_writes_a_ctranslate2_model_that_translates_as_translate_py(run, 
     its beam hypotheses has the log-probability our model gives it; int8 weights load."""
     import sentencepiece as spm
 
-    import translate
-
     hp, *_ = run
     out = str(tmp_path / "ct2")
     export.export_ctranslate2(hp.logdir, out, {}, "", "none")
@@ -161,7 +159,7 @@ def test_export_writes_a_ctranslate2_model_that_translates_as_translate_py(run, 
     for p, r in zip(pieces, result):
         ids = ctranslate.target_ids(tok, r.hypotheses[0])[: len(p) + 1 + hp.max_len_extra]
         theirs.append(tok.decode_tgt(ids))
-    assert theirs == translate.translate_lines(model, tok, hp, sentences)
+    assert theirs == translate_lines(model, tok, hp, sentences)
     beams = translator.translate_batch(
         pieces,
         beam_size=3,

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import data_load
-import files
-import hparams
 import prepro
-from hparams import UserError
+from transformer_tf2.config import hparams
+from transformer_tf2.config.hparams import UserError
+from transformer_tf2.data import data_load
+from transformer_tf2.utils import files
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
 

@@ -10,16 +10,14 @@ import sacrebleu
 import tensorflow as tf
 from nltk.translate.bleu_score import corpus_bleu
 
-import attention
-import beam_search
-import data_load
-import greedy_search
-import hparams
-import metrics
-import optimization
-from data_load import EOS_ID, PAD_ID, UNK_ID
 from helpers import rand_ids, tiny_model
-from model import Transformer
+from transformer_tf2.config import hparams
+from transformer_tf2.data import data_load
+from transformer_tf2.data.data_load import EOS_ID, PAD_ID, UNK_ID
+from transformer_tf2.decoding import beam_search, greedy_search, translator
+from transformer_tf2.evaluation import metrics
+from transformer_tf2.layers import attention, optimization
+from transformer_tf2.models.model import Transformer
 
 PAD, BOS, EOS, A, B, C = 0, 2, 3, 4, 5, 6
 V = 8
@@ -307,14 +305,14 @@ def test_legacy_subset_is_the_tf1_test_subset():
 
 def test_legacy_words_are_the_literal_tokens_before_eos():
     tok = WordsToy()
-    assert metrics.legacy_words(tok, [4, 5, UNK_ID, 6, EOS_ID, 5, PAD_ID]) == [
+    assert translator.legacy_words(tok, [4, 5, UNK_ID, 6, EOS_ID, 5, PAD_ID]) == [
         "the",
         "dog",
         "<UNK>",
         "sleeps",
     ]
     # a predicted PAD or <S> stays too, and without </S> every token counts
-    assert metrics.legacy_words(tok, [PAD_ID, 2, 4]) == ["<PAD>", "<S>", "the"]
+    assert translator.legacy_words(tok, [PAD_ID, 2, 4]) == ["<PAD>", "<S>", "the"]
 
 
 def test_legacy_bleu_keeps_unk_in_the_hypotheses():

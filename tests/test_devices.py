@@ -3,8 +3,8 @@
 import keras
 import tensorflow as tf
 
-import devices
-import hparams
+from transformer_tf2.config import hparams
+from transformer_tf2.utils import devices
 
 
 def test_setup_devices_float32_on_the_default_strategy(capsys):

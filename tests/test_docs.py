@@ -18,7 +18,7 @@ import tokenize
 
 import pytest
 
-import cli
+from transformer_tf2.config import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAGES = ["README.md", "CONTRIBUTING.md"] + sorted(
@@ -220,22 +220,31 @@ def comments_of(path: str) -> str:
 def test_no_code_comment_cites_a_commit_hash():
     files = [
         p
-        for pattern in ("*.py", "bench/*.py", "demo/*.py", "tests/*.py")
+        for pattern in (
+            "*.py",
+            "transformer_tf2/*.py",
+            "transformer_tf2/*/*.py",
+            "bench/*.py",
+            "demo/*.py",
+            "tests/*.py",
+        )
         for p in glob.glob(os.path.join(ROOT, pattern))
     ]
     assert len(files) > 50
     found = {os.path.relpath(p, ROOT): HASH.findall(comments_of(p)) for p in files}
     assert {p: h for p, h in found.items() if h} == {}
-    with open(os.path.join(ROOT, "native_ops.cc"), encoding="utf-8") as f:
+    with open(
+        os.path.join(ROOT, "transformer_tf2", "kernels", "native_ops.cc"), encoding="utf-8"
+    ) as f:
         assert HASH.findall(f.read()) == []
 
 
 EXAMPLES = [
-    ("attention", "MultiHeadAttention"),
-    ("modules", "EncoderLayer"),
-    ("modules", "DecoderLayer"),
-    ("model", "Transformer"),
-    ("translator", "Translator"),
+    ("transformer_tf2.layers.attention", "MultiHeadAttention"),
+    ("transformer_tf2.layers.modules", "EncoderLayer"),
+    ("transformer_tf2.layers.modules", "DecoderLayer"),
+    ("transformer_tf2.models.model", "Transformer"),
+    ("transformer_tf2.decoding.translator", "Translator"),
 ]
 
 

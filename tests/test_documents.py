@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import data_load
 import eval as evaluation
-import hparams
-import recurrence
 from demo import corpus as dc
 from demo import documents
 from helpers import relative_model
+from transformer_tf2.config import hparams
+from transformer_tf2.data import data_load
+from transformer_tf2.layers import recurrence
 
 ENGLISH = {"er": ("he", "it"), "sie": ("she", "it"), "es": ("she", "it")}
 

@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-import download
-from download import DownloadError, download_corpus, fetch
 from helpers import tgz_bytes
+from transformer_tf2.data import download
+from transformer_tf2.data.download import DownloadError, download_corpus, fetch
 
 IWSLT_FILES = {
     "train.tags.de-en.de": "<url>http://www.ted.com/talks/x</url>\nHallo Welt.\nWie geht es dir?\n",

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import checkpoints
 import train
-import variants
 from helpers import tiny
-from hparams import UserError
 from test_trainer import trainer_for, values
+from transformer_tf2.config.hparams import UserError
+from transformer_tf2.evaluation.dev import Dev
+from transformer_tf2.models import checkpoints, variants
 
 
 def test_shadows_follow_the_recurrence_after_each_applied_step(demo_prepro, tmp_path):
@@ -135,7 +135,7 @@ def test_an_ema_run_scores_the_shadows_and_records_its_default_model(demo_prepro
         f"ema-{best_epoch['step']}.index",
     ]
     hp_run, tok, model, _ = checkpoints.load_run(hp.logdir, {}, ckpt=ema_path)
-    dev = train.Dev(hp_run, tok)
+    dev = Dev(hp_run, tok)
     ema_bleu = train.dev_bleu(dev, dev.translator(model, tok, hp_run))
     assert ema_bleu == pytest.approx(best_epoch["dev_bleu"], abs=1e-9)
     # and its dev loss (continuous, where the tiny run's BLEU is near 0) that epoch's

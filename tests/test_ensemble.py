@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import checkpoints
-import data_load
-import ensemble
-import hparams
-from ensemble import Ensemble
 from helpers import rand_ids, tiny_model
-from translator import Translator
+from transformer_tf2.config import hparams
+from transformer_tf2.data import data_load
+from transformer_tf2.decoding import ensemble
+from transformer_tf2.decoding.ensemble import Ensemble
+from transformer_tf2.decoding.translator import Translator
+from transformer_tf2.models import checkpoints
 
 V = 23
 

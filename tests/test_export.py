@@ -8,14 +8,13 @@ import sys
 import pytest
 import tensorflow as tf
 
-import checkpoints
 import export
-import hparams
 import prepro
 import train
-import translate
-from helpers import tiny
-from model import Transformer
+from helpers import tiny, translate_lines
+from transformer_tf2.config import hparams
+from transformer_tf2.models import checkpoints
+from transformer_tf2.models.model import Transformer
 
 LOADER = r"""
 import json, sys
@@ -47,7 +46,7 @@ def test_translator_module_matches_translate(quick_run):
     got = [
         s.decode("utf-8") for s in module.translate(tf.constant(SENTENCES))["translations"].numpy()
     ]
-    assert got == translate.translate_lines(model, tok, hp, SENTENCES)
+    assert got == translate_lines(model, tok, hp, SENTENCES)
     assert got[1] == ""
 
 
@@ -85,7 +84,7 @@ def test_an_empty_batch_gives_an_empty_batch_in_every_signature(quick_run, beam_
     got = [
         s.decode("utf-8") for s in module.translate(tf.constant(SENTENCES))["translations"].numpy()
     ]
-    assert got == translate.translate_lines(model, tok, hp, SENTENCES)
+    assert got == translate_lines(model, tok, hp, SENTENCES)
 
 
 @pytest.mark.slow
@@ -109,7 +108,7 @@ def test_bpe_savedmodel_round_trip_in_fresh_process(run, tmp_path):
     exported, empty_batch = json.loads(proc.stdout.strip().splitlines()[-1])
     assert empty_batch == [0]
     hp2, tok, model, _ = checkpoints.load_run(hp.logdir, {})
-    assert exported == translate.translate_lines(model, tok, hp2, SENTENCES)
+    assert exported == translate_lines(model, tok, hp2, SENTENCES)
     assert exported[1] == "" and all(exported[i] for i in (0, 2, 3))
 
 
@@ -132,5 +131,5 @@ def test_word_vocabulary_savedmodel_matches_translate(run, tmp_path):
     f = tf.saved_model.load(out_dir).signatures["serving_default"]
     got = [s.decode("utf-8") for s in f(sentences=tf.constant(SENTENCES))["translations"].numpy()]
     hp2, tok, model, _ = checkpoints.load_run(hp.logdir, {})
-    assert got == translate.translate_lines(model, tok, hp2, SENTENCES)
+    assert got == translate_lines(model, tok, hp2, SENTENCES)
     assert got[1] == ""

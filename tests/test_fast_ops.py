@@ -8,11 +8,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import attention
-import embeddings
-import fast_ops
-import optimization
-import positions
+from transformer_tf2.kernels import fast_ops
+from transformer_tf2.layers import attention, embeddings, optimization, positions
 
 
 def both_ways(name, fn):

@@ -17,21 +17,19 @@ import tensorflow as tf
 from tensorboard.backend.event_processing import event_accumulator
 
 import average_checkpoints
-import checkpoints
-import cli
-import data_load
-import devices
 import export
-import hparams
 import train
 import translate
-import variants
 from eval import evaluate
 from helpers import ROOT, tiny
-from model import Transformer
 from test_files import read_only_mount, unprivileged
-from trainer import Health, Trainer
-from translator import Translator
+from transformer_tf2.config import cli, hparams
+from transformer_tf2.data import data_load
+from transformer_tf2.decoding.translator import Translator
+from transformer_tf2.models import checkpoints, variants
+from transformer_tf2.models.model import Transformer
+from transformer_tf2.training.trainer import Health, Trainer
+from transformer_tf2.utils import devices
 
 NAN, INF = float("nan"), float("inf")
 
@@ -422,9 +420,7 @@ def test_a_damaged_default_model_gives_way_to_the_newest_checkpoint_that_reads(
 # /dev/full (ENOSPC) under the temporary name of a file that Python writes
 # ---------------------------------------------------------------------------------------
 OUTCOME = r"""
-import hparams
-
-
+from transformer_tf2.config import hparams
 def outcome(fn):
     try:
         fn()
@@ -439,7 +435,11 @@ FULL_DISK = r"""
 import json, os, resource, signal, sys
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 import tensorflow as tf
-import average_checkpoints, checkpoints, export, files, hparams, prepro, summaries, train
+import average_checkpoints, export, prepro, train
+from transformer_tf2.models import checkpoints
+from transformer_tf2.utils import files
+from transformer_tf2.config import hparams
+from transformer_tf2.training import summaries
 import translate
 from eval import evaluate
 
@@ -669,7 +669,9 @@ def test_full_disk_keeps_the_previous_files_and_says_where(full_disk, case):
 # ---------------------------------------------------------------------------------------
 READ_ONLY = r"""
 import contextlib, io, json, os, sys
-import cli, files, train
+import train
+from transformer_tf2.config import cli
+from transformer_tf2.utils import files
 
 cfg = json.loads(sys.argv[1])
 

@@ -14,9 +14,9 @@ import sys
 
 import pytest
 
-import files
-import hparams
 from helpers import ROOT
+from transformer_tf2.config import hparams
+from transformer_tf2.utils import files
 
 
 def test_atomic_write_replaces_and_leaves_no_temp(tmp_path):
@@ -226,8 +226,8 @@ def read_only_mount(folder: str) -> list[str]:
 
 REFUSED = """
 import json, sys
-import files
-from errors import UserError
+from transformer_tf2.utils import files
+from transformer_tf2.utils.errors import UserError
 
 results = {}
 for path in sys.argv[1:]:

@@ -8,17 +8,16 @@ import os
 import numpy as np
 import pytest
 
-import checkpoints
-import cli
-import data_load
-import devices
-import finetune
-import hparams
 import prepro
 import train
 from helpers import tiny
-from hparams import UserError
-from trainer import Trainer
+from transformer_tf2.config import cli, hparams
+from transformer_tf2.config.hparams import UserError
+from transformer_tf2.data import data_load
+from transformer_tf2.models import checkpoints
+from transformer_tf2.training import finetune
+from transformer_tf2.training.trainer import Trainer
+from transformer_tf2.utils import devices
 
 
 def slice_corpus(parent: hparams.Hparams, folder, n: int) -> tuple[str, str]:

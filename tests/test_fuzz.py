@@ -23,17 +23,17 @@ import tensorflow as tf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import checkpoints
-import data_load
 import export
-import files
-import hparams
 import prepro
 import translate
 from eval import evaluate
 from helpers import tiny
-from model import Transformer
-from translator import Translator
+from transformer_tf2 import api
+from transformer_tf2.config import hparams
+from transformer_tf2.data import data_load
+from transformer_tf2.models import checkpoints
+from transformer_tf2.models.model import Transformer
+from transformer_tf2.utils import files
 
 
 def fuzz(examples: int):
@@ -351,10 +351,10 @@ def loaded(request, quick_run, word_prepro):
         tok = data_load.load_tokenizer(hp)
         keras.utils.set_random_seed(1)
         model = Transformer.from_hparams(hp, tok.src_vocab_size, tok.tgt_vocab_size)
-    translator = Translator(model, tok, hp)  # compiled once for every example
+    translator = api.Translator(hp, tok, model)  # compiled once for every example
 
     def translate_lines(lines):
-        return translate.translate_lines(model, tok, hp, lines, translator=translator)
+        return translate.translate_lines(translator, lines)
 
     return translate_lines, tok, export.ServingModule(model, tok, hp)
 

@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import data_load
-import greedy_search
-import hparams
-from greedy_search import Sampling, top_p_mask
 from helpers import rand_ids, tiny_model
-from translator import Translator
+from transformer_tf2.config import hparams
+from transformer_tf2.data import data_load
+from transformer_tf2.decoding import greedy_search
+from transformer_tf2.decoding.greedy_search import Sampling, top_p_mask
+from transformer_tf2.decoding.translator import Translator
 
 V = 23
 

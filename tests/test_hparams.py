@@ -7,8 +7,7 @@ import sys
 import pytest
 
 import average_checkpoints
-import cli
-import hparams
+from transformer_tf2.config import cli, hparams
 
 
 # ------------------------------------------------------------------------------ presets

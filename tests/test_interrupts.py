@@ -17,14 +17,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import checkpoints
-import cli
-import data_load
-import hparams
 import train
-import translator
 from helpers import ROOT, tiny
-from trainer import Trainer
+from transformer_tf2.config import cli, hparams
+from transformer_tf2.data import data_load
+from transformer_tf2.decoding import translator
+from transformer_tf2.models import checkpoints
+from transformer_tf2.training.trainer import Trainer
 
 
 def ckpt_tensor(path, key):
@@ -222,7 +221,8 @@ def test_interrupted_run_resumes_to_the_same_weights(demo_prepro, tmp_path, caps
 # seconds of importing TensorFlow again. Commands and answers are JSON lines.
 FORKER = r"""
 import json, os, sys
-import cli, hparams, train
+import train
+from transformer_tf2.config import cli, hparams
 for line in sys.stdin:
     job = json.loads(line)
     pid = os.fork()

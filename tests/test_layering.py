@@ -1,45 +1,85 @@
-"""The layering of the flat top-level modules, read from their source with ast.
+"""The layering of the project, read from its source with ast.
 
-Scripts (run as ``python X.py``) sit on top of libraries: a library never imports a
-script, scripts never import each other, and there is no import cycle. Every import of a
-project module is at the top of its module, where the graph is plain to see: a library
-defers none, and a script may defer only third-party imports (an optional dependency, or
-a heavy one that only some commands need). Tests may import anything.
+The library is one package, ``transformer_tf2``, with subpackages by job in an order
+(:data:`ORDER`, bottom first, as CONTRIBUTING.md draws it): a module imports only from its
+own subpackage and those below it, so decoding imports nothing of training, data nothing
+of the models and utils nothing of the rest. The package's top-level modules (its Python
+API) sit above every subpackage. At the root sit the scripts (run as ``python X.py``) and
+the seed's modules: the package never imports them, scripts never import each other, and
+there is no import cycle. Every import of a project module is at the top of its module,
+where the graph is plain to see: a library module defers none, and a script may defer
+only third-party imports (an optional dependency, or a heavy one that only some commands
+need). Tests and bench/ may import anything.
 """
 
 import ast
 import glob
 import os
+import shutil
+import subprocess
 import sys
 
 import pytest
 
 from helpers import ROOT
+from transformer_tf2.config import cli
 
-SCRIPTS = {"prepro", "train", "eval", "translate", "export", "average_checkpoints", "plot_logs"}
+PACKAGE = "transformer_tf2"
+# the subpackages, bottom first: each imports only from itself and those before it
+ORDER = (
+    "utils",  # errors, atomic files, devices and precision
+    "config",  # the settings (hparams), their checks, the scripts' command line
+    "kernels",  # the C++ ops beside their loader, the fast rewrites of standard ops
+    "data",  # vocabularies, encoding, batches, corpora
+    "layers",  # the paper's layers, positions, document context, the loss and schedule
+    "models",  # the Transformer and its variants, checkpoints and loading a run
+    "decoding",  # greedy, sampling, beam, documents, the Translator, scoring, ensembles
+    "training",  # the train step, its state, budget, EMA, summaries, fine-tuning
+    "evaluation",  # BLEU, and the dev evaluation of a training run
+    "export",  # a trained run as a CTranslate2 model
+)
+# (importing subpackage, module it may not import although it lies below)
+FORBIDDEN = (("training", f"{PACKAGE}.decoding.translator"),)
 
 
-def parse_modules(folder):
-    """{module name: ast} of every *.py directly in folder."""
+def parse_tree(folder, prefix=""):
+    """{dotted module name: ast} of every *.py in folder and its packages below."""
     trees = {}
-    for path in sorted(glob.glob(os.path.join(folder, "*.py"))):
+    for path in sorted(glob.glob(os.path.join(folder, "**", "*.py"), recursive=True)):
+        rel = os.path.relpath(path, folder)[:-3].split(os.sep)
+        if rel[-1] == "__init__":
+            rel = rel[:-1]
         with open(path, encoding="utf-8") as f:
-            trees[os.path.basename(path)[:-3]] = ast.parse(f.read(), filename=path)
+            trees[".".join([prefix, *rel] if prefix else rel)] = ast.parse(f.read(), path)
     return trees
 
 
-TREES = parse_modules(ROOT)
-PROJECT = set(TREES)
-LIBRARIES = PROJECT - SCRIPTS
+def parse_project(root):
+    """{name: ast} of the root's modules (by bare name) and the package's (dotted)."""
+    trees = {}
+    for path in sorted(glob.glob(os.path.join(root, "*.py"))):
+        with open(path, encoding="utf-8") as f:
+            trees[os.path.basename(path)[:-3]] = ast.parse(f.read(), path)
+    trees.update(parse_tree(os.path.join(root, PACKAGE), PACKAGE))
+    return trees
+
+
+TREES = parse_project(ROOT)
+SCRIPTS = set(cli.scripts(ROOT))
+ROOT_MODULES = {name for name in TREES if "." not in name and name != PACKAGE}
+LIBRARY = set(TREES) - ROOT_MODULES
 
 
 def imported(node):
-    """Top-level names of the modules an import statement (or a call of
-    importlib.import_module / __import__ with a constant name) imports."""
+    """Full names of the modules an import statement (or a call of
+    importlib.import_module / __import__ with a constant name) imports: ``from a.b import
+    c`` gives both a.b.c and a.b (c may be a module or a name in a.b)."""
     if isinstance(node, ast.Import):
-        return [alias.name.split(".")[0] for alias in node.names]
+        return [alias.name for alias in node.names]
     if isinstance(node, ast.ImportFrom):
-        return [node.module.split(".")[0]] if node.level == 0 and node.module else []
+        if node.level or not node.module:
+            return []
+        return [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
     if (
         isinstance(node, ast.Call)
         and node.args
@@ -49,29 +89,52 @@ def imported(node):
         func = node.func
         name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
         if name in ("import_module", "__import__"):
-            return [node.args[0].value.split(".")[0]]
+            return [node.args[0].value]
     return []
 
 
-def imports(tree):
-    """[(line, module)] of every import anywhere in the tree."""
-    return sorted((node.lineno, name) for node in ast.walk(tree) for name in imported(node))
+def resolve(name, known):
+    """The longest module of ``known`` that ``name`` is or lies in, or None."""
+    parts = name.split(".")
+    for i in range(len(parts), 0, -1):
+        if ".".join(parts[:i]) in known:
+            return ".".join(parts[:i])
+    return None
 
 
-def deferred_imports(tree):
+def imports(tree, known=None):
+    """[(line, module)] of every import anywhere in the tree: the project modules of
+    ``known`` it names where given (a package's __init__ only where nothing deeper is
+    named), else the top-level names."""
+    found = set()
+    for node in ast.walk(tree):
+        names = imported(node)
+        if known is None:
+            found.update((node.lineno, n.split(".")[0]) for n in names)
+            continue
+        hits = {resolve(n, known) for n in names} - {None}
+        deeper = {h for h in hits if any(o.startswith(h + ".") for o in hits)}
+        found.update((node.lineno, h) for h in hits - deeper)
+    return sorted(found)
+
+
+def deferred_imports(tree, known=None):
     """[(line, module)] of the imports inside a function body (methods, nested functions,
     lambdas included)."""
     found = set()
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-            for inner in ast.walk(node):
-                found.update((inner.lineno, name) for name in imported(inner))
+            found.update(imports(node, known))
     return sorted(found)
 
 
 def import_graph(trees):
     """{module: {project modules it imports}}."""
-    return {name: {m for _, m in imports(tree) if m in trees} for name, tree in trees.items()}
+    known = set(trees)
+    return {
+        name: {m for _, m in imports(tree, known) if m != name and not name.startswith(m + ".")}
+        for name, tree in trees.items()
+    }
 
 
 def find_cycle(graph):
@@ -100,8 +163,32 @@ def find_cycle(graph):
     return None
 
 
-def where(module, line, what):
-    return f"{module}.py:{line}: {what}"
+def subpackage(module):
+    """The subpackage of a package module (``transformer_tf2.data.data_load`` -> data), or
+    None for the package's top-level modules."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[1] in ORDER) else None
+
+
+def order_violations(trees, order=ORDER, forbidden=FORBIDDEN):
+    """Lines 'module:line: imports X' where a package module imports a subpackage above
+    its own in ``order``, one of ``forbidden``, or the package's top level."""
+    bad, known = [], set(trees)
+    for module, tree in sorted(trees.items()):
+        own = subpackage(module)
+        if not module.startswith(PACKAGE + ".") or own is None:
+            continue
+        for line, name in imports(tree, known):
+            if not name.startswith(PACKAGE + "."):
+                continue
+            other = subpackage(name)
+            if other is None:
+                bad.append(f"{module}:{line}: imports the package's top level {name}")
+            elif other not in order or order.index(other) > order.index(own):
+                bad.append(f"{module}:{line}: imports {name} ({other} lies above {own})")
+            elif any(own == who and name == what for who, what in forbidden):
+                bad.append(f"{module}:{line}: imports {name} ({own} may not)")
+    return bad
 
 
 # ---------------------------------------------------------------------------------------
@@ -125,51 +212,87 @@ def test_checks_find_what_they_look_for():
     assert find_cycle({"a": {"a"}}) == ["a", "a"]
 
 
+def test_the_order_check_catches_a_planted_import_of_training_from_decoding():
+    """The project's own trees pass; the same trees with decoding importing training, data
+    importing the models, utils importing config, training importing the Translator or a
+    subpackage importing the package's top level fail, each at its line."""
+    assert order_violations(TREES) == []
+    planted = {
+        f"{PACKAGE}.decoding.greedy_search": f"from {PACKAGE}.training import trainer",
+        f"{PACKAGE}.data.data_load": f"import {PACKAGE}.models.model",
+        f"{PACKAGE}.utils.files": f"from {PACKAGE}.config.hparams import UserError",
+        f"{PACKAGE}.training.trainer": f"from {PACKAGE}.decoding import translator",
+        f"{PACKAGE}.models.model": f"from {PACKAGE} import api",
+    }
+    for module, line in planted.items():
+        trees = dict(TREES)
+        trees[module] = ast.parse(line)
+        found = order_violations(trees)
+        assert len(found) == 1 and found[0].startswith(f"{module}:1: imports"), (line, found)
+
+
+def test_the_package_layout_is_the_documented_one():
+    """Every subpackage has its place in ORDER and CONTRIBUTING.md shows that order; the
+    scripts and the seed's modules are the root's only modules."""
+    folders = {
+        name
+        for name in os.listdir(os.path.join(ROOT, PACKAGE))
+        if os.path.isfile(os.path.join(ROOT, PACKAGE, name, "__init__.py"))
+    }
+    assert folders == set(ORDER)
+    with open(os.path.join(ROOT, "CONTRIBUTING.md"), encoding="utf-8") as f:
+        contributing = f.read()
+    drawing = contributing.split("## The layout")[1].split("```")[1]
+    drawn = [line.split()[0] for line in drawing.splitlines() if line.strip()]
+    assert [n for n in drawn if n.rstrip("/") in ORDER] == [f"{n}/" for n in reversed(ORDER)]
+    seed = {"hparams", "data_load", "modules"}
+    assert ROOT_MODULES == SCRIPTS | seed, sorted(ROOT_MODULES ^ (SCRIPTS | seed))
+    assert {"train", "eval", "prepro", "translate", "export"} <= SCRIPTS
+
+
 def test_the_modules_are_found():
-    assert SCRIPTS <= PROJECT, f"scripts missing from {ROOT}: {sorted(SCRIPTS - PROJECT)}"
     assert {
-        "data_load",
-        "greedy_search",
-        "beam_search",
-        "translator",
-        "metrics",
-        "devices",
-        "fast_ops",
-        "files",
-        "hparams",
-        "model",
-        "modules",
-        "summaries",
-        "weighted",
-    } <= LIBRARIES
+        f"{PACKAGE}.data.data_load",
+        f"{PACKAGE}.decoding.greedy_search",
+        f"{PACKAGE}.decoding.translator",
+        f"{PACKAGE}.models.model",
+        f"{PACKAGE}.layers.modules",
+        f"{PACKAGE}.training.trainer",
+        f"{PACKAGE}.api",
+    } <= LIBRARY
     graph = import_graph(TREES)
-    assert {"dev_evaluation", "devices", "trainer"} <= graph["train"] and "model" in graph[
-        "trainer"
-    ]
+    assert f"{PACKAGE}.training.trainer" in graph["train"]
+    assert f"{PACKAGE}.models.model" in graph[f"{PACKAGE}.training.trainer"]
 
 
 # ---------------------------------------------------------------------------------------
 # the project's modules
 # ---------------------------------------------------------------------------------------
-@pytest.mark.parametrize("module", sorted(LIBRARIES))
-def test_libraries_never_import_a_script(module):
+def test_subpackages_import_only_those_below_them():
+    bad = order_violations(TREES)
+    assert not bad, "imports against the order of CONTRIBUTING.md:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("module", sorted(LIBRARY))
+def test_the_package_never_imports_the_root(module):
     bad = [
-        where(module, line, f"imports the script {name}")
+        f"{module}:{line}: imports the root module {name}"
         for line, name in imports(TREES[module])
-        if name in SCRIPTS
+        if name in ROOT_MODULES
     ]
-    assert not bad, "a library must not import a script:\n" + "\n".join(bad)
+    assert not bad, "the package must not import a script or a root module:\n" + "\n".join(bad)
 
 
 @pytest.mark.parametrize("module", sorted(SCRIPTS))
 def test_scripts_never_import_each_other(module):
     bad = [
-        where(module, line, f"imports the script {name}")
+        f"{module}.py:{line}: imports the root module {name}"
         for line, name in imports(TREES[module])
-        if name in SCRIPTS and name != module
+        if name in ROOT_MODULES and name != module
     ]
     assert not bad, (
-        "scripts never import each other (move the shared code into a library):\n" + "\n".join(bad)
+        "scripts import the package, never each other or the seed's modules (move the shared "
+        "code into the package):\n" + "\n".join(bad)
     )
 
 
@@ -178,14 +301,45 @@ def test_no_import_cycles():
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
-@pytest.mark.parametrize("module", sorted(PROJECT))
+@pytest.mark.parametrize("module", sorted(TREES))
 def test_no_deferred_imports_of_project_modules(module):
-    """Libraries defer no import of a project module; scripts defer only third-party
-    imports (neither project modules nor the standard library)."""
+    """Library modules defer no import of a project module; scripts defer only
+    third-party imports (neither project modules nor the standard library). The
+    package's __init__ is the exception: its API names load on first use (no TensorFlow
+    at ``import transformer_tf2``)."""
+    if module == PACKAGE:
+        return
     bad = []
     for line, name in deferred_imports(TREES[module]):
-        if name in PROJECT:
-            bad.append(where(module, line, f"imports the project module {name} in a function"))
+        if name in ROOT_MODULES or name == PACKAGE:
+            bad.append(f"{module}:{line}: imports the project module {name} in a function")
         elif module in SCRIPTS and name in sys.stdlib_module_names:
-            bad.append(where(module, line, f"imports the standard module {name} in a function"))
+            bad.append(f"{module}:{line}: imports the standard module {name} in a function")
     assert not bad, "import it at the top of the module:\n" + "\n".join(bad)
+
+
+@pytest.mark.slow
+def test_a_planted_import_in_a_copy_of_the_package_fails_this_file(tmp_path):
+    """A copy of the project with decoding importing training fails the order test."""
+    for name in ("tests", "demo", PACKAGE):
+        shutil.copytree(os.path.join(ROOT, name), tmp_path / name)
+    for name in os.listdir(ROOT):
+        if name.endswith((".py", ".md", ".cfg", ".toml")):
+            shutil.copy(os.path.join(ROOT, name), tmp_path / name)
+    target = tmp_path / PACKAGE / "decoding" / "beam_search.py"
+    source = target.read_text().replace(
+        "from __future__ import annotations\n",
+        f"from __future__ import annotations\n\nfrom {PACKAGE}.training import budget  # planted\n",
+        1,
+    )
+    target.write_text(source)
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-n", "0", "tests/test_layering.py", "-k", "below"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    )
+    assert run.returncode == 1, run.stdout[-2000:]
+    assert f"{PACKAGE}.decoding.beam_search:" in run.stdout
+    assert "training lies above decoding" in run.stdout

@@ -14,18 +14,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import attention
-import fast_ops
-import greedy_search
-import hparams
-import modules
-import native
-import optimization
-import variants
-import weighted
-from data_load import BOS_ID, EOS_ID, PAD_ID
 from helpers import ROOT, analytic_count, check_cached_equals_full, rand_ids, tiny_model
-from model import VARIANTS, Transformer
+from transformer_tf2.config import hparams
+from transformer_tf2.data.data_load import BOS_ID, EOS_ID, PAD_ID
+from transformer_tf2.decoding import greedy_search
+from transformer_tf2.kernels import fast_ops, native
+from transformer_tf2.layers import attention, modules, optimization
+from transformer_tf2.models import variants, weighted
+from transformer_tf2.models.model import VARIANTS, Transformer
 
 
 # ---------------------------------------------------------------------------------------

@@ -15,13 +15,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import attention
-import embeddings
-import modules
-import optimization
-import positions
-import variants
 from helpers import graph_nodes
+from transformer_tf2.layers import attention, embeddings, modules, optimization, positions
+from transformer_tf2.models import variants
 
 
 # ---------------------------------------------------------------------------------------

@@ -15,12 +15,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import cli
-import data_load
-import devices
-import hparams
 from eval import evaluate
 from helpers import ROOT
+from transformer_tf2.config import cli, hparams
+from transformer_tf2.data import data_load
+from transformer_tf2.utils import devices
 
 
 def free_ports(n):

@@ -19,11 +19,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import attention
-import fast_ops
-import modules
-import native
 from helpers import graph_nodes
+from transformer_tf2.kernels import fast_ops, native
+from transformer_tf2.layers import attention, modules
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 needs_compiler = pytest.mark.skipif(native.compiler() is None, reason="no C++ compiler")
@@ -85,9 +83,7 @@ import numpy as np
 import tensorflow as tf
 tf.config.threading.set_intra_op_parallelism_threads(int(sys.argv[4]))
 sys.path.insert(0, sys.argv[1])
-import native
-
-
+from transformer_tf2.kernels import native
 def cpu_ticks():  # {thread id: user + system CPU time, in clock ticks}
     ticks = {}
     for tid in os.listdir("/proc/self/task"):
@@ -185,7 +181,10 @@ def test_layer_norm_layer_uses_the_kernel_in_training_only(monkeypatch, training
 
 def run_native(env: dict, cache: str) -> subprocess.CompletedProcess:
     """native.ops() in a new process with ``env`` and the cache folder ``cache``."""
-    code = "import sys; sys.path.insert(0, sys.argv[1]); import native; print(native.ops())"
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); "
+        "from transformer_tf2.kernels import native; print(native.ops())"
+    )
     full = {**os.environ, "TRANSFORMER_NATIVE_CACHE": cache, **env}
     return subprocess.run(
         [sys.executable, "-c", code, ROOT], env=full, capture_output=True, text=True, check=True
@@ -373,7 +372,7 @@ def test_a_library_wins_over_a_marker(tmp_path, monkeypatch):
 LOCKED_BUILD = """
 import sys, time
 sys.path.insert(0, sys.argv[1])
-import native
+from transformer_tf2.kernels import native
 native.BUILD_SECONDS = float(sys.argv[4])
 print("ready", flush=True)
 start = time.time()
@@ -656,9 +655,8 @@ def test_decoders_use_the_kernels_and_decode_the_same(monkeypatch, position, mod
     what TensorFlow's ops decode, token for token with the same scores. (What export.py
     traces keeps TensorFlow's ops: test_export.py loads its SavedModel in a process
     without the library.)"""
-    import beam_search
-    import greedy_search
-    from model import Transformer
+    from transformer_tf2.decoding import beam_search, greedy_search
+    from transformer_tf2.models.model import Transformer
 
     library()
     model = Transformer(

@@ -36,13 +36,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import checkpoints
 import export
-import hparams
 import prepro
 import train
-import translate
-from helpers import run_json_script, tiny
+from helpers import run_json_script, tiny, translate_lines
+from transformer_tf2.config import hparams
+from transformer_tf2.models import checkpoints
 
 SENTENCES = ["Die Frau liest ein Buch.", "Der Hund schläft im Garten.", ""]
 STEPS = 2
@@ -233,7 +232,7 @@ def test_option_trains_saves_reloads_translates_and_exports(name, tmp_path, corp
 def translate_with(logdir: str, overrides: dict, n_best: int = 1, lines=SENTENCES) -> list[str]:
     """translate.py's output lines for ``lines`` from the reloaded run."""
     hp, tok, model, _ = checkpoints.load_run(logdir, overrides, who="translate")
-    out = translate.translate_lines(model, tok, hp, lines, n_best=n_best)
+    out = translate_lines(model, tok, hp, lines, n_best=n_best)
     assert len(out) == len(lines) * n_best  # an empty line too
     if not lines[-1]:
         assert out[-1] == ("" if n_best == 1 else f"{n_best}\t\t")
@@ -273,7 +272,9 @@ import json, sys
 import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-import devices, hparams, train
+import train
+from transformer_tf2.utils import devices
+from transformer_tf2.config import hparams
 strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 setup = devices.setup_devices
 def two_devices(hp, who="train"):

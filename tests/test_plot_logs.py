@@ -5,8 +5,8 @@ import os
 import pytest
 import tensorflow as tf
 
-import hparams
 import plot_logs
+from transformer_tf2.config import hparams
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -14,14 +14,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import checkpoints
 import export
-import greedy_search
-import hparams
-import positions
 import train
-import translate
-from attention import MultiHeadAttention
 from helpers import (
     ROOT,
     SMALL,
@@ -31,9 +25,15 @@ from helpers import (
     relative_model,
     tiny,
     tiny_model,
+    translate_lines,
 )
-from hparams import UserError
-from trainer import Trainer
+from transformer_tf2.config import hparams
+from transformer_tf2.config.hparams import UserError
+from transformer_tf2.decoding import greedy_search
+from transformer_tf2.layers import positions
+from transformer_tf2.layers.attention import MultiHeadAttention
+from transformer_tf2.models import checkpoints
+from transformer_tf2.training.trainer import Trainer
 
 D, H, T = 16, 2, 8  # d_model, heads, positions: distances up to 7 pass k and the buckets
 DK = D // H
@@ -377,7 +377,7 @@ def test_export_with_relative_positions(demo_prepro, tmp_path):
         f = tf.saved_model.load(out).signatures["serving_default"]
         got = [s.decode() for s in f(sentences=tf.constant(sentences))["translations"].numpy()]
         hp2, tok, model, _ = checkpoints.load_run(hp.logdir, {"beam_size": beam})
-        assert got == translate.translate_lines(model, tok, hp2, sentences)
+        assert got == translate_lines(model, tok, hp2, sentences)
         assert got[1] == "" and got[0]
 
 
@@ -433,7 +433,9 @@ def test_the_registry_gives_the_choices_and_the_checks(sides):
     assert list(hparams.CHOICES["position"]) == list(positions.REGISTRY)
     with pytest.raises(UserError, match="--position must be one of"):
         hparams.apply(hparams.Hparams(), {"position": "sidez"})
-    code = "import hparams; print(','.join(hparams.CHOICES['position']))"
+    code = (
+        "from transformer_tf2.config import hparams; print(','.join(hparams.CHOICES['position']))"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert out.stdout.strip().split(",") == [n for n in positions.REGISTRY if n != "sides"]
     assert hparams.apply(hparams.Hparams(), {"position": "sides"}).position == "sides"
@@ -446,7 +448,10 @@ def test_no_module_outside_the_registry_compares_a_position_name():
     'position' or 'kind' in it) with a family's name: they ask the family instead."""
     names = set(positions.REGISTRY)
     found = []
-    for path in sorted(glob.glob(os.path.join(ROOT, "*.py"))):
+    paths = glob.glob(os.path.join(ROOT, "*.py"))
+    paths += glob.glob(os.path.join(ROOT, "transformer_tf2", "**", "*.py"), recursive=True)
+    assert len(paths) > 50
+    for path in sorted(paths):
         if os.path.basename(path) == "positions.py":
             continue
         with open(path, encoding="utf-8") as f:

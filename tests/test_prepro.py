@@ -16,14 +16,12 @@ import sys
 import numpy as np
 import pytest
 
-import cli
-import data_load
-import download
-import files
-import hparams
 import prepro
 from helpers import ROOT, tgz_bytes
-from hparams import UserError
+from transformer_tf2.config import cli, hparams
+from transformer_tf2.config.hparams import UserError
+from transformer_tf2.data import data_load, download
+from transformer_tf2.utils import files
 
 # ---------------------------------------------------------------------------------------
 # A small hand-written German-English corpus

@@ -8,14 +8,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import beam_search
-import checkpoints
-import data_load
 import eval as eval_script
-import hparams
-import scoring
 from helpers import rand_ids, tiny_model
-from translator import Translator, _tokens
+from transformer_tf2.config import hparams
+from transformer_tf2.data import data_load
+from transformer_tf2.decoding import beam_search, scoring
+from transformer_tf2.decoding.translator import Translator, _tokens
+from transformer_tf2.models import checkpoints
 
 V = 23
 

@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import checkpoints
-import data_load
 import eval as eval_script
-import hparams
-import translator
 from helpers import run_json_script
-from model import Transformer
-from translator import Translator
+from transformer_tf2.config import hparams
+from transformer_tf2.data import data_load
+from transformer_tf2.decoding import translator
+from transformer_tf2.decoding.translator import Translator
+from transformer_tf2.models import checkpoints
+from transformer_tf2.models.model import Transformer
 
 
 @pytest.mark.slow
@@ -41,7 +41,9 @@ def test_several_streams_translate_as_one(run, beam):
 
 THREADS = """
 import json, sys
-import translator, hparams, tensorflow as tf
+import tensorflow as tf
+from transformer_tf2.config import hparams
+from transformer_tf2.decoding import translator
 hp = hparams.apply(hparams.preset("demo"), json.loads(sys.argv[1]))
 streams = translator.decoding_process(hp, json.loads(sys.argv[2]))
 grappler_off = tf.config.optimizer.get_experimental_options().get("disable_meta_optimizer")

@@ -6,11 +6,11 @@ import pytest
 import tensorflow as tf
 from tensorboard.backend.event_processing import event_accumulator
 
-import checkpoints
-import data_load
-import plots
-import summaries
-import translate
+from helpers import translate_lines
+from transformer_tf2.data import data_load
+from transformer_tf2.decoding import plots
+from transformer_tf2.models import checkpoints
+from transformer_tf2.training import summaries
 
 
 @pytest.mark.slow
@@ -24,7 +24,7 @@ def test_attention_figures_are_labelled(quick_run):
     att = plots.attention(model, tok, src, hp.max_len_extra)
     src_ids = tok.encode_src([src])[0] + [data_load.EOS_ID]
     assert att.source == tok.src_tokens(src_ids) and att.source[-1] == "</S>"
-    out = translate.translate_lines(model, tok, hp, [src])
+    out = translate_lines(model, tok, hp, [src])
     assert att.text == out[0]  # the greedy translation
     t1, t2 = len(att.source), len(att.translation)
     assert att.decoder_input[0] == "<S>" and att.decoder_input[1:] == att.translation[:-1]

@@ -7,13 +7,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import data_load
-import greedy_search
-import hparams
-import recurrence
-import translator
 from helpers import check_beam_scores, rand_ids, relative_model
 from test_context import corpus_of, document, norms_in_turn, three_documents
+from transformer_tf2.config import hparams
+from transformer_tf2.data import data_load
+from transformer_tf2.decoding import greedy_search, translator
+from transformer_tf2.layers import recurrence
 
 # every family once in each test, the norms in turn, the other way round in each: the
 # file runs every (family, norm) pair once

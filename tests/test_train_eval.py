@@ -15,19 +15,18 @@ import pytest
 import tensorflow as tf
 from tensorboard.backend.event_processing import event_accumulator
 
-import checkpoints
-import data_load
-import devices
-import hparams
-import metrics
 import mirrored_cases
 import prepro
 import train
-import variants
 from eval import evaluate
 from helpers import ROOT, results_hypotheses, tiny
-from model import Transformer
-from trainer import StepStats, Trainer
+from transformer_tf2.config import hparams
+from transformer_tf2.data import data_load
+from transformer_tf2.evaluation import metrics
+from transformer_tf2.models import checkpoints, variants
+from transformer_tf2.models.model import Transformer
+from transformer_tf2.training.trainer import StepStats, Trainer
+from transformer_tf2.utils import devices
 
 
 def test_max_steps_run_checkpoints_every_step(quick_run):

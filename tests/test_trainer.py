@@ -8,15 +8,15 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-import data_load
-import devices
-import fast_ops
-import native
-import variants
 from helpers import step_ops, tiny
-from model import Transformer
-from trainer import Dev, Trainer
-from translator import Translator
+from transformer_tf2.data import data_load
+from transformer_tf2.decoding.translator import Translator
+from transformer_tf2.evaluation.dev import Dev
+from transformer_tf2.kernels import fast_ops, native
+from transformer_tf2.models import variants
+from transformer_tf2.models.model import Transformer
+from transformer_tf2.training.trainer import Trainer
+from transformer_tf2.utils import devices
 
 
 def trainer_for(demo_prepro, tmp_path, **kw) -> tuple[Trainer, list]:
@@ -234,3 +234,28 @@ def test_dev_decodes_a_float32_copy_of_a_mixed_precision_model(demo_prepro, tmp_
     keras.mixed_precision.set_global_policy("float32")  # a float32 model is decoded itself
     plain = Transformer.from_hparams(hp, tok.src_vocab_size, tok.tgt_vocab_size)
     assert dev.translator(plain, tok, hp).model is plain
+
+
+def test_every_entry_point_of_the_dev_translator_reads_the_weights_of_now(demo_prepro, tmp_path):
+    """The dev Translator decodes a float32 copy under mixed precision: scoring and
+    aligning after the model's weights changed (a later step) read the new weights, as a
+    float32 model given them does, not the ones its last translation copied in."""
+    trainer, _ = trainer_for(demo_prepro, tmp_path, precision="mixed_bfloat16")
+    model, tok, hp = trainer.model, trainer.tok, trainer.hp
+    dev = Dev(hp, tok)
+    translator = dev.translator(model, tok, hp)
+    src, tgt = tok.encode_src(dev.src[:6]), tok.encode_tgt(dev.ref[:6])
+    translator.translate(dev.src[:6])  # the copy now holds the weights of then
+    for weight in model.trainable_variables:  # a later step's weights
+        weight.assign(weight * 0.5 + 0.01)
+    keras.mixed_precision.set_global_policy("float32")
+    float32 = Transformer.from_hparams(hp, tok.src_vocab_size, tok.tgt_vocab_size)
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    for weight, value in zip(float32.weights, values(model.weights), strict=True):
+        weight.assign(value)
+    fresh = Translator(float32, tok, translator.hp)
+    for got, want in zip(translator.score_ids(src, tgt), fresh.score_ids(src, tgt), strict=True):
+        np.testing.assert_array_equal(got, want)
+    for got, want in zip(translator.align_ids(src, tgt), fresh.align_ids(src, tgt), strict=True):
+        np.testing.assert_array_equal(got, want)
+    assert translator.translate(dev.src[:6]) == fresh.translate(dev.src[:6])

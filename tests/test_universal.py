@@ -12,20 +12,25 @@ import pytest
 import tensorflow as tf
 from tensorboard.backend.event_processing import event_accumulator
 
-import checkpoints
-import data_load
-import devices
 import export
-import hparams
-import modules
-import plots
 import train
-import translate
-import universal
 from eval import evaluate
-from helpers import check_cached_equals_full, check_greedy_and_beam, rand_ids, tiny, tiny_model
-from model import Transformer
-from trainer import Trainer
+from helpers import (
+    check_cached_equals_full,
+    check_greedy_and_beam,
+    rand_ids,
+    tiny,
+    tiny_model,
+    translate_lines,
+)
+from transformer_tf2.config import hparams
+from transformer_tf2.data import data_load
+from transformer_tf2.decoding import plots
+from transformer_tf2.layers import modules
+from transformer_tf2.models import checkpoints, universal
+from transformer_tf2.models.model import Transformer
+from transformer_tf2.training.trainer import Trainer
+from transformer_tf2.utils import devices
 
 
 def ut_model(seed=0, **kw):
@@ -314,7 +319,7 @@ def test_universal_trains_logs_ponder_and_evaluates(demo_prepro, tmp_path, monke
         hp2, tok, model, _ = checkpoints.load_run(hp.logdir, {"beam_size": beam})
         module = export.ServingModule(model, tok, hp2)
         got = module.translate(tf.constant(sentences))["translations"].numpy()
-        expected = translate.translate_lines(model, tok, hp2, sentences)
+        expected = translate_lines(model, tok, hp2, sentences)
         assert [s.decode("utf-8") for s in got] == expected
 
 

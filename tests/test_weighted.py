@@ -8,16 +8,8 @@ import pytest
 import tensorflow as tf
 from tensorboard.backend.event_processing import event_accumulator
 
-import beam_search
-import data_load
-import devices
-import greedy_search
-import hparams
-import optimization
 import prepro
 import train
-import weighted
-from data_load import BOS_ID, EOS_ID, PAD_ID
 from eval import evaluate
 from helpers import (
     analytic_count,
@@ -25,8 +17,15 @@ from helpers import (
     rand_ids,
     tiny,
 )
-from model import Transformer
-from trainer import Trainer
+from transformer_tf2.config import hparams
+from transformer_tf2.data import data_load
+from transformer_tf2.data.data_load import BOS_ID, EOS_ID, PAD_ID
+from transformer_tf2.decoding import beam_search, greedy_search
+from transformer_tf2.layers import optimization
+from transformer_tf2.models import weighted
+from transformer_tf2.models.model import Transformer
+from transformer_tf2.training.trainer import Trainer
+from transformer_tf2.utils import devices
 
 
 def weighted_model(V, d=32, d_ff=64, n=2, h=4, **kw):

@@ -1,0 +1,588 @@
+"""The command line of every script: options parsed with argparse from the Hparams dataclass,
+a ``--help`` that explains them, and a quiet start on a machine without a GPU.
+
+A script declares a :class:`Script` and calls :func:`start` before it imports TensorFlow::
+
+    SCRIPT = cli.Script("eval", __doc__, fields=("logdir", "decoding"), options={...})
+    if __name__ == "__main__":
+        cli.start(SCRIPT)  # --help and option errors answer here, in well under a second
+    import tensorflow as tf
+
+then parses for real in its ``main`` with :func:`parse_args`. Nothing here imports TensorFlow.
+
+The help text of a hyperparameter is the comment on its line in hparams.py (comments do not
+exist at run time, so they are read from the source); the groups are hparams.HELP_GROUPS,
+and the preset lines the comments above each preset.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import atexit
+import dataclasses
+import difflib
+import functools
+import glob
+import io
+import os
+import platform
+import re
+import signal
+import sys
+import textwrap
+import time
+import tokenize
+from typing import Any
+
+from transformer_tf2.config import hparams
+from transformer_tf2.config.hparams import UserError
+from transformer_tf2.utils import files
+
+# oneDNN, TensorFlow's optimized x86 CPU kernels: TensorFlow turns them on by itself only
+# on some CPUs (it reads the variable once, at its import). On, unless the user chose.
+ONEDNN_VARIABLE = "TF_ENABLE_ONEDNN_OPTS"
+
+
+def default_onednn(environ=os.environ, machine: str = "") -> None:
+    """Set TF_ENABLE_ONEDNN_OPTS=1 on an x86 CPU where the variable is unset."""
+    if (machine or platform.machine()).lower() in ("x86_64", "amd64", "i686", "x86"):
+        environ.setdefault(ONEDNN_VARIABLE, "1")
+
+
+default_onednn()  # every script imports cli before TensorFlow
+
+# what eval.py, translate.py and export.py list: the decoding hyperparameters
+DECODING_FIELDS = ("logdir",) + hparams.DECODE_KEYS
+DECODING_NOTE = (
+    "The model's settings come from <logdir>/hparams.json (the run's own); of the "
+    "hyperparameters only the decoding ones below may change."
+)
+VERBOSE_HELP = "show TensorFlow's own start-up log lines (hidden by default on a CPU-only machine)"
+
+# ---------------------------------------------------------------------------------------
+# What hparams.py says about its fields and presets
+
+
+@dataclasses.dataclass(frozen=True)
+class FieldDocs:
+    comments: dict[str, str]  # field -> the comment on its line(s)
+    sections: dict[str, list[str]]  # section name -> its fields, in source order
+    titles: dict[str, str]  # section name -> its heading, e.g. "model (paper section 3)"
+    presets: dict[str, str]  # preset -> the comment above it
+
+
+@functools.lru_cache(maxsize=1)
+def field_docs(path: str = hparams.__file__, groups: dict | None = None) -> FieldDocs:
+    """Read the field comments and preset comments of hparams.py's source; the sections
+    are the --help groups of ``groups`` ({first field: title}, default
+    hparams.HELP_GROUPS), each running to the next group's first field."""
+    groups = hparams.HELP_GROUPS if groups is None else groups
+    with open(path, encoding="utf-8") as f:
+        source = f.read()
+    comment_at: dict[int, str] = {}
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT:
+            comment_at[tok.start[0]] = tok.string.lstrip("#").strip()
+    tree = ast.parse(source)
+    comments: dict[str, str] = {}
+    sections: dict[str, list[str]] = {}
+    titles = {title.split()[0]: title for title in groups.values()}
+    presets: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == "Hparams":
+            section = ""
+            for item in node.body:
+                if not isinstance(item, ast.AnnAssign):
+                    continue
+                name = item.target.id
+                section = groups[name].split()[0] if name in groups else section
+                lines = range(item.lineno, item.end_lineno + 1)
+                comments[name] = " ".join(comment_at[n] for n in lines if n in comment_at)
+                sections.setdefault(section, []).append(name)
+            unknown = sorted(set(groups) - set(comments))
+            if unknown:
+                raise ValueError(f"help groups start at fields Hparams lacks: {unknown}")
+        if (
+            isinstance(node, ast.AnnAssign)
+            and getattr(node.target, "id", "") == "PRESETS"
+            and isinstance(node.value, ast.Dict)
+        ):
+            for key in node.value.keys:
+                above, n = [], key.lineno - 1
+                while n in comment_at and source.splitlines()[n - 1].strip().startswith("#"):
+                    above.insert(0, comment_at[n])
+                    n -= 1
+                presets[key.value] = " ".join(above)
+    return FieldDocs(comments, sections, titles, presets)
+
+
+# ---------------------------------------------------------------------------------------
+# Parsing
+
+
+@dataclasses.dataclass(frozen=True)
+class Script:
+    """What a script tells its ``--help``.
+
+    ``fields`` names the hyperparameters it uses, as hparams.py sections ("model") or single
+    fields ("logdir"); every other hyperparameter is still accepted, and listed by
+    ``--help`` only under "other". ``options`` maps the script's own options to
+    ``(default, help)``; ``note`` is printed after the description.
+    """
+
+    name: str
+    doc: str
+    fields: tuple[str, ...] = ()
+    options: dict[str, tuple[Any, str]] = dataclasses.field(default_factory=dict)
+    note: str = ""
+    # the options that name a text file the script reads: checked before TensorFlow loads
+    text_inputs: tuple[str, ...] = ()
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with errors raised as the project's one-line UserError."""
+
+    def error(self, message):
+        missing = re.fullmatch(r"argument --(\w+): expected one argument", message)
+        if missing:
+            raise UserError(f"--{missing.group(1)} needs a value")
+        raise UserError(message)
+
+
+def _normalize(argv: list[str]) -> list[str]:
+    """``--d-model=x`` -> ``--d_model=x``: dashes in option names (never in values)."""
+    out = []
+    for arg in argv:
+        if arg.startswith("--"):
+            key, eq, value = arg[2:].partition("=")
+            arg = "--" + key.replace("-", "_") + eq + value
+        out.append(arg)
+    return out
+
+
+def _metavar(value: Any) -> str:
+    return {bool: "BOOL", int: "INT", float: "FLOAT"}.get(type(value), "STR")
+
+
+def _help(text: str, value: Any, source: str = "") -> str:
+    """``text`` with the value this command would use and, given ``source``, where it
+    comes from: ``(default: 'xl', from hparams.py)``, ``(default: 8000, from preset
+    multi30k)`` or ``(this command: 512, from the command line)``."""
+    if "(default:" not in text:
+        shown = str(value).lower() if isinstance(value, bool) else repr(value)
+        if source == "the command line":
+            text = f"{text} (this command: {shown}, from the command line)"
+        else:
+            text = f"{text} (default: {shown}{', from ' + source if source else ''})"
+    return text.replace("%", "%%").strip()
+
+
+def sources(preset: str, given, user=()) -> dict[str, str]:
+    """Where each hyperparameter's value comes from: the command line (``given``), the
+    preset ``preset`` (the fields it sets), the user's hparams.py (the fields of ``user``
+    it sets) or the declared default ("": ``--help`` then shows the value alone)."""
+    return {
+        name: "the command line"
+        if name in given
+        else f"preset {preset}"
+        if name in hparams.PRESETS.get(preset, {})
+        else "hparams.py"
+        if name in user
+        else ""
+        for name in hparams.FIELDS
+    }
+
+
+# the user's file of settings, beside the scripts: plain assignments (``d_model = 256``)
+USER_FILE = "hparams.py"
+
+
+def user_values(folder: str | None = None) -> dict[str, Any]:
+    """The settings that the user's ``hparams.py`` in ``folder`` (default: the folder the
+    package sits in, a checkout's root) assigns, by name; {} where there is none. Names
+    starting with "_" are the file's own; any other name must be a setting, or it is one
+    UserError line naming the file and the line."""
+    path = os.path.join(ROOT if folder is None else folder, USER_FILE)
+    if not os.path.exists(path):
+        return {}
+    with open(path, encoding="utf-8") as f:
+        source = f.read()
+    try:
+        tree = ast.parse(source, path)
+    except SyntaxError as e:
+        raise UserError(f"{path}, line {e.lineno}: {e.msg}; fix the line or remove it") from None
+    values: dict[str, Any] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            continue  # the docstring
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        names = [getattr(t, "id", None) for t in targets]
+        if len(names) != 1 or names[0] is None:
+            raise UserError(
+                f"{path}, line {node.lineno}: only plain assignments of settings belong "
+                f"here (name = value), e.g. d_model = 256"
+            )
+        name = names[0]
+        if name.startswith("_"):
+            continue
+        if name not in hparams.FIELDS:
+            raise UserError(
+                f"{path}, line {node.lineno}: unknown setting '{name}'{hparams.suggest(name)}"
+            )
+        try:
+            values[name] = ast.literal_eval(node.value)
+        except ValueError:
+            raise UserError(
+                f"{path}, line {node.lineno}: {name} must be a plain value (a number, a "
+                f"string, True or False)"
+            ) from None
+    return values
+
+
+def _add(group, name: str, default: Any, text: str, hidden: bool = False, source: str = "") -> None:
+    kwargs: dict[str, Any] = dict(dest=name, default=argparse.SUPPRESS, metavar=_metavar(default))
+    if isinstance(default, bool):  # a bare --name means true
+        kwargs.update(nargs="?", const="true")
+    if name in hparams.CHOICES:
+        kwargs["metavar"] = "{" + ",".join(hparams.CHOICES[name]) + "}"
+    group.add_argument(
+        f"--{name}", help=argparse.SUPPRESS if hidden else _help(text, default, source), **kwargs
+    )
+
+
+def _description(script: Script | None) -> str:
+    if script is None:
+        return ""
+    paragraphs = script.doc.strip().split("\n\n")
+    text = paragraphs[0]
+    if len(paragraphs) > 1 and paragraphs[1].startswith("    "):  # the usage examples
+        text += "\n\n" + paragraphs[1]
+    return text + ("\n\n" + textwrap.fill(script.note, 88) if script.note else "")
+
+
+def build_parser(
+    script: Script | None,
+    base: hparams.Hparams,
+    options: dict[str, tuple[Any, str]],
+    origin: dict[str, str] | None = None,
+    add_help: bool = True,
+) -> argparse.ArgumentParser:
+    """The full parser: the script's options, then the hyperparameters by section (with the
+    values of ``base``: the preset's, and the command line's where ``--help`` shows them,
+    each with its :func:`sources` entry in ``origin``), then the presets in the epilog."""
+    docs = field_docs()
+    wanted = set()
+    for name in script.fields if script else tuple(docs.sections):
+        wanted.update(docs.sections.get(name, [name]))
+    presets = "\n".join(f"  {name:<18} {text}" for name, text in docs.presets.items())
+    origin = origin or {}
+    parser = _Parser(
+        add_help=add_help,
+        prog=f"python {script.name}.py" if script else None,
+        usage="%(prog)s [--preset NAME] [--name value ...]",
+        description=_description(script),
+        epilog=f"presets (--preset NAME):\n{presets}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    own = parser.add_argument_group(f"{script.name if script else 'script'} options")
+    own.add_argument(
+        "--preset",
+        default=argparse.SUPPRESS,
+        metavar="NAME",
+        help="start from a named preset (listed below) (default: demo)",
+    )
+    for name, (default, text) in options.items():
+        _add(own, name, default, text)
+    for section, names in docs.sections.items():
+        if any(n in wanted for n in names):
+            group = parser.add_argument_group(f"hyperparameters: {docs.titles[section]}")
+        for name in names:
+            hidden = name not in wanted
+            _add(
+                parser if hidden else group,
+                name,
+                getattr(base, name),
+                docs.comments[name],
+                hidden,
+                origin.get(name, ""),
+            )
+    if script is not None and set(hparams.FIELDS) - wanted:
+        parser.add_argument_group(
+            "other hyperparameters",
+            f"The other fields of hparams.py are accepted too; {script.name}.py does not use them.",
+        )
+    # the original's flag: --sinusoid false means position=learned
+    parser.add_argument("--sinusoid", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    return parser
+
+
+# the folder the package sits in: in a checkout, the repository root, where the scripts are
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def scripts(folder: str = ROOT) -> tuple[str, ...]:
+    """The scripts in ``folder``: its modules that declare ``SCRIPT = cli.Script(...)``
+    (each before it imports TensorFlow), by name, in alphabetical order."""
+    found = []
+    for entry in sorted(os.listdir(folder)):
+        if entry.endswith(".py"):
+            with open(os.path.join(folder, entry), encoding="utf-8") as f:
+                if re.search(r"^SCRIPT = cli\.Script\(", f.read(), re.M):
+                    found.append(entry[:-3])
+    return tuple(found)
+
+
+# the top-level scripts, each declaring its SCRIPT before it imports TensorFlow (empty
+# where the package is installed without them)
+SCRIPTS = scripts() if os.path.exists(os.path.join(ROOT, "train.py")) else ()
+
+
+def script_of(name: str, folder: str = ROOT) -> Script:
+    """The :class:`Script` that ``folder/NAME.py`` declares, read from its source: its
+    docstring, the assignments above its ``SCRIPT = cli.Script(...)`` (the constants it
+    may name) and that statement run alone, so that nothing the script imports after it
+    (TensorFlow) loads."""
+    path = os.path.join(folder, f"{name}.py")
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
+    header = []
+    for node in tree.body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            header.append(node)
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        if [getattr(t, "id", "") for t in targets] == ["SCRIPT"]:
+            namespace = {"cli": sys.modules[__name__], "hparams": hparams}
+            namespace["__doc__"] = ast.get_docstring(tree, clean=False)
+            exec(compile(ast.Module(header, []), path, "exec"), namespace)
+            return namespace["SCRIPT"]
+    raise ValueError(f"{path} declares no SCRIPT = cli.Script(...)")
+
+
+def parser(name: str, preset: str = "demo") -> argparse.ArgumentParser:
+    """The parser of the script ``name`` (the one its ``--help`` prints, with ``preset``'s
+    defaults), built without TensorFlow. To check a command line, :func:`parse_args`
+    with ``script=script_of(name)`` also names an unknown option's closest match."""
+    script = script_of(name)
+    options = {"verbose": (False, VERBOSE_HELP), **script.options}
+    user = user_values()
+    base = hparams.preset(preset, user)
+    return build_parser(script, base, options, sources(preset, (), user))
+
+
+def _convert_option(key: str, default: Any, value: str) -> Any:
+    if isinstance(default, bool):
+        return hparams.to_bool(key, value)
+    if isinstance(default, (int, float)):
+        try:
+            return type(default)(value)
+        except ValueError:
+            raise UserError(f"--{key} expects {type(default).__name__}, got {value!r}") from None
+    return value
+
+
+def parse_args(
+    argv: list[str] | None = None,
+    extra: dict[str, Any] | None = None,
+    script: Script | None = None,
+) -> tuple[hparams.Hparams, dict[str, Any]]:
+    """Parse ``--preset NAME`` and ``--key value`` / ``--key=value`` options.
+
+    Two phases: the preset is read first, so that ``--preset multi30k --help`` shows the
+    preset's values as defaults. ``extra`` (or ``script.options``) maps the script's own
+    options to their defaults; their values come back in the second return value, with
+    ``'_preset'`` (the preset name) and ``'_set'`` (the hyperparameters given explicitly).
+    Raises UserError for an unknown option (with the closest name), a missing value, a
+    wrong type or a value out of range.
+    """
+    argv = _normalize(list(sys.argv[1:] if argv is None else argv))
+    options = {k: (v, "") for k, v in (extra or {}).items()}
+    if script is not None:
+        options.update(script.options)
+        options.setdefault("verbose", (False, VERBOSE_HELP))
+    first = _Parser(add_help=False, allow_abbrev=False)
+    first.add_argument("--preset", default="demo")
+    name = first.parse_known_args(argv)[0].preset
+    user = user_values()
+    base = hparams.preset(name, user)
+    shown, origin = base, None
+    if "-h" in argv or "--help" in argv:  # the command line's own values, with their source
+        quiet = build_parser(script, base, options, add_help=False).parse_known_args(argv)[0]
+        given = {k: v for k, v in vars(quiet).items() if k in hparams.FIELDS}
+        origin = sources(name, given, user)
+        try:
+            shown = hparams.apply(base, given)
+        except UserError:  # a bad value: the parse below reports it
+            pass
+    namespace, rest = build_parser(script, shown, options, origin).parse_known_args(argv)
+    for arg in rest:
+        if arg.startswith("--"):
+            key = arg[2:].partition("=")[0]
+            known = [*hparams.FIELDS, *options, "preset", "sinusoid"]
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f"did you mean --{close[0]}?" if close else "see --help for the list"
+            raise UserError(f"unknown option --{key}; {hint}")
+        raise UserError(f"unexpected argument '{arg}': options look like --name value")
+    given = vars(namespace)
+    overrides = {k: v for k, v in given.items() if k in hparams.FIELDS or k == "sinusoid"}
+    hp = hparams.apply(base, overrides)
+    opts = {
+        k: _convert_option(k, default, given[k]) if k in given else default
+        for k, (default, _) in options.items()
+    }
+    opts["_preset"] = name
+    opts["_set"] = set(overrides) - {"sinusoid"} | (
+        {"position"} if "sinusoid" in overrides else set()
+    )
+    return hp, opts
+
+
+def ensemble_runs(opts: dict, who: str) -> list[str] | None:
+    """The logdirs of ``--ensemble A,B,...`` (None when not given): each named once, and
+    not beside ``--logdir``, each a one-line UserError."""
+    if not opts.get("ensemble"):
+        return None
+    runs = [d.strip() for d in opts["ensemble"].split(",")]
+    if not all(runs) or len(set(runs)) != len(runs):
+        raise UserError(
+            f"{who}: --ensemble takes distinct run folders separated by commas; got "
+            f"{opts['ensemble']!r}"
+        )
+    if "logdir" in opts["_set"]:
+        raise UserError(f"{who}: --ensemble names every run: drop --logdir")
+    return runs
+
+
+# ---------------------------------------------------------------------------------------
+# A quiet start
+
+# TensorFlow's C++ start-up lines on a machine without a GPU; some are printed before its
+# logging starts, so TF_CPP_MIN_LOG_LEVEL cannot hide them. Only these are filtered.
+NOISE = re.compile(
+    rb"WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"
+    rb"|[IWE]\d{4} [\d:.]+ +\d+ \w+\.cc:\d+\] (?:oneDNN custom operations are on"
+    rb"|Could not find cuda drivers on your machine|failed call to cuInit"
+    rb"|This TensorFlow binary is optimized to use available CPU instructions).*"
+    rb"|To enable the following instructions: .* rebuild TensorFlow with the appropriate "
+    rb"compiler flags\."
+)
+NOISE_HEADS = (b"WARNING: All log messages", b"To enable the following instructions")
+
+
+def gpu_present() -> bool:
+    """An NVIDIA device file or CUDA_VISIBLE_DEVICES: then nothing is filtered."""
+    return bool(glob.glob("/dev/nvidia*")) or "CUDA_VISIBLE_DEVICES" in os.environ
+
+
+def is_noise(line: bytes) -> bool:
+    return NOISE.fullmatch(line.rstrip(b"\r\n")) is not None
+
+
+def _may_become_noise(partial: bytes) -> bool:
+    """Whether an unfinished line could still turn out to be a NOISE line."""
+    if re.match(rb"[IWE]\d{0,4}$|[IWE]\d{4} ", partial):
+        return True
+    return any(h.startswith(partial) or partial.startswith(h) for h in NOISE_HEADS)
+
+
+def filter_stream(read_fd: int, write_fd: int) -> None:
+    """Copy read_fd to write_fd until EOF, dropping NOISE lines; an unfinished line that
+    cannot be noise (a progress bar) passes at once. A failing write (a closed pipe)
+    stops the copying, not the draining."""
+    pending, writable = b"", True
+    while True:
+        chunk = os.read(read_fd, 65536)
+        if not chunk:
+            break
+        *lines, pending = (pending + chunk).split(b"\n")
+        out = b"".join(line + b"\n" for line in lines if not is_noise(line))
+        if pending and not _may_become_noise(pending):
+            out, pending = out + pending, b""
+        if out and writable:
+            try:
+                os.write(write_fd, out)
+            except OSError:
+                writable = False
+    if pending and writable and not is_noise(pending):
+        try:
+            os.write(write_fd, pending)
+        except OSError:
+            pass
+
+
+def quiet_stderr() -> None:
+    """Route this process's standard error (fd 2, C++ writes included) through a child
+    process that drops the NOISE lines. The child outlives a crash of this process, so no
+    last words are lost; it ignores Ctrl-C and ends when the pipe closes."""
+    if os.isatty(2):  # progress bars size themselves from these once stderr is a pipe
+        size = os.get_terminal_size(2)
+        os.environ.setdefault("COLUMNS", str(size.columns))
+        os.environ.setdefault("LINES", str(size.lines))
+    read_fd, write_fd = os.pipe()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the filter
+        try:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            os.close(write_fd)
+            os.close(0)
+            os.close(1)
+            filter_stream(read_fd, 2)
+        finally:
+            os._exit(0)
+    os.close(read_fd)
+    real = os.dup(2)
+    os.dup2(write_fd, 2)
+    os.close(write_fd)
+    atexit.register(_end_filter, real, pid)
+
+
+def _end_filter(real: int, pid: int) -> None:
+    """At exit: close the pipe and wait (at most 5 s) for the filter to copy the rest."""
+    try:
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+    os.dup2(real, 2)
+    os.close(real)
+    deadline = time.time() + 5
+    while time.time() < deadline:
+        if os.waitpid(pid, os.WNOHANG)[0]:
+            return
+        time.sleep(0.01)
+
+
+def start(script: Script, argv: list[str] | None = None) -> None:
+    """What a script does before it imports TensorFlow: answer ``--help``, option errors and
+    faults of the text files it will read (``script.text_inputs``: missing, a folder, not
+    UTF-8), each one line with exit status 2; then, unless ``--verbose``, hide TensorFlow's
+    INFO logs and, on a machine without an NVIDIA device, its CPU-only start-up lines."""
+    try:
+        _, opts = parse_args(argv, script=script)
+        for key in script.text_inputs:
+            if opts.get(key):
+                files.check_text(opts[key])
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    if opts["verbose"]:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "0")
+        return
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if not gpu_present() and hasattr(os, "fork"):
+        quiet_stderr()
+
+
+def run_main(main) -> None:
+    """Run a script's main(), turning UserError into one line on stderr and its exit
+    status (2, or the error's own)."""
+    try:
+        main()
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(e.status)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
