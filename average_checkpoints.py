@@ -10,6 +10,7 @@ weights are averaged; the result holds no optimizer state. ``--ckpt`` makes the 
 that checkpoint (to leave out a newer one, e.g. a damaged one).
 """
 
+# ruff: noqa: E402  (the script answers --help before TensorFlow is imported: cli.start)
 from __future__ import annotations
 
 from transformer_tf2.config import cli

@@ -38,6 +38,7 @@ stays), scored as they are against the cleaned word sequences of the references.
 results file is ``results/<model_name>_legacy``.
 """
 
+# ruff: noqa: E402  (the script answers --help before TensorFlow is imported: cli.start)
 from __future__ import annotations
 
 from transformer_tf2.config import cli, hparams

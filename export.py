@@ -30,6 +30,7 @@ vocabulary's cleaning runs in RE2, which does not know the few Latin letters add
 Unicode 16: they are removed where Python keeps them.)
 """
 
+# ruff: noqa: E402  (the script answers --help before TensorFlow is imported: cli.start)
 from __future__ import annotations
 
 from transformer_tf2.config import cli, hparams

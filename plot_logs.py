@@ -10,6 +10,7 @@ curve per evaluation. ``--x minutes`` puts the run's wall-clock minutes on the x
 evaluations; a point between two logged steps is interpolated).
 """
 
+# ruff: noqa: E402  (the script answers --help before TensorFlow is imported: cli.start)
 from __future__ import annotations
 
 from transformer_tf2.config import cli

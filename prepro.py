@@ -20,6 +20,7 @@ the vocabulary (``bpe.model`` for a joint sentencepiece BPE, or ``vocab.<lang>.t
 document in order) and ``hparams.json``.
 """
 
+# ruff: noqa: E402  (the script answers --help before TensorFlow is imported: cli.start)
 from __future__ import annotations
 
 from transformer_tf2.config import cli, hparams

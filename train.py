@@ -23,6 +23,7 @@ A batch goes: TrainData.dataset -> Trainer.train_batch -> Trainer.train_step (co
 forward, label-smoothed loss, gradients, clipping, Adam) -> StepStats -> Window -> logs.
 """
 
+# ruff: noqa: E402  (the script answers --help before TensorFlow is imported: cli.start)
 from __future__ import annotations
 
 from transformer_tf2.config import cli, hparams

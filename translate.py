@@ -34,6 +34,7 @@ documents (and stays a blank line in the output): each document is translated in
 every sentence with the encoder states of the ones before it.
 """
 
+# ruff: noqa: E402  (the script answers --help before TensorFlow is imported: cli.start)
 from __future__ import annotations
 
 from transformer_tf2.config import cli, hparams

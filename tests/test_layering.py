@@ -14,6 +14,7 @@ need). Tests and bench/ may import anything.
 
 import ast
 import glob
+import importlib
 import os
 import shutil
 import subprocess
@@ -343,3 +344,26 @@ def test_a_planted_import_in_a_copy_of_the_package_fails_this_file(tmp_path):
     assert run.returncode == 1, run.stdout[-2000:]
     assert f"{PACKAGE}.decoding.beam_search:" in run.stdout
     assert "training lies above decoding" in run.stdout
+
+
+@pytest.mark.parametrize("face", ["modules", "data_load"])
+def test_the_seeds_modules_are_the_packages_face(face):
+    """The root modules.py and data_load.py hold a docstring and imports from the package,
+    nothing else: each name is the package's own object (``modules.EncoderLayer is
+    transformer_tf2.layers.modules.EncoderLayer``). No test or benchmark imports them, so a
+    test that patches a function patches the package module that runs it."""
+    tree = TREES[face]
+    body = tree.body[1:] if ast.get_docstring(tree) else tree.body
+    assert body and all(
+        isinstance(n, ast.ImportFrom) and n.module.startswith(PACKAGE + ".") for n in body
+    )
+    module = importlib.import_module(face)
+    for node in body:
+        source = importlib.import_module(node.module)
+        for alias in node.names:
+            assert getattr(module, alias.asname or alias.name) is getattr(source, alias.name)
+    users = []
+    for folder in ("tests", "bench"):
+        for name, tree in parse_tree(os.path.join(ROOT, folder)).items():
+            users += [f"{folder}/{name}.py:{line}" for line, m in imports(tree) if m == face]
+    assert users == []
