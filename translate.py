@@ -12,9 +12,14 @@
 
 Reads stdin (or --input), applies the training preprocessing (BPE or the word
 vocabulary), decodes in length-sorted batches and prints detokenized English on stdout in
-the input order. An empty line gives an empty line; a line longer than the model can
-take is truncated, with a warning on stderr. With --n_best N (beam search, or N samples
-with --sampling_topk), each input gives N lines ``rank<TAB>score<TAB>translation``. The
+the input order. From a pipe or a terminal it answers line by line: the lines waiting
+(at most --eval_batch_size) are decoded together, printed and flushed before it reads on,
+so each line is answered without waiting for the end of the input; a file (--input, or
+stdin redirected from a file) is read whole and decoded in batches sorted by length.
+--prefix, --score and --attention read stdin whole. An empty line gives an empty line;
+a line longer than the model can take is truncated, with a warning on stderr. With
+--n_best N (beam search, or N samples with --sampling_topk), each input gives N lines
+``rank<TAB>score<TAB>translation``. The
 input is UTF-8 (a byte-order mark and CRLF line ends are fine; anything else is an error
 naming the line); stdout that cannot be written (a full disk, a closed pipe) is an error
 too.
@@ -66,7 +71,7 @@ import sys
 from transformer_tf2.api import Translator
 from transformer_tf2.config.hparams import UserError
 from transformer_tf2.decoding import plots, translator
-from transformer_tf2.utils import files
+from transformer_tf2.utils import files, line_batches
 
 
 def plot_attention(model, tok, sentence: str, path: str, max_len_extra: int) -> str:
@@ -87,6 +92,9 @@ def main() -> None:
     translator.decoding_process(hp, files.count_lines(opts["input"]))  # None: stdin
     engine = Translator.from_settings(runs, overrides, opts["ckpt"], "translate")
     hp = engine.hparams
+    if not opts["input"] and line_by_line(opts) and line_batches.is_stream(sys.stdin):
+        answer_line_by_line(engine, opts, sys.stdin.buffer)
+        return
     if opts["input"]:
         lines = files.read_lines(opts["input"])
     else:
@@ -116,6 +124,27 @@ def main() -> None:
             alignments=opts["alignments"],
         )
     files.print_text("".join(line + "\n" for line in out))
+
+
+def line_by_line(opts: dict) -> bool:
+    """Whether stdin is answered line by line where it is a pipe or a terminal: not with
+    --prefix or --score (a file of one line per input line, checked against the input's
+    length) nor --attention (one sentence)."""
+    return not (opts["prefix"] or opts["score"] or opts["attention"])
+
+
+def answer_line_by_line(engine: Translator, opts: dict, stream) -> None:
+    """Translate the lines of ``stream`` as they arrive: each batch of the lines waiting
+    (at most eval_batch_size; for a model with document context, whole documents, each
+    ended by a blank line) is decoded, printed and flushed before the next is taken
+    (utils/line_batches.py), so a pipe that waits for each answer gets it."""
+    reader = line_batches.LineReader(stream, "stdin")
+    size = max(1, engine.hparams.eval_batch_size)
+    for first, lines in line_batches.batches(reader, size, engine.model.reads_documents):
+        out = translate_lines(
+            engine, lines, opts["n_best"], alignments=opts["alignments"], first=first
+        )
+        files.print_text("".join(line + "\n" for line in out))
 
 
 def check_options(hp: hparams.Hparams, opts: dict) -> None:
@@ -176,13 +205,15 @@ def translate_lines(
     progress: bool = False,
     prefixes: list[str] | None = None,
     alignments: bool = False,
+    first: int = 1,
 ) -> list[str]:
     """Output lines for input lines (see the module docstring), decoded by ``engine``
     (its compiled loops kept from call to call); ``prefixes``: per line the text its
-    translation starts with; ``alignments``: append each line's alignment."""
+    translation starts with; ``alignments``: append each line's alignment; ``first``:
+    the input's number of the first line (for the warnings)."""
     for i, tokens in engine.long_lines(lines):
         print(
-            f"translate: warning: line {i + 1} has {tokens} tokens; only the first "
+            f"translate: warning: line {first + i} has {tokens} tokens; only the first "
             f"{engine.source_limit - 1} are translated",
             file=sys.stderr,
         )

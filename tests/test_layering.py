@@ -367,3 +367,57 @@ def test_the_seeds_modules_are_the_packages_face(face):
         for name, tree in parse_tree(os.path.join(ROOT, folder)).items():
             users += [f"{folder}/{name}.py:{line}" for line, m in imports(tree) if m == face]
     assert users == []
+
+
+def code_lines(node, source_lines) -> int:
+    """Lines of ``node`` that hold code: not blank, not a comment, not a docstring."""
+    docs = set()
+    for inner in ast.walk(node):
+        body = getattr(inner, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
+            if isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+                docs.update(range(body[0].lineno, body[0].end_lineno + 1))
+    return sum(
+        1
+        for n in range(node.lineno, node.end_lineno + 1)
+        if n not in docs
+        and source_lines[n - 1].strip()
+        and not source_lines[n - 1].strip().startswith("#")
+    )
+
+
+def test_no_module_over_600_lines_and_no_class_over_300_code_lines():
+    """A module past 600 lines or a class past 300 code lines holds two concepts: split it
+    by job (CONTRIBUTING.md)."""
+    long_modules, long_classes = [], []
+    paths = glob.glob(os.path.join(ROOT, "*.py"))
+    paths += glob.glob(os.path.join(ROOT, PACKAGE, "**", "*.py"), recursive=True)
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            source = f.read()
+        lines = source.splitlines()
+        if len(lines) > 600:
+            long_modules.append(f"{os.path.relpath(path, ROOT)}: {len(lines)} lines")
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ClassDef) and code_lines(node, lines) > 300:
+                long_classes.append(f"{os.path.relpath(path, ROOT)}: class {node.name}")
+    assert long_modules == [] and long_classes == []
+    tree = ast.parse(
+        "class A:\n    '''Doc.'''\n\n    # note\n    x = 1\n\n    def f(self):\n        return 2\n"
+    )
+    assert (
+        code_lines(
+            tree.body[0],
+            [
+                "class A:",
+                "    '''Doc.'''",
+                "",
+                "    # note",
+                "    x = 1",
+                "",
+                "    def f(self):",
+                "        return 2",
+            ],
+        )
+        == 4
+    )
