@@ -38,6 +38,8 @@ ORDER = (
     "training",  # the train step, its state, budget, EMA, summaries, fine-tuning
     "evaluation",  # BLEU, and the dev evaluation of a training run
     "export",  # a trained run as a CTranslate2 model
+    "api",  # the top-level module api.py: the Python API (Translator)
+    "serving",  # the HTTP server: its batcher, its engines, its page
 )
 # (importing subpackage, module it may not import although it lies below)
 FORBIDDEN = (("training", f"{PACKAGE}.decoding.translator"),)
@@ -165,8 +167,9 @@ def find_cycle(graph):
 
 
 def subpackage(module):
-    """The subpackage of a package module (``transformer_tf2.data.data_load`` -> data), or
-    None for the package's top-level modules."""
+    """The layer of a package module: its subpackage (``transformer_tf2.data.data_load``
+    -> data), or the top-level module's name where ORDER places it (``api``); None for
+    the package's __init__ and any top-level module ORDER does not place."""
     parts = module.split(".")
     return parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[1] in ORDER) else None
 
@@ -215,15 +218,15 @@ def test_checks_find_what_they_look_for():
 
 def test_the_order_check_catches_a_planted_import_of_training_from_decoding():
     """The project's own trees pass; the same trees with decoding importing training, data
-    importing the models, utils importing config, training importing the Translator or a
-    subpackage importing the package's top level fail, each at its line."""
+    importing the models, utils importing config, training importing the Translator or
+    the models importing the server fail, each at its line."""
     assert order_violations(TREES) == []
     planted = {
         f"{PACKAGE}.decoding.greedy_search": f"from {PACKAGE}.training import trainer",
         f"{PACKAGE}.data.data_load": f"import {PACKAGE}.models.model",
         f"{PACKAGE}.utils.files": f"from {PACKAGE}.config.hparams import UserError",
         f"{PACKAGE}.training.trainer": f"from {PACKAGE}.decoding import translator",
-        f"{PACKAGE}.models.model": f"from {PACKAGE} import api",
+        f"{PACKAGE}.models.model": f"from {PACKAGE}.serving import app",
     }
     for module, line in planted.items():
         trees = dict(TREES)
@@ -240,12 +243,14 @@ def test_the_package_layout_is_the_documented_one():
         for name in os.listdir(os.path.join(ROOT, PACKAGE))
         if os.path.isfile(os.path.join(ROOT, PACKAGE, name, "__init__.py"))
     }
-    assert folders == set(ORDER)
+    modules = {n[:-3] for n in os.listdir(os.path.join(ROOT, PACKAGE)) if n.endswith(".py")}
+    assert folders | (modules - {"__init__"}) == set(ORDER)
     with open(os.path.join(ROOT, "CONTRIBUTING.md"), encoding="utf-8") as f:
         contributing = f.read()
     drawing = contributing.split("## The layout")[1].split("```")[1]
     drawn = [line.split()[0] for line in drawing.splitlines() if line.strip()]
-    assert [n for n in drawn if n.rstrip("/") in ORDER] == [f"{n}/" for n in reversed(ORDER)]
+    names = [n.rstrip("/").removesuffix(".py") for n in drawn]
+    assert [n for n in names if n in ORDER] == list(reversed(ORDER))
     seed = {"hparams", "data_load", "modules"}
     assert ROOT_MODULES == SCRIPTS | seed, sorted(ROOT_MODULES ^ (SCRIPTS | seed))
     assert {"train", "eval", "prepro", "translate", "export"} <= SCRIPTS

@@ -1,0 +1,126 @@
+"""Serve a trained run over HTTP: LibreTranslate's API, this project's own endpoints and a
+page to try it, with concurrent requests decoded together on the warm model.
+
+    python serve.py --logdir log/demo                      # http://127.0.0.1:8000
+    python serve.py --logdir log/demo --beam_size 4 --port 5000
+    python serve.py --engine ctranslate2 --model exported/demo_ct2 --logdir log/demo
+
+Endpoints: ``POST /translate`` and ``GET /languages`` (LibreTranslate's: its clients work
+unchanged), ``POST /v1/translate`` (n-best lists with scores, alignments, prefixes, a
+seed), ``POST /v1/score``, ``GET /health``, ``GET /info``, ``GET /`` (the page) and
+``GET /docs`` (the API in OpenAPI). Requests that arrive within --wait_ms of each other are
+decoded in one batch of at most --max_batch sentences; past --max_queue sentences waiting
+the server answers 503 with Retry-After; a request over --max_sentences sentences or
+--max_chars characters in a sentence gets 413. SIGTERM stops taking requests, answers
+those accepted (at most --drain_seconds) and exits 0.
+
+It binds to 127.0.0.1 unless --host says otherwise, and has no authentication: put it
+behind a proxy that authenticates before opening it to a network (docs/serving.md).
+--engine ctranslate2 serves an ``export.py --format ctranslate2`` model (--model) with
+CTranslate2's decoder; --logdir then names the run it was exported from.
+"""
+
+# ruff: noqa: E402  (the script answers --help before TensorFlow is imported: cli.start)
+from __future__ import annotations
+
+from transformer_tf2.config import cli
+
+SCRIPT = cli.Script(
+    "serve",
+    __doc__,
+    fields=cli.DECODING_FIELDS,
+    options={
+        "ckpt": ("", "checkpoint: a path, last or best (default: the run's default model)"),
+        "host": ("127.0.0.1", "the address to listen on (0.0.0.0: every network; no auth)"),
+        "port": (8000, "the port to listen on"),
+        "engine": ("tensorflow", "tensorflow (the run's model) | ctranslate2 (--model)"),
+        "model": ("", "with --engine ctranslate2: the exported model's folder"),
+        "max_sentences": (128, "sentences per request; past it: 413"),
+        "max_chars": (2000, "characters per sentence; past it: 413"),
+        "max_batch": (64, "sentences decoded in one batch"),
+        "wait_ms": (5.0, "how long a request waits for others to share its batch"),
+        "max_queue": (1024, "sentences waiting or being decoded; past it: 503"),
+        "drain_seconds": (30.0, "on SIGTERM, how long accepted requests may take"),
+    },
+    note=cli.DECODING_NOTE,
+)
+if __name__ == "__main__":
+    cli.start(SCRIPT)  # --help and option errors answer before TensorFlow loads
+
+import signal
+import sys
+
+import uvicorn
+
+from transformer_tf2.api import Translator
+from transformer_tf2.config.hparams import UserError
+from transformer_tf2.decoding import translator
+from transformer_tf2.serving import app as serving
+from transformer_tf2.serving import ctranslate2_engine, engines
+
+
+def limits_of(opts: dict) -> serving.Limits:
+    """The --max_* and --wait_ms options as Limits, each checked (one UserError line)."""
+    for name in ("max_sentences", "max_chars", "max_batch", "max_queue"):
+        if opts[name] < 1:
+            raise UserError(f"--{name} must be at least 1; got {opts[name]}")
+    if not 0 <= opts["wait_ms"] <= 1000:
+        raise UserError(f"--wait_ms must be between 0 and 1000; got {opts['wait_ms']}")
+    if opts["drain_seconds"] < 0:
+        raise UserError(f"--drain_seconds must not be negative; got {opts['drain_seconds']}")
+    return serving.Limits(
+        opts["max_sentences"],
+        opts["max_chars"],
+        opts["max_batch"],
+        opts["wait_ms"],
+        opts["max_queue"],
+    )
+
+
+def build_engine(hp, opts: dict) -> engines.Engine:
+    """The engine --engine names, loaded (one UserError line for a wrong combination)."""
+    overrides = {k: getattr(hp, k) for k in opts["_set"]}
+    if opts["engine"] == "tensorflow":
+        if opts["model"]:
+            raise UserError("--model names a CTranslate2 model: add --engine ctranslate2")
+        return engines.TensorFlowEngine(
+            Translator.from_settings([hp.logdir], overrides, opts["ckpt"], "serve")
+        )
+    if opts["engine"] == "ctranslate2":
+        if not opts["model"]:
+            raise UserError(
+                "--engine ctranslate2 needs --model DIR: a model of python export.py "
+                "--format ctranslate2"
+            )
+        return ctranslate2_engine.CTranslate2Engine(opts["model"], hp, overrides)
+    raise UserError(f"--engine must be tensorflow or ctranslate2; got {opts['engine']!r}")
+
+
+def main() -> None:
+    hp, opts = cli.parse_args(script=SCRIPT)
+    limits = limits_of(opts)
+    translator.decoding_process(hp, None)  # before TensorFlow starts
+    engine = build_engine(hp, opts)
+    application = serving.create_app(engine, limits, opts["drain_seconds"])
+    print(
+        f"serve: http://{opts['host']}:{opts['port']}/ ({engine.name} engine, {hp.logdir}); "
+        "no authentication: keep it on 127.0.0.1 or behind an authenticating proxy",
+        file=sys.stderr,
+        flush=True,
+    )
+    config = uvicorn.Config(
+        application,
+        host=opts["host"],
+        port=opts["port"],
+        log_level="warning",
+        timeout_graceful_shutdown=opts["drain_seconds"],
+    )
+    # uvicorn drains on SIGTERM, then raises it again with the handler found at its start:
+    # a handler that returns makes a drained server's exit status 0
+    signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    uvicorn.Server(config).run()
+    print("serve: stopped", file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    cli.run_main(main)

@@ -1,0 +1,349 @@
+"""The HTTP server's application (FastAPI, run by uvicorn from serve.py): LibreTranslate's
+API, so that its clients work unchanged, this project's own endpoints for what that API
+cannot say, health and information, and a page to try it (docs/serving.md).
+
+    POST /translate     LibreTranslate: q (a string or a list), source ("de" or "auto"),
+                        target ("en"), format ("text"), alternatives; JSON or a form
+    GET  /languages     LibreTranslate: the languages and their targets
+    POST /v1/translate  n-best lists with scores, alignments, target prefixes, a seed
+    POST /v1/score      the scores of given translations
+    GET  /health        200 while the server takes requests, 503 while it drains
+    GET  /info          the run, checkpoint, engine, decoding settings, limits
+    GET  /              the page: a German text box and its English translation
+    GET  /docs          the API in OpenAPI (FastAPI's own)
+
+Every request's sentences go through one Batcher (batcher.py), so concurrent requests
+are decoded together. Errors have LibreTranslate's shape, ``{"error": "..."}``: 400 for a
+malformed request (bad JSON, a wrong type, a missing field, an unsupported language), 413
+for one over the size limits (nothing is decoded for it), 503 with Retry-After when the
+queue is full or the server drains. The server has no authentication (docs/serving.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import urllib.parse
+from importlib import resources
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, JSONResponse
+
+from transformer_tf2.serving import engines
+from transformer_tf2.serving.batcher import Batcher, Closed, Full, Job
+from transformer_tf2.utils.errors import UserError
+
+# seconds between two looks at whether a waiting request's client has gone
+DISCONNECT_POLL = 0.05
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """What one request may hold (413 past either) and how requests are batched."""
+
+    max_sentences: int = 128  # sentences per request
+    max_chars: int = 2000  # characters per sentence
+    max_batch: int = 64  # sentences decoded in one batch
+    wait_ms: float = 5.0  # how long the first request of a batch waits for others
+    max_queue: int = 1024  # sentences waiting or being decoded; past it: 503
+
+
+class RequestError(Exception):
+    """A request the server refuses: ``status`` and LibreTranslate's error text."""
+
+    def __init__(self, status: int, message: str, headers: dict | None = None):
+        super().__init__(message)
+        self.status, self.message, self.headers = status, message, headers or {}
+
+
+def error(status: int, message: str, headers: dict | None = None) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+async def read_fields(request: Request) -> dict:
+    """A request's fields: a JSON object, or a form (libretranslatepy posts one)."""
+    kind = request.headers.get("content-type", "")
+    body = await request.body()
+    if kind.startswith("application/x-www-form-urlencoded"):
+        try:
+            form = urllib.parse.parse_qs(body.decode("utf-8"), keep_blank_values=True)
+        except UnicodeDecodeError:
+            raise RequestError(400, "Invalid request: the form is not UTF-8") from None
+        return {k: v if len(v) > 1 else v[0] for k, v in form.items()}
+    if kind.startswith("multipart/"):
+        raise RequestError(400, "Invalid request: send JSON or a urlencoded form")
+    if not body.strip():
+        return {}
+    try:
+        fields = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise RequestError(400, "Invalid JSON format") from None
+    if not isinstance(fields, dict):
+        raise RequestError(400, "Invalid request: the body must be a JSON object")
+    return fields
+
+
+def texts(fields: dict, name: str, limits: Limits, required: bool = True) -> tuple[list, bool]:
+    """Field ``name`` as a list of strings and whether it was one string; 400 for a
+    missing field or a wrong type, 413 past the size limits."""
+    value = fields.get(name)
+    if value is None or value == "" or value == []:
+        if required:
+            raise RequestError(400, f"Invalid request: missing {name} parameter")
+        return [], False
+    single = isinstance(value, str)
+    values = [value] if single else value
+    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+        raise RequestError(400, f"Invalid request: {name} must be a string or a list of strings")
+    if len(values) > limits.max_sentences:
+        raise RequestError(
+            413,
+            f"Invalid request: request ({len(values)} sentences) exceeds the limit "
+            f"({limits.max_sentences} sentences)",
+        )
+    longest = max((len(v) for v in values), default=0)
+    if longest > limits.max_chars:
+        raise RequestError(
+            413,
+            f"Invalid request: a sentence of {longest} characters exceeds the limit "
+            f"({limits.max_chars} characters)",
+        )
+    return values, single
+
+
+def integer(fields: dict, name: str, default: int, low: int = 0) -> int:
+    value = fields.get(name, default)
+    if isinstance(value, bool):
+        value = None
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise RequestError(400, f"Invalid request: {name} parameter is not a number") from None
+    if number < low or (isinstance(value, float) and not value.is_integer()):
+        raise RequestError(400, f"Invalid request: {name} must be a whole number >= {low}")
+    return number
+
+
+def flag(fields: dict, name: str) -> bool:
+    value = fields.get(name, False)
+    if isinstance(value, str) and value.lower() in ("true", "false", "1", "0"):
+        return value.lower() in ("true", "1")
+    if not isinstance(value, bool):
+        raise RequestError(400, f"Invalid request: {name} must be true or false")
+    return value
+
+
+def create_app(
+    engine: engines.Engine, limits: Limits = Limits(), drain_seconds: float = 30
+) -> FastAPI:
+    """The application serving ``engine`` under ``limits``; its batcher starts with the
+    application and drains (at most ``drain_seconds``) when the server stops."""
+    state: dict[str, Any] = {"draining": False}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        state["batcher"] = Batcher(
+            lambda jobs: engines.run_jobs(engine, jobs),
+            limits.max_batch,
+            limits.wait_ms,
+            limits.max_queue,
+        )
+        yield
+        state["draining"] = True
+        await asyncio.get_running_loop().run_in_executor(
+            None, state["batcher"].close, drain_seconds
+        )
+
+    app = FastAPI(
+        title="transformer_tf2 translation server",
+        description=__doc__.split("\n\n")[0],
+        lifespan=lifespan,
+    )
+
+    @app.exception_handler(RequestError)
+    async def refused(request: Request, e: RequestError):
+        return error(e.status, e.message, e.headers)
+
+    @app.exception_handler(UserError)
+    async def user_error(request: Request, e: UserError):
+        return error(400, f"Invalid request: {e}")
+
+    async def decode(request: Request, job: Job):
+        """The job's results, decoded in a batch; 503 when the queue is full or the
+        server drains; None if the client went away meanwhile (its place is freed)."""
+        try:
+            future = state["batcher"].submit(job)
+        except Full as e:
+            raise RequestError(
+                503,
+                f"Slowdown: the server's queue is full; retry after {e.retry_after} s",
+                {"Retry-After": str(e.retry_after)},
+            ) from None
+        except Closed:
+            raise RequestError(503, "The server is shutting down", {"Retry-After": "5"}) from None
+        while True:
+            done, _ = await asyncio.wait({future}, timeout=DISCONNECT_POLL)
+            if done:
+                return future.result()
+            if await request.is_disconnected():
+                future.cancel()
+                return None
+
+    def check_languages(fields: dict) -> bool:
+        """LibreTranslate's source and target; True where the source was "auto"."""
+        for name in ("source", "target"):
+            if not fields.get(name):
+                raise RequestError(400, f"Invalid request: missing {name} parameter")
+        source, target = str(fields["source"]), str(fields["target"])
+        if source not in (engine.source, "auto"):
+            raise RequestError(400, f"{source} is not supported")
+        if target != engine.target:
+            raise RequestError(400, f"{target} is not supported")
+        return source == "auto"
+
+    @app.post(
+        "/translate",
+        openapi_extra={
+            "requestBody": {
+                "content": {
+                    "application/json": {
+                        "schema": {
+                            "type": "object",
+                            "required": ["q", "source", "target"],
+                            "properties": {
+                                "q": {
+                                    "oneOf": [
+                                        {"type": "string"},
+                                        {"type": "array", "items": {"type": "string"}},
+                                    ]
+                                },
+                                "source": {"type": "string", "example": "de"},
+                                "target": {"type": "string", "example": "en"},
+                                "format": {"type": "string", "enum": ["text"]},
+                                "alternatives": {"type": "integer", "minimum": 0},
+                            },
+                        }
+                    }
+                }
+            }
+        },
+    )
+    async def translate(request: Request):
+        """LibreTranslate's translate: ``translatedText`` (a string, or a list for a
+        list ``q``), ``alternatives`` when asked, ``detectedLanguage`` for "auto"."""
+        fields = await read_fields(request)
+        sentences, single = texts(fields, "q", limits)
+        auto = check_languages(fields)
+        if fields.get("format", "text") not in ("text", None, ""):
+            raise RequestError(400, f"{fields['format']} is not supported: use format text")
+        alternatives = integer(fields, "alternatives", 0)
+        engine.check(alternatives + 1, False, None)
+        key = ("translate", alternatives + 1, False, None)
+        results = await decode(request, Job(sentences, key, alone=engine.sampling))
+        if results is None:
+            return JSONResponse({}, status_code=499)
+        best = [r[0].text if r else "" for r in results]
+        others = [[h.text for h in r[1:]] for r in results]
+        body: dict[str, Any] = {"translatedText": best[0] if single else best}
+        if alternatives:
+            body["alternatives"] = others[0] if single else others
+        if auto:
+            detected = {"confidence": 100.0, "language": engine.source}
+            body["detectedLanguage"] = detected if single else [detected] * len(sentences)
+        return body
+
+    @app.get("/languages")
+    async def languages():
+        """LibreTranslate's languages: the model's source, with its one target."""
+        name = engines.LANGUAGE_NAMES
+        return [
+            {
+                "code": engine.source,
+                "name": name.get(engine.source, engine.source),
+                "targets": [engine.target],
+            },
+            {"code": engine.target, "name": name.get(engine.target, engine.target), "targets": []},
+        ]
+
+    @app.post(
+        "/v1/translate",
+        openapi_extra={
+            "requestBody": {
+                "content": {
+                    "application/json": {
+                        "schema": {
+                            "type": "object",
+                            "required": ["q"],
+                            "properties": {
+                                "q": {"type": "array", "items": {"type": "string"}},
+                                "n_best": {"type": "integer", "minimum": 1, "default": 1},
+                                "alignments": {"type": "boolean", "default": False},
+                                "prefix": {"type": "array", "items": {"type": "string"}},
+                                "seed": {"type": "integer"},
+                            },
+                        }
+                    }
+                }
+            }
+        },
+    )
+    async def translate_v1(request: Request):
+        """Per sentence its ``n_best`` hypotheses: text, score, Pharaoh alignment (with
+        ``alignments``), runaway; ``prefix``: per sentence the text its translations
+        start with; ``seed``: the draws of a sampling server."""
+        fields = await read_fields(request)
+        sentences, _ = texts(fields, "q", limits)
+        n_best = integer(fields, "n_best", 1, low=1)
+        alignments = flag(fields, "alignments")
+        prefixes, _ = texts(fields, "prefix", limits, required=False)
+        if prefixes and len(prefixes) != len(sentences):
+            raise RequestError(
+                400, f"Invalid request: {len(prefixes)} prefixes for {len(sentences)} sentences"
+            )
+        seed = integer(fields, "seed", 0) if fields.get("seed") is not None else None
+        engine.check(n_best, alignments, seed)
+        key = ("translate", n_best, alignments, seed)
+        job = Job(sentences, key, {"prefixes": prefixes or None}, alone=engine.sampling)
+        results = await decode(request, job)
+        if results is None:
+            return JSONResponse({}, status_code=499)
+        return {"translations": [[dataclasses.asdict(h) for h in r] for r in results]}
+
+    @app.post("/v1/score")
+    async def score_v1(request: Request):
+        """The summed log-probability of each target given its source, and each token's."""
+        fields = await read_fields(request)
+        sentences, _ = texts(fields, "q", limits)
+        targets, _ = texts(fields, "targets", limits)
+        if len(targets) != len(sentences):
+            raise RequestError(
+                400, f"Invalid request: {len(targets)} targets for {len(sentences)} sentences"
+            )
+        results = await decode(request, Job(sentences, ("score",), {"targets": targets}))
+        if results is None:
+            return JSONResponse({}, status_code=499)
+        return {"scores": [{"score": s.score, "tokens": s.tokens} for s in results]}
+
+    @app.get("/health")
+    async def health():
+        if state["draining"]:
+            return error(503, "The server is shutting down")
+        return {"status": "ok", "queued": state["batcher"].pending}
+
+    @app.get("/info")
+    async def info():
+        return {
+            **engine.info(),
+            "limits": dataclasses.asdict(limits),
+            "drain_seconds": drain_seconds,
+            "batches": dataclasses.asdict(state["batcher"].stats),
+        }
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    async def page():
+        return resources.files("transformer_tf2.serving").joinpath("page.html").read_text("utf-8")
+
+    return app
