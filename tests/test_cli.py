@@ -111,7 +111,7 @@ def test_a_field_without_help_or_section_is_an_error():
 
     with pytest.raises(ValueError, match=r"Silent\.e needs"):
         hparams.members("data", Silent)
-    with pytest.raises(ValueError, match="unknown section 'nowhere'"):
+    with pytest.raises(ValueError, match=r"unknown section 'nowhere' \(known: data, vocab"):
         hparams.setting(1, "the f", section="nowhere")
 
 

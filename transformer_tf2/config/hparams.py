@@ -86,9 +86,14 @@ def setting(
     """
     bounds = dict(at_least=at_least, above=above, at_most=at_most, below=below)
     limits = {k: v for k, v in bounds.items() if v is not None}
-    unknown = set(groups) - set(GROUPS) | set(order or {}) - set(GROUPS) - {"choices"}
-    if section not in SECTIONS or unknown:
-        raise ValueError(f"unknown section {section!r} or groups {sorted(unknown)}")
+    unknown = set(groups) - set(GROUPS)
+    elsewhere = set(order or {}) - set(groups) - ({"choices"} if choices else set())
+    if section not in SECTIONS:
+        raise ValueError(f"unknown section {section!r} (known: {', '.join(SECTIONS)})")
+    if unknown:
+        raise ValueError(f"unknown groups {sorted(unknown)} (known: {', '.join(GROUPS)})")
+    if elsewhere:
+        raise ValueError(f"order places it in {sorted(elsewhere)}, which it is not in")
     if (negative or note) and not limits:
         raise ValueError("negative and note describe a range: give its bounds too")
     if {"model", "training_only"} <= set(groups):
