@@ -18,7 +18,7 @@ import prepro
 import train
 import translate
 from helpers import ROOT
-from transformer_tf2.config import cli, hparams
+from transformer_tf2.config import cli, hparams, presets
 from transformer_tf2.config.hparams import UserError
 
 SCRIPTS = {
@@ -51,13 +51,13 @@ def option_line(text: str, name: str) -> str:
     return " ".join(" ".join(out).split())
 
 
-# ------------------------------------------------------------------------- hparams source
-def test_every_field_and_preset_has_a_comment_and_a_section():
+# ------------------------------------------------------------------- hparams declarations
+def test_every_field_and_preset_has_help_and_a_section():
     docs = cli.field_docs()
     names = [f.name for f in dataclasses.fields(hparams.Hparams)]
-    assert sorted(docs.comments) == sorted(names)
-    missing = [n for n in names if len(docs.comments[n]) < 8]
-    assert missing == [], f"fields without a comment in hparams.py: {missing}"
+    assert list(docs.help) == names
+    missing = [n for n in names if len(docs.help[n]) < 8]
+    assert missing == [], f"fields without a help text in hparams.py: {missing}"
     assert list(docs.sections) == [
         "data",
         "vocabulary",
@@ -66,58 +66,80 @@ def test_every_field_and_preset_has_a_comment_and_a_section():
         "training",
         "decoding",
     ]
-    assert sum(docs.sections.values(), []) == names  # each field once, in source order
+    assert sum(docs.sections.values(), []) == names  # each field once, in declaration order
     assert docs.titles["model"] == "model (paper section 3)"
-    assert set(docs.presets) == set(hparams.PRESETS)
+    assert list(docs.presets) == list(hparams.PRESETS)
     assert all(len(text) > 10 for text in docs.presets.values()), docs.presets
-    # a comment inside a field written over several lines is found too
-    assert docs.comments["d_model"].startswith("width of every layer")
+    # the help text is the declaration's, not a comment read from the source
+    assert docs.help["d_model"] == hparams.FIELDS["d_model"].metadata["help"]
+    assert docs.help["d_model"].startswith("width of every layer")
 
 
-def test_field_comments_are_read_from_the_source(tmp_path):
-    src = tmp_path / "hp.py"
-    src.write_text(
-        "import dataclasses\n"
-        "@dataclasses.dataclass\n"
-        "class Hparams:\n"
-        "    # ---- data (section 5.1) ----\n"
-        "    a: int = 1  # the a\n"
-        "    b: str = (\n"
-        '        "x"  # the b, on the second line\n'
-        "    )\n"
-        "    # ---- model ----\n"
-        "    c: float = 0.5\n"
-        "PRESETS: dict = {\n"
-        "    # first preset\n"
-        "    # on two lines\n"
-        '    "p": {},\n'
-        '    "q": {},\n'
-        "}\n"
-    )
-    groups = {"a": "data (section 5.1)", "c": "model"}
-    docs = cli.field_docs.__wrapped__(str(src), groups)
-    assert docs.comments == {"a": "the a", "b": "the b, on the second line", "c": ""}
+@dataclasses.dataclass
+class Small:
+    """Three settings declared as hparams.py declares its own."""
+
+    a: int = hparams.setting(1, "the a", section="data")
+    b: str = hparams.setting("x", "the b", section="data", choices=("x", "y"))
+    c: float = hparams.setting(0.5, "the c", section="model", above=0)
+
+
+def test_help_and_sections_are_read_from_the_declarations():
+    docs = cli.field_docs(Small)
+    assert docs.help == {"a": "the a", "b": "the b", "c": "the c"}
     assert docs.sections == {"data": ["a", "b"], "model": ["c"]}
-    assert docs.titles == {"data": "data (section 5.1)", "model": "model"}
-    assert docs.presets == {"p": "first preset on two lines", "q": ""}
-    # the groups are declared, not read from the comment headings: a renamed or dropped
-    # heading hides nothing, and a group that starts at no field is an error
-    src.write_text(src.read_text().replace("# ---- model ----", "# ---- other ----"))
-    assert cli.field_docs.__wrapped__(str(src), groups).sections == docs.sections
-    with pytest.raises(ValueError, match=r"lack.*\['d'\]"):
-        cli.field_docs.__wrapped__(str(src), {**groups, "d": "decoding"})
+    assert docs.titles == {"data": "data", "model": "model (paper section 3)"}
+    assert hparams.help_groups(Small) == {"a": "data", "c": "model (paper section 3)"}
+    assert docs.presets == presets.DESCRIPTIONS
+
+
+def test_a_field_without_help_or_section_is_an_error():
+    """A field declared without hparams.setting (or with an empty help text) has no --help
+    text and no section: reading the declarations names it."""
+
+    @dataclasses.dataclass
+    class Bare:
+        a: int = hparams.setting(1, "the a", section="data")
+        d: int = 3
+
+    with pytest.raises(ValueError, match=r"Bare\.d needs a declaration setting\(default, help"):
+        cli.field_docs(Bare)
+
+    @dataclasses.dataclass
+    class Silent:
+        e: int = hparams.setting(1, "  ", section="data")
+
+    with pytest.raises(ValueError, match=r"Silent\.e needs"):
+        hparams.members("data", Silent)
+    with pytest.raises(ValueError, match=r"unknown section 'nowhere' \(known: data, vocab"):
+        hparams.setting(1, "the f", section="nowhere")
+
+
+def test_a_sections_fields_are_declared_together():
+    """--help groups a section's fields under one heading: a section split by another
+    one is an error, not a second heading."""
+
+    @dataclasses.dataclass
+    class Split:
+        a: int = hparams.setting(1, "the a", section="data")
+        b: int = hparams.setting(2, "the b", section="model")
+        c: int = hparams.setting(3, "the c", section="data")
+
+    with pytest.raises(ValueError, match=r"Split\.c: the fields of section 'data' are not"):
+        cli.field_docs(Split)
 
 
 # ---------------------------------------------------------------------------------- help
-def test_train_help_lists_every_hyperparameter_with_type_default_and_comment(capsys):
+def test_train_help_lists_every_hyperparameter_with_type_default_and_help(capsys):
     text = help_text(train, capsys=capsys)
     assert text.startswith("usage: python train.py [--preset NAME] [--name value ...]")
     assert "Train the Transformer: Adam + a learning-rate schedule" in text  # its own description
     line = option_line(text, "d_model")
     assert line == ("--d_model INT width of every layer's input and output (3.1) (default: 128)")
     assert option_line(text, "norm").startswith("--norm {post,pre} post (paper) | pre")
-    for name in hparams.FIELDS:
-        assert f"--{name} " in text, name
+    for name, field in hparams.FIELDS.items():  # each with its declaration's help text
+        # (argparse may wrap a line after a hyphen: compare without the spaces)
+        assert "".join(field.metadata["help"].split()) in "".join(option_line(text, name).split())
     for title in ("data", "vocabulary", "batching", "model (paper section 3)", "decoding"):
         assert f"hyperparameters: {title}:" in text
     assert "presets (--preset NAME):" in text

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 import average_checkpoints
-from transformer_tf2.config import cli, hparams
+from transformer_tf2.config import checks, cli, hparams
 
 
 # ------------------------------------------------------------------------------ presets
@@ -535,3 +535,124 @@ def test_every_float_setting_must_be_finite(value):
     for key in FLOATS:
         with pytest.raises(hparams.UserError, match=f"^--{key} must be a finite number; got"):
             cli.parse_args([f"--{key}={value}"])
+
+
+# -------------------------------------------------------------------- one declaration each
+def outside(limits: checks.Range, integer: bool) -> list:
+    """A value just past each end of ``limits`` (past the lower end only where negative
+    values are not let through)."""
+    step = 1 if integer else 0.5
+    values = []
+    if limits.at_least is not None and not limits.negative:
+        values.append(limits.at_least - step)
+    if limits.above is not None:
+        values.append(limits.above)
+    if limits.at_most is not None:
+        values.append(limits.at_most + step)
+    if limits.below is not None:
+        values.append(limits.below)
+    return [int(v) if integer else float(v) for v in values]
+
+
+def test_each_declared_range_is_what_apply_refuses():
+    """Every range declared in hparams.py refuses the values just past its ends, with the
+    message the declaration gives, and takes its ends where they are inclusive."""
+    assert len(hparams.RANGES) > 40
+    default = hparams.Hparams()
+    for name, limits in hparams.RANGES.items():
+        assert hparams.FIELDS[name].metadata["range"] is limits
+        integer = isinstance(getattr(default, name), int)
+        assert outside(limits, integer), name
+        for value in outside(limits, integer):
+            with pytest.raises(hparams.UserError) as e:
+                hparams.apply(default, {name: value})
+            assert str(e.value) == f"--{name} {limits.rule(integer)}; got {checks.shown(value)}"
+        for end in (limits.at_least, limits.at_most):
+            assert end is None or limits.admits(end), name
+
+
+@dataclasses.dataclass
+class Declared:
+    """Settings declared as hparams.py declares its own: each range, and the groups with
+    their places."""
+
+    n: int = hparams.setting(2, "n", section="data", at_least=1, groups=("decode", "resume"))
+    p: float = hparams.setting(
+        0.5, "p", section="data", above=0, at_most=1, groups=("decode",), order={"decode": 2}
+    )
+    r: float = hparams.setting(
+        -1.0, "r", section="model", at_least=0, below=1, negative="to follow p", groups=("model",)
+    )
+    k: int = hparams.setting(
+        1, "k", section="model", at_least=0, note="0: all", groups=("model", "decode")
+    )
+    m: str = hparams.setting("x", "m", section="model", choices=("x", "y"), order={"choices": 1})
+    q: str = hparams.setting("u", "q", section="model", choices=("u", "v"), groups=("model",))
+
+
+@pytest.mark.parametrize(
+    "values,message",
+    [
+        ({"n": 0}, "--n must be a positive integer; got 0"),
+        ({"p": 0.0}, "--p must be in (0, 1]; got 0"),
+        ({"p": 1.5}, "--p must be in (0, 1]; got 1.5"),
+        ({"r": 1.0}, "--r must be in [0, 1), or negative to follow p; got 1"),
+        ({"k": -1}, "--k must not be negative (0: all); got -1"),
+        ({"n": 0, "p": 2.0}, "--n must be a positive integer; got 0"),  # the first declared
+        ({"p": float("nan")}, "--p must be a finite number; got nan"),
+    ],
+)
+def test_a_declared_range_is_checked_with_its_message(values, message):
+    ranges = hparams.declared_ranges(Declared)
+    assert set(ranges) == {"n", "p", "r", "k"}
+    with pytest.raises(hparams.UserError) as e:
+        checks.check_ranges({**dataclasses.asdict(Declared()), **values}, ranges)
+    assert str(e.value) == message
+
+
+def test_a_declared_range_takes_its_ends_and_its_negatives():
+    ranges = hparams.declared_ranges(Declared)
+    for values in ({"n": 1, "p": 1.0, "r": 0.0, "k": 0}, {"r": -3.0}, {}):
+        checks.check_ranges({**dataclasses.asdict(Declared()), **values}, ranges)
+
+
+def test_the_key_tuples_are_derived_from_the_declarations():
+    """Each group is its members in the order of their places (``order``), ties in the order
+    of declaration; CHOICES likewise. MODEL_KEYS is the group "checkpoint" and then the
+    ModelConfig fields that are not training-only."""
+    assert hparams.members("decode", Declared) == ("n", "k", "p")
+    assert hparams.members("resume", Declared) == ("n",)
+    assert hparams.members("model", Declared) == ("r", "k", "q")
+    assert hparams.members("data", Declared) == ()
+    assert list(hparams.declared_choices(Declared).items()) == [
+        ("q", ("u", "v")),
+        ("m", ("x", "y")),
+    ]
+    assert hparams.help_groups(Declared) == {"n": "data", "r": "model (paper section 3)"}
+    # the model's fields are the declarations of the two model groups, in declaration order
+    config = [f.name for f in dataclasses.fields(hparams.ModelConfig)][2:]
+    assert config == [
+        k
+        for k, f in hparams.FIELDS.items()
+        if {"model", "training_only"} & set(f.metadata["groups"])
+    ]
+    assert hparams.MODEL_KEYS == hparams.members("checkpoint") + tuple(
+        k for k in config if k not in hparams.members("training_only")
+    )
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (dict(groups=("decoding",)), r"unknown groups \['decoding'\] \(known: data, checkpoint"),
+        (dict(groups=("decode",), order={"resume": 1}), r"in \['resume'\], which it is not in"),
+        (dict(order={"choices": 1}), r"in \['choices'\], which it is not in"),
+        (dict(groups=("model", "training_only")), "changes the model or is training-only"),
+        (dict(note="0: all"), "negative and note describe a range"),
+        (dict(at_least=0, above=0), "one lower end"),
+        (dict(at_most=1, below=1), "one upper end"),
+    ],
+)
+def test_a_declaration_that_contradicts_itself_is_refused(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        hparams.setting(1, "a setting", section="data", **kwargs)

@@ -1,19 +1,79 @@
 """The checks of a set of hyperparameters (hparams.apply runs them on every script's
-settings before TensorFlow starts): every numeric setting within its range and every float
-one finite, sampling's settings, T5's buckets, and the combinations that cannot build a
-model or a vocabulary. Each failure is one UserError line naming the option.
+settings before TensorFlow starts): every float setting finite and every numeric one within
+the :class:`Range` its declaration in hparams.py gives, sampling's settings together, T5's
+buckets, and the combinations that cannot build a model or a vocabulary. Each failure is one
+UserError line naming the option.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Mapping
 
 from transformer_tf2.utils.errors import UserError
 
 
-def check(values: dict) -> None:
-    """Every check of this module on ``values`` (an Hparams as a dict)."""
-    check_ranges(values)
+@dataclasses.dataclass(frozen=True)
+class Range:
+    """The values a numeric setting may take, as its declaration in hparams.py states them
+    (``hparams.setting(..., at_least=1)``): each bound given is one end of the range,
+    inclusive (``at_least``, ``at_most``) or not (``above``, ``below``). ``negative``, when
+    given, lets every negative value through too and says what one means ("to follow
+    dropout_rate"); ``note`` is added to the error message in brackets."""
+
+    at_least: float | None = None
+    above: float | None = None
+    at_most: float | None = None
+    below: float | None = None
+    negative: str = ""
+    note: str = ""
+
+    def __post_init__(self):
+        if self.at_least is not None and self.above is not None:
+            raise ValueError("a range has one lower end: at_least or above, not both")
+        if self.at_most is not None and self.below is not None:
+            raise ValueError("a range has one upper end: at_most or below, not both")
+
+    def admits(self, value: float) -> bool:
+        """Whether ``value`` lies in the range."""
+        if self.negative and value < 0:
+            return True
+        return not (
+            (self.at_least is not None and value < self.at_least)
+            or (self.above is not None and value <= self.above)
+            or (self.at_most is not None and value > self.at_most)
+            or (self.below is not None and value >= self.below)
+        )
+
+    def rule(self, integer: bool = False) -> str:
+        """What the error message says the value must be, e.g. "must be in [0, 1)" or, for
+        an integer setting of at least 1, "must be a positive integer"."""
+        low = self.at_least if self.at_least is not None else self.above
+        high = self.at_most if self.at_most is not None else self.below
+        if low is not None and high is not None:
+            opening = "[" if self.at_least is not None else "("
+            closing = "]" if self.at_most is not None else ")"
+            text = f"must be in {opening}{low}, {high}{closing}"
+        elif high is not None:
+            text = f"must be {'at most' if self.at_most is not None else 'below'} {high}"
+        elif self.above is not None:
+            text = "must be positive" if self.above == 0 else f"must be above {self.above}"
+        elif self.at_least == 1 and integer:
+            text = "must be a positive integer"
+        elif self.at_least == 0:
+            text = "must not be negative"
+        else:
+            text = f"must be at least {self.at_least}"
+        text += f" ({self.note})" if self.note else ""
+        return text + (f", or negative {self.negative}" if self.negative else "")
+
+
+def check(values: dict, ranges: Mapping[str, Range]) -> None:
+    """Every check of this module on ``values`` (an Hparams as a dict), each numeric setting
+    against its range in ``ranges`` (hparams.RANGES: the ranges the declarations give)."""
+    check_ranges(values, ranges)
+    check_sampling(values)
     if values["d_model"] % values["num_heads"]:
         raise UserError(
             f"d_model ({values['d_model']}) must be divisible by num_heads ({values['num_heads']})"
@@ -36,97 +96,31 @@ def check(values: dict) -> None:
     check_t5(values)
 
 
-def check_ranges(values: dict) -> None:
-    """Each numeric hyperparameter within its range, and every float one finite: a
-    one-line UserError naming it."""
+def check_ranges(values: dict, ranges: Mapping[str, Range]) -> None:
+    """Every float setting finite, then each setting that ``ranges`` names within its range:
+    a one-line UserError naming the first that is not (in the order of ``values``)."""
     for key, value in values.items():
         if isinstance(value, float) and not math.isfinite(value):
             raise UserError(f"--{key} must be a finite number; got {value}")
-    for key in (
-        "d_model",
-        "d_ff",
-        "num_blocks",
-        "num_epochs",
-        "num_heads",
-        "vocab_size",
-        "maxlen1",
-        "maxlen2",
-        "tokens_per_batch",
-        "eval_batch_size",
-        "max_position",
-        "max_relative_position",
-        "accum_steps",
-        "warmup_steps",
-        "branch_warmup_steps",
-        "ut_max_steps",
-        "pad_multiple",
-        "beam_size",
-        "keep_ckpts",
-    ):
-        if values[key] < 1:
-            raise UserError(f"--{key} must be a positive integer; got {values[key]}")
-    for key in (
-        "max_len_extra",
-        "max_len",
-        "batch_size",
-        "max_steps",
-        "ckpt_every_steps",
-        "early_stopping",
-        "dev_bleu_sents",
-        "max_bad_steps",
-        "decode_streams",
-        "memory_sentences",
-        "target_memory_sentences",
-    ):
-        if values[key] < 0:
-            raise UserError(f"--{key} must not be negative; got {values[key]}")
-    if not 0 <= values["demo_documents"] < 1:
-        raise UserError(f"--demo_documents must be in [0, 1); got {values['demo_documents']}")
-    for key in ("cooldown", "eval_share"):
-        if not 0 < values[key] <= 1:
-            raise UserError(f"--{key} must be in (0, 1]; got {values[key]}")
-    if values["average"] < 0:
-        raise UserError(f"--average must not be negative; got {values['average']}")
-    for key in (
-        "dropout_rate",
-        "attention_dropout",
-        "label_smoothing",
-        "act_epsilon",
-        "bpe_dropout",
-    ):
-        if not 0 <= values[key] < 1:
-            raise UserError(f"--{key} must be in [0, 1); got {values[key]}")
-    for key in ("act_loss_weight", "clip_norm", "max_minutes", "length_penalty"):
-        if values[key] < 0:
-            raise UserError(f"--{key} must not be negative; got {values[key]:g}")
-    for key in ("lr", "adam_epsilon"):
-        if not values[key] > 0:
-            raise UserError(f"--{key} must be positive; got {values[key]:g}")
-    for key in ("adam_beta1", "adam_beta2", "ema_decay"):
-        if not 0 <= values[key] < 1:
-            raise UserError(f"--{key} must be in [0, 1); got {values[key]:g}")
-    for key in ("embedding_dropout", "residual_dropout"):
-        if not values[key] < 1:
-            raise UserError(
-                f"--{key} must be in [0, 1), or negative to follow dropout_rate; got {values[key]}"
-            )
-    if not values["layer_norm_epsilon"] > 0:
-        raise UserError(
-            f"--layer_norm_epsilon must be positive; got {values['layer_norm_epsilon']:g}"
-        )
-    check_sampling(values)
+    for key, value in values.items():
+        limits = ranges.get(key)
+        if limits is not None and not limits.admits(value):
+            rule = limits.rule(integer=isinstance(value, int))
+            raise UserError(f"--{key} {rule}; got {shown(value)}")
+
+
+def shown(value: float) -> str:
+    """``value`` as an error message shows it: a whole float without its ".0" (``-1``,
+    as the command line said it), any other number as Python writes it."""
+    text = repr(value)
+    return text[:-2] if isinstance(value, float) and text.endswith(".0") else text
 
 
 def check_sampling(values: dict) -> None:
-    """Sampling's settings in range, and sampling (sampling_topk other than 1, as in
-    CTranslate2) without a beam."""
+    """Sampling's settings together (each one's range is its declaration's): sampling
+    (sampling_topk other than 1, as in CTranslate2) without a beam, and sampling_topp or
+    sampling_temperature only where there is sampling."""
     topk, topp, temperature = (values[f"sampling_{k}"] for k in ("topk", "topp", "temperature"))
-    if topk < 0:
-        raise UserError(f"--sampling_topk must not be negative (0: every token); got {topk}")
-    if not 0 < topp <= 1:
-        raise UserError(f"--sampling_topp must be in (0, 1]; got {topp}")
-    if not 0 < temperature < float("inf"):
-        raise UserError(f"--sampling_temperature must be positive; got {temperature}")
     if topk == 1 and (topp < 1 or temperature != 1):
         raise UserError(
             "--sampling_topp and --sampling_temperature shape sampling, which --sampling_topk "

@@ -10,9 +10,8 @@ A script declares a :class:`Script` and calls :func:`start` before it imports Te
 
 then parses for real in its ``main`` with :func:`parse_args`. Nothing here imports TensorFlow.
 
-The help text of a hyperparameter is the comment on its line in hparams.py (comments do not
-exist at run time, so they are read from the source); the groups are hparams.HELP_GROUPS,
-and the preset lines the comments above each preset.
+The help text of a hyperparameter and its --help section come from its declaration in
+hparams.py (``hparams.setting``), the preset lines from presets.DESCRIPTIONS.
 """
 
 from __future__ import annotations
@@ -24,7 +23,6 @@ import dataclasses
 import difflib
 import functools
 import glob
-import io
 import os
 import platform
 import re
@@ -32,10 +30,9 @@ import signal
 import sys
 import textwrap
 import time
-import tokenize
 from typing import Any
 
-from transformer_tf2.config import hparams
+from transformer_tf2.config import hparams, presets
 from transformer_tf2.config.hparams import UserError
 from transformer_tf2.utils import files
 
@@ -66,55 +63,24 @@ VERBOSE_HELP = "show TensorFlow's own start-up log lines (hidden by default on a
 
 @dataclasses.dataclass(frozen=True)
 class FieldDocs:
-    comments: dict[str, str]  # field -> the comment on its line(s)
-    sections: dict[str, list[str]]  # section name -> its fields, in source order
+    help: dict[str, str]  # field -> its --help text
+    sections: dict[str, list[str]]  # section name -> its fields, in declaration order
     titles: dict[str, str]  # section name -> its heading, e.g. "model (paper section 3)"
-    presets: dict[str, str]  # preset -> the comment above it
+    presets: dict[str, str]  # preset -> its description
 
 
-@functools.lru_cache(maxsize=1)
-def field_docs(path: str = hparams.__file__, groups: dict | None = None) -> FieldDocs:
-    """Read the field comments and preset comments of hparams.py's source; the sections
-    are the --help groups of ``groups`` ({first field: title}, default
-    hparams.HELP_GROUPS), each running to the next group's first field."""
-    groups = hparams.HELP_GROUPS if groups is None else groups
-    with open(path, encoding="utf-8") as f:
-        source = f.read()
-    comment_at: dict[int, str] = {}
-    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
-        if tok.type == tokenize.COMMENT:
-            comment_at[tok.start[0]] = tok.string.lstrip("#").strip()
-    tree = ast.parse(source)
-    comments: dict[str, str] = {}
-    sections: dict[str, list[str]] = {}
-    titles = {title.split()[0]: title for title in groups.values()}
-    presets: dict[str, str] = {}
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef) and node.name == "Hparams":
-            section = ""
-            for item in node.body:
-                if not isinstance(item, ast.AnnAssign):
-                    continue
-                name = item.target.id
-                section = groups[name].split()[0] if name in groups else section
-                lines = range(item.lineno, item.end_lineno + 1)
-                comments[name] = " ".join(comment_at[n] for n in lines if n in comment_at)
-                sections.setdefault(section, []).append(name)
-            unknown = sorted(set(groups) - set(comments))
-            if unknown:
-                raise ValueError(f"help groups start at fields Hparams lacks: {unknown}")
-        if (
-            isinstance(node, ast.AnnAssign)
-            and getattr(node.target, "id", "") == "PRESETS"
-            and isinstance(node.value, ast.Dict)
-        ):
-            for key in node.value.keys:
-                above, n = [], key.lineno - 1
-                while n in comment_at and source.splitlines()[n - 1].strip().startswith("#"):
-                    above.insert(0, comment_at[n])
-                    n -= 1
-                presets[key.value] = " ".join(above)
-    return FieldDocs(comments, sections, titles, presets)
+@functools.lru_cache(maxsize=None)
+def field_docs(cls: type = hparams.Hparams) -> FieldDocs:
+    """What ``--help`` says of the fields of ``cls`` (a dataclass declared with
+    hparams.setting, Hparams by default), read from their declarations: each field's help
+    text, the sections in the order of their first fields, and the presets' descriptions."""
+    sections = hparams.sections(cls)
+    return FieldDocs(
+        help={f.name: f.metadata["help"] for f in dataclasses.fields(cls)},
+        sections=sections,
+        titles={name: hparams.SECTIONS[name] for name in sections},
+        presets=dict(presets.DESCRIPTIONS),
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -275,14 +241,14 @@ def build_parser(
     wanted = set()
     for name in script.fields if script else tuple(docs.sections):
         wanted.update(docs.sections.get(name, [name]))
-    presets = "\n".join(f"  {name:<18} {text}" for name, text in docs.presets.items())
+    preset_lines = "\n".join(f"  {name:<18} {text}" for name, text in docs.presets.items())
     origin = origin or {}
     parser = _Parser(
         add_help=add_help,
         prog=f"python {script.name}.py" if script else None,
         usage="%(prog)s [--preset NAME] [--name value ...]",
         description=_description(script),
-        epilog=f"presets (--preset NAME):\n{presets}",
+        epilog=f"presets (--preset NAME):\n{preset_lines}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,
     )
@@ -304,7 +270,7 @@ def build_parser(
                 parser if hidden else group,
                 name,
                 getattr(base, name),
-                docs.comments[name],
+                docs.help[name],
                 hidden,
                 origin.get(name, ""),
             )

@@ -1,13 +1,18 @@
-"""Every hyperparameter of the pipeline, declared in one place.
+"""Every hyperparameter of the pipeline, each declared once: its field in :class:`Hparams`.
+
+A field's declaration, ``name: type = setting(default, help, section=..., ...)``, says
+everything about the setting: its type, default, ``--help`` text and section, its allowed
+values (``choices``, or a range such as ``at_least=1``) and the groups it belongs to (a
+model setting, a decoding key, ...). ``--help`` (cli.py), the range checks (checks.py)
+and the key tuples below (MODEL_FIELDS, DECODE_KEYS, CHOICES, ...) are read from there.
 
 A user sets values in the hparams.py at the repository root (plain assignments, read by
-:func:`cli.user_values`), picks a named preset with ``--preset NAME``, and overrides any
-field on the command line with ``--name value`` (parsed by cli.py; the comment on each
-field's line is its ``--help`` text, so every field has one). The defaults are the run
-that ``python train.py`` makes with no ``--preset`` (the ``demo`` preset adds nothing to
-them): a small model on the synthetic demo corpus. A value in the root hparams.py changes
-that run, and every preset that does not set the field; ``--help`` says where each value
-comes from::
+:func:`cli.user_values`), picks a named preset with ``--preset NAME`` (presets.py), and
+overrides any field on the command line with ``--name value`` (parsed by cli.py). The
+defaults are the run that ``python train.py`` makes with no ``--preset`` (the ``demo``
+preset adds nothing to them): a small model on the synthetic demo corpus. A value in the
+root hparams.py changes that run, and every preset that does not set the field; ``--help``
+says where each value comes from::
 
     python train.py --preset multi30k --d_model 512 --num_epochs 30
 
@@ -25,177 +30,389 @@ import os
 from typing import Any
 
 from transformer_tf2.config import checks
+from transformer_tf2.config.presets import PRESETS
 from transformer_tf2.utils import files
 from transformer_tf2.utils.errors import (
     UserError,  # the project's error type, used as hparams.UserError
 )
 
+# The --help sections, in order: name -> the title of its group in --help.
+SECTIONS = {
+    "data": "data",
+    "vocabulary": "vocabulary",
+    "batching": "batching",
+    "model": "model (paper section 3)",
+    "training": "training (paper section 5)",
+    "decoding": "decoding",
+}
 
+# The groups a setting may belong to (setting's ``groups``): name -> what a member is.
+GROUPS = {
+    "data": "DATA_KEYS: must agree between preprocessing and training (the vocabulary)",
+    "checkpoint": "MODEL_KEYS: besides the model's own fields, what a checkpoint depends on",
+    "model": "MODEL_FIELDS: a model.Transformer is built from it (a ModelConfig field)",
+    "training_only": "TRAINING_ONLY_FIELDS: a ModelConfig field that changes training alone",
+    "decode": "DECODE_KEYS: eval.py, translate.py and export.py may change it (not the model)",
+    # or a resumed run would skip some pairs and repeat others
+    "resume": "RESUME_KEYS: fixes the batch plan and the place in an epoch: resuming keeps it",
+}
+
+
+def setting(
+    default: Any,
+    help: str,
+    *,
+    section: str,
+    choices: tuple[str, ...] = (),
+    at_least: float | None = None,
+    above: float | None = None,
+    at_most: float | None = None,
+    below: float | None = None,
+    negative: str = "",
+    note: str = "",
+    groups: tuple[str, ...] = (),
+    order: dict[str, int] | None = None,
+) -> Any:
+    """The declaration of one setting, as a dataclass field: ``default``, and in its
+    metadata everything else read about it.
+
+    ``help`` is its ``--help`` text, ``section`` its --help section (a key of SECTIONS).
+    ``choices`` are the values a string setting allows; ``at_least``, ``above``,
+    ``at_most`` and ``below`` bound a numeric one (a :class:`checks.Range`, with its
+    ``negative`` and ``note``). ``groups`` names the GROUPS it belongs to; ``order`` gives
+    its place in a group (or in CHOICES, as "choices") whose order is not the order of
+    declaration: each group is sorted by place (0 where none is given), ties in the order
+    of declaration.
+    """
+    bounds = dict(at_least=at_least, above=above, at_most=at_most, below=below)
+    limits = {k: v for k, v in bounds.items() if v is not None}
+    unknown = set(groups) - set(GROUPS)
+    elsewhere = set(order or {}) - set(groups) - ({"choices"} if choices else set())
+    if section not in SECTIONS:
+        raise ValueError(f"unknown section {section!r} (known: {', '.join(SECTIONS)})")
+    if unknown:
+        raise ValueError(f"unknown groups {sorted(unknown)} (known: {', '.join(GROUPS)})")
+    if elsewhere:
+        raise ValueError(f"order places it in {sorted(elsewhere)}, which it is not in")
+    if (negative or note) and not limits:
+        raise ValueError("negative and note describe a range: give its bounds too")
+    if {"model", "training_only"} <= set(groups):
+        raise ValueError("a model setting either changes the model or is training-only")
+    metadata = dict(
+        help=help,
+        section=section,
+        choices=tuple(choices),
+        range=checks.Range(**limits, negative=negative, note=note) if limits else None,
+        groups=tuple(groups),
+        order=dict(order or {}),
+    )
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+# Each field's declaration, laid out as a table (hence "fmt: off"). The defaults are the
+# demo's run; the paper's base model (3, 6.1) is the iwslt2016 presets' (presets.py). A new
+# model setting is a field in the group "model" whose default reproduces the current model,
+# so that every earlier checkpoint still loads and decodes the same.
+# fmt: off
 @dataclasses.dataclass
 class Hparams:
     # ---- data -----------------------------------------------------------------------
-    corpus: str = "demo"  # demo | iwslt2016 | parallel (plain text, e.g. Multi30k)
-    data_dir: str = "data/demo"  # raw corpus files
-    prepro_dir: str = "prepro/demo"  # vocabularies, cleaned text, encoded ids, hparams.json
-    src_lang: str = "de"  # source language: the file suffix of the source side
-    tgt_lang: str = "en"  # target language: the file suffix of the target side
-    train_stem: str = "train"  # corpus=parallel: training files <data_dir>/<stem>.<lang>[.gz]
-    dev_stem: str = "val"  # corpus=parallel: dev files (dev loss and BLEU after each epoch)
-    test_stem: str = "test_2016_flickr"  # corpus=parallel: test files (eval.py)
-    iwslt_dev: str = "tst2013"  # IWSLT 2016 dev set: IWSLT16.TED.<name>.de-en.<lang>.xml
-    iwslt_test: str = "tst2014"  # IWSLT 2016 test set, same naming
-    demo_size: int = 20000  # training pairs of the synthetic demo corpus
-    demo_documents: float = 0.0  # demo: share of sentences in pronoun episodes (docs)
+    corpus: str = setting("demo", "demo | iwslt2016 | parallel (plain text, e.g. Multi30k)",
+        section="data", choices=("demo", "iwslt2016", "parallel"), groups=("data",))
+    data_dir: str = setting("data/demo", "raw corpus files", section="data")
+    prepro_dir: str = setting("prepro/demo",
+        "vocabularies, cleaned text, encoded ids, hparams.json", section="data")
+    src_lang: str = setting("de", "source language: the file suffix of the source side",
+        section="data", groups=("data",))
+    tgt_lang: str = setting("en", "target language: the file suffix of the target side",
+        section="data", groups=("data",))
+    train_stem: str = setting("train",
+        "corpus=parallel: training files <data_dir>/<stem>.<lang>[.gz]", section="data")
+    dev_stem: str = setting("val",
+        "corpus=parallel: dev files (dev loss and BLEU after each epoch)", section="data")
+    test_stem: str = setting("test_2016_flickr", "corpus=parallel: test files (eval.py)",
+        section="data")
+    iwslt_dev: str = setting("tst2013",
+        "IWSLT 2016 dev set: IWSLT16.TED.<name>.de-en.<lang>.xml", section="data")
+    iwslt_test: str = setting("tst2014", "IWSLT 2016 test set, same naming", section="data")
+    demo_size: int = setting(20000, "training pairs of the synthetic demo corpus", section="data")
+    demo_documents: float = setting(0.0, "demo: share of sentences in pronoun episodes (docs)",
+        section="data", at_least=0, below=1)
 
     # ---- vocabulary -----------------------------------------------------------------
-    vocab_type: str = "bpe"  # bpe (joint sentencepiece) | word (legacy, two vocabularies)
-    vocab_size: int = 1000  # BPE: joint vocabulary size (keep it a multiple of 8)
-    min_cnt: int = 1  # word: keep words seen at least this often
-    maxlen1: int = 100  # max source tokens in training, </S> included
-    maxlen2: int = 100  # max target tokens in training, <S> or </S> included
+    vocab_type: str = setting("bpe", "bpe (joint sentencepiece) | word (legacy, two vocabularies)",
+        section="vocabulary", choices=("bpe", "word"), groups=("data", "checkpoint"))
+    vocab_size: int = setting(1000, "BPE: joint vocabulary size (keep it a multiple of 8)",
+        section="vocabulary", at_least=1, groups=("data", "checkpoint"))
+    min_cnt: int = setting(1, "word: keep words seen at least this often",
+        section="vocabulary", groups=("data", "checkpoint"))
+    maxlen1: int = setting(100, "max source tokens in training, </S> included",
+        section="vocabulary", at_least=1, groups=("resume",), order={"resume": 5})
+    maxlen2: int = setting(100, "max target tokens in training, <S> or </S> included",
+        section="vocabulary", at_least=1, groups=("resume",), order={"resume": 6})
     # dev, test and decoding keep prepro.py's pieces; 0: the fixed segmentation (the paper's)
-    bpe_dropout: float = 0.0  # BPE-dropout: P(skip a merge), training pieces drawn anew each epoch
+    bpe_dropout: float = setting(0.0,
+        "BPE-dropout: P(skip a merge), training pieces drawn anew each epoch",
+        section="vocabulary", at_least=0, below=1, groups=("resume",), order={"resume": 8})
 
     # ---- batching -------------------------------------------------------------------
-    tokens_per_batch: int = 2048  # token budget: batch_rows * padded_length <= this
-    batch_size: int = 0  # >0: fixed sentences per batch instead of the token budget
-    pad_multiple: int = 1  # pad lengths to a multiple of this (8 bounds XLA shapes)
-    eval_batch_size: int = 128  # sentences per decoding batch
+    tokens_per_batch: int = setting(2048, "token budget: batch_rows * padded_length <= this",
+        section="batching", at_least=1, groups=("resume",), order={"resume": 2})
+    batch_size: int = setting(0, ">0: fixed sentences per batch instead of the token budget",
+        section="batching", at_least=0, groups=("resume",), order={"resume": 3})
+    pad_multiple: int = setting(1, "pad lengths to a multiple of this (8 bounds XLA shapes)",
+        section="batching", at_least=1, groups=("resume",), order={"resume": 4})
+    eval_batch_size: int = setting(128, "sentences per decoding batch",
+        section="batching", at_least=1, groups=("decode",), order={"decode": 5})
 
     # ---- model (paper section 3) ----------------------------------------------------
-    model_type: str = (
-        "transformer"  # transformer | weighted (Ahmed 2017) | universal (Dehghani 2018)
-    )
-    d_model: int = 128  # width of every layer's input and output (3.1)
-    d_ff: int = 512  # inner width of the position-wise feed-forward networks (3.3)
-    num_blocks: int = 2  # N: layers in the encoder and in the decoder (3.1)
-    num_heads: int = 4  # h: attention heads; d_model / h per head (3.2.2)
-    dropout_rate: float = 0.0  # residual and embedding dropout (5.4: 0.1), unless set apart below
-    embedding_dropout: float = -1.0  # on the embedding + position sums (5.4); <0: dropout_rate
-    residual_dropout: float = -1.0  # on each sublayer's output (5.4; TF1: 0); <0: dropout_rate
-    attention_dropout: float = 0.0  # on attention weights (Kyubyong; not in the paper)
-    position: str = "xl"  # xl | sinusoid (3.5) | learned | shaw | t5 | alibi[_dir] | rotary
-    max_position: int = 1024  # rows of the learned position table (TF1: maxlen)
-    max_relative_position: int = 16  # shaw: distances clipped at +-k (Shaw et al. 2018)
-    t5_buckets: int = 32  # t5: relative-distance buckets (half per direction in the encoder)
-    t5_max_distance: int = 128  # t5: distances from here on share the last bucket
-    position_add_absolute: bool = False  # relative families: also add the sinusoid (3.5)
-    norm: str = "post"  # post (paper) | pre (LayerNorm before each sublayer)
-    memory_sentences: int = 0  # M > 0: the encoder also reads the M sentences before (docs)
-    target_memory_sentences: int = 0  # > 0: the decoder also reads the target sentences before
-    share_embeddings: bool = True  # tie source and target embeddings (joint BPE vocab only)
-    ut_max_steps: int = 6  # universal: the most recurrent steps of each shared block
-    act: bool = True  # universal: Adaptive Computation Time per position (false: fixed depth)
-    act_epsilon: float = 0.01  # universal: a position halts once its halting sum > 1 - this
+    model_type: str = setting("transformer",
+        "transformer | weighted (Ahmed 2017) | universal (Dehghani 2018)", section="model",
+        choices=("transformer", "weighted", "universal"), groups=("model",))
+    d_model: int = setting(128, "width of every layer's input and output (3.1)",
+        section="model", at_least=1, groups=("model",))
+    d_ff: int = setting(512, "inner width of the position-wise feed-forward networks (3.3)",
+        section="model", at_least=1, groups=("model",))
+    num_blocks: int = setting(2, "N: layers in the encoder and in the decoder (3.1)",
+        section="model", at_least=1, groups=("model",))
+    num_heads: int = setting(4, "h: attention heads; d_model / h per head (3.2.2)",
+        section="model", at_least=1, groups=("model",))
+    dropout_rate: float = setting(0.0,
+        "residual and embedding dropout (5.4: 0.1), unless set apart below",
+        section="model", at_least=0, below=1, groups=("training_only",),
+        order={"training_only": 1})
+    embedding_dropout: float = setting(-1.0,
+        "on the embedding + position sums (5.4); <0: dropout_rate",
+        section="model", at_least=0, below=1, negative="to follow dropout_rate",
+        groups=("training_only",), order={"training_only": 3})
+    residual_dropout: float = setting(-1.0,
+        "on each sublayer's output (5.4; TF1: 0); <0: dropout_rate",
+        section="model", at_least=0, below=1, negative="to follow dropout_rate",
+        groups=("training_only",), order={"training_only": 4})
+    attention_dropout: float = setting(0.0, "on attention weights (Kyubyong; not in the paper)",
+        section="model", at_least=0, below=1, groups=("training_only",),
+        order={"training_only": 2})
+    # the choices are positions.REGISTRY's names, for a --help before TensorFlow loads;
+    # importing positions.py makes CHOICES["position"] a live view of its registry
+    position: str = setting("xl",
+        "xl | sinusoid (3.5) | learned | shaw | t5 | alibi[_dir] | rotary", section="model",
+        choices=("sinusoid", "learned", "shaw", "t5", "xl", "alibi", "alibi_dir", "rotary"),
+        groups=("model",))
+    max_position: int = setting(1024, "rows of the learned position table (TF1: maxlen)",
+        section="model", at_least=1, groups=("model",))
+    max_relative_position: int = setting(16, "shaw: distances clipped at +-k (Shaw et al. 2018)",
+        section="model", at_least=1, groups=("model",))
+    # (checks.check_t5 checks the two t5 settings together)
+    t5_buckets: int = setting(32,
+        "t5: relative-distance buckets (half per direction in the encoder)",
+        section="model", groups=("model",))
+    t5_max_distance: int = setting(128, "t5: distances from here on share the last bucket",
+        section="model", groups=("model",))
+    position_add_absolute: bool = setting(False,
+        "relative families: also add the sinusoid (3.5)", section="model", groups=("model",))
+    norm: str = setting("post", "post (paper) | pre (LayerNorm before each sublayer)",
+        section="model", choices=("post", "pre"), groups=("model",))
+    memory_sentences: int = setting(0,
+        "M > 0: the encoder also reads the M sentences before (docs)",
+        section="model", at_least=0, groups=("model",))
+    target_memory_sentences: int = setting(0,
+        "> 0: the decoder also reads the target sentences before",
+        section="model", at_least=0, groups=("model",))
+    share_embeddings: bool = setting(True,
+        "tie source and target embeddings (joint BPE vocab only)",
+        section="model", groups=("model",))
+    ut_max_steps: int = setting(6, "universal: the most recurrent steps of each shared block",
+        section="model", at_least=1, groups=("model",), order={"model": 1})
+    act: bool = setting(True,
+        "universal: Adaptive Computation Time per position (false: fixed depth)",
+        section="model", groups=("model",), order={"model": 1})
+    act_epsilon: float = setting(0.01,
+        "universal: a position halts once its halting sum > 1 - this",
+        section="model", at_least=0, below=1, groups=("model",), order={"model": 1})
     # Switches where the TF1 code differs from the paper (docs/model.md); the
     # defaults are the paper's
-    qkv_activation: str = "none"  # none (3.2.2) | relu (TF1) on the Q, K, V projections
-    qkv_bias: bool = False  # biases on the Q, K, V projections (TF1 and 2019 Kyubyong code)
-    output_projection: bool = True  # W^O after the heads (3.2.2); TF1 has none
-    query_masking: bool = False  # zero the attention weights of PAD queries (TF1)
-    key_mask_defect: bool = False  # TF1 defect (Kyubyong#33): no PAD key/query mask fires
-    tie_softmax: bool = True  # pre-softmax projection = target embedding (3.4); TF1: own
-    layer_norm_epsilon: float = 1e-6  # LayerNorm epsilon (TF1: 1e-8)
-    embedding_init: str = "normal"  # normal (d_model^-0.5; positions 1) | xavier (TF1)
+    qkv_activation: str = setting("none", "none (3.2.2) | relu (TF1) on the Q, K, V projections",
+        section="model", choices=("none", "relu"), groups=("model",))
+    qkv_bias: bool = setting(False,
+        "biases on the Q, K, V projections (TF1 and 2019 Kyubyong code)",
+        section="model", groups=("model",))
+    output_projection: bool = setting(True, "W^O after the heads (3.2.2); TF1 has none",
+        section="model", groups=("model",))
+    query_masking: bool = setting(False, "zero the attention weights of PAD queries (TF1)",
+        section="model", groups=("model",))
+    key_mask_defect: bool = setting(False, "TF1 defect (Kyubyong#33): no PAD key/query mask fires",
+        section="model", groups=("model",))
+    tie_softmax: bool = setting(True, "pre-softmax projection = target embedding (3.4); TF1: own",
+        section="model", groups=("model",))
+    layer_norm_epsilon: float = setting(1e-6, "LayerNorm epsilon (TF1: 1e-8)",
+        section="model", above=0, groups=("model",))
+    embedding_init: str = setting("normal", "normal (d_model^-0.5; positions 1) | xavier (TF1)",
+        section="model", choices=("normal", "xavier"), groups=("model",))
 
     # ---- training (paper section 5) -------------------------------------------------
-    lr_schedule: str = "wsd"  # wsd | linear (end at the budget) | noam (5.3) | kyubyong | constant
-    lr: float = 0.003  # peak lr (kyubyong, wsd, linear), fixed lr (constant); noam ignores it
-    warmup_steps: int = 200  # linear warmup steps of every schedule but constant (5.3: 4000)
-    cooldown: float = 0.2  # wsd: the last fraction of the budget, where the lr decays to 0
-    branch_warmup_steps: int = 400  # weighted: warmup of the kappa/alpha schedule (paper: 400)
-    label_smoothing: float = 0.1  # epsilon_ls of the label-smoothed loss (5.4)
-    act_loss_weight: float = 0.01  # universal: weight of the ACT ponder cost in the loss
-    adam_beta1: float = 0.9  # Adam beta1 (5.3)
-    adam_beta2: float = 0.98  # Adam beta2 (5.3)
-    adam_epsilon: float = 1e-9  # Adam epsilon (5.3)
-    clip_norm: float = 0.0  # >0: clip gradients to this global norm
-    max_bad_steps: int = 10  # >0: stop after this many updates in a row skipped for NaN/Inf
-    accum_steps: int = 1  # >1: accumulate this many batches per update
-    num_epochs: int = 4  # passes over the training data
-    max_steps: int = 0  # >0: stop after this many steps (checkpointed)
-    max_minutes: float = 0.0  # >0: stop after this wall time (checkpointed)
-    seed: int = 42  # weights, dropout, batch order; in eval.py and translate.py, sampling
-    precision: str = "auto"  # auto (docs/training.md) | float32 | mixed_float16 | mixed_bfloat16
-    jit_compile: bool = False  # XLA-compile the train step
-    logdir: str = "log/demo"  # checkpoints, TensorBoard events, hparams.json, specs
-    ckpt_every_steps: int = 0  # >0: also checkpoint every K steps
-    keep_ckpts: int = 5  # checkpoints kept: at least average_checkpoints.py's --last (5)
-    early_stopping: int = 0  # >0: stop after this many epochs without a better dev BLEU
-    dev_bleu_sents: int = 200  # dev sentences decoded after each epoch (0 = all)
-    eval_share: float = 0.1  # max_minutes: skip an epoch's dev BLEU past this share of time
-    average: int = 3  # >1: the average of the last N checkpoints, where it wins on dev BLEU
-    ema_decay: float = 0.0  # >0: keep an EMA of the weights (ema.py), e.g. 0.9999; 0: off
-    init_from: str = ""  # a trained run's logdir: fine-tune its weights (finetune.py)
-    init_optimizer: bool = False  # init_from: also take its Adam moments (step from 0)
-    evaldir: str = "eval/demo"  # dev translations written after each epoch
-    attention_layers: str = "last"  # last | all | none: attention figures in TensorBoard
+    lr_schedule: str = setting("wsd",
+        "wsd | linear (end at the budget) | noam (5.3) | kyubyong | constant",
+        section="training", choices=("noam", "kyubyong", "constant", "wsd", "linear"))
+    lr: float = setting(0.003,
+        "peak lr (kyubyong, wsd, linear), fixed lr (constant); noam ignores it",
+        section="training", above=0)
+    warmup_steps: int = setting(200,
+        "linear warmup steps of every schedule but constant (5.3: 4000)",
+        section="training", at_least=1)
+    cooldown: float = setting(0.2, "wsd: the last fraction of the budget, where the lr decays to 0",
+        section="training", above=0, at_most=1)
+    branch_warmup_steps: int = setting(400,
+        "weighted: warmup of the kappa/alpha schedule (paper: 400)",
+        section="training", at_least=1)
+    label_smoothing: float = setting(0.1, "epsilon_ls of the label-smoothed loss (5.4)",
+        section="training", at_least=0, below=1)
+    act_loss_weight: float = setting(0.01, "universal: weight of the ACT ponder cost in the loss",
+        section="training", at_least=0, groups=("training_only",), order={"training_only": 5})
+    adam_beta1: float = setting(0.9, "Adam beta1 (5.3)", section="training", at_least=0, below=1)
+    adam_beta2: float = setting(0.98, "Adam beta2 (5.3)", section="training", at_least=0, below=1)
+    adam_epsilon: float = setting(1e-9, "Adam epsilon (5.3)", section="training", above=0)
+    clip_norm: float = setting(0.0, ">0: clip gradients to this global norm",
+        section="training", at_least=0)
+    max_bad_steps: int = setting(10,
+        ">0: stop after this many updates in a row skipped for NaN/Inf",
+        section="training", at_least=0)
+    accum_steps: int = setting(1, ">1: accumulate this many batches per update",
+        section="training", at_least=1, groups=("resume",), order={"resume": 7})
+    num_epochs: int = setting(4, "passes over the training data", section="training", at_least=1)
+    max_steps: int = setting(0, ">0: stop after this many steps (checkpointed)",
+        section="training", at_least=0)
+    max_minutes: float = setting(0.0, ">0: stop after this wall time (checkpointed)",
+        section="training", at_least=0)
+    seed: int = setting(42, "weights, dropout, batch order; in eval.py and translate.py, sampling",
+        section="training", groups=("decode", "resume"), order={"decode": 13, "resume": 1})
+    precision: str = setting("auto",
+        "auto (docs/training.md) | float32 | mixed_float16 | mixed_bfloat16", section="training",
+        choices=("auto", "float32", "mixed_float16", "mixed_bfloat16"), groups=("decode",),
+        order={"decode": 7, "choices": 1})
+    jit_compile: bool = setting(False, "XLA-compile the train step", section="training")
+    logdir: str = setting("log/demo", "checkpoints, TensorBoard events, hparams.json, specs",
+        section="training")
+    ckpt_every_steps: int = setting(0, ">0: also checkpoint every K steps",
+        section="training", at_least=0)
+    keep_ckpts: int = setting(5, "checkpoints kept: at least average_checkpoints.py's --last (5)",
+        section="training", at_least=1)
+    early_stopping: int = setting(0, ">0: stop after this many epochs without a better dev BLEU",
+        section="training", at_least=0)
+    dev_bleu_sents: int = setting(200, "dev sentences decoded after each epoch (0 = all)",
+        section="training", at_least=0)
+    eval_share: float = setting(0.1,
+        "max_minutes: skip an epoch's dev BLEU past this share of time",
+        section="training", above=0, at_most=1)
+    average: int = setting(3,
+        ">1: the average of the last N checkpoints, where it wins on dev BLEU",
+        section="training", at_least=0)
+    ema_decay: float = setting(0.0, ">0: keep an EMA of the weights (ema.py), e.g. 0.9999; 0: off",
+        section="training", at_least=0, below=1)
+    init_from: str = setting("", "a trained run's logdir: fine-tune its weights (finetune.py)",
+        section="training")
+    init_optimizer: bool = setting(False, "init_from: also take its Adam moments (step from 0)",
+        section="training")
+    evaldir: str = setting("eval/demo", "dev translations written after each epoch",
+        section="training")
+    attention_layers: str = setting("last", "last | all | none: attention figures in TensorBoard",
+        section="training", choices=("last", "all", "none"))
 
     # ---- decoding -------------------------------------------------------------------
-    results_dir: str = "results"  # eval.py writes <results_dir>/<run>_<checkpoint>[.json]
-    beam_size: int = 1  # 1: greedy decoding; k > 1: beam search with k hypotheses
-    length_penalty: float = 0.6  # alpha of Wu et al. 2016 (beam search)
-    max_len_extra: int = 50  # decode at most source length + this many tokens
-    max_len: int = 0  # >0: and never more than this many tokens
-    legacy_protocol: bool = False  # eval.py scores the TF1 eval.py subset the TF1 way
-    decode_streams: int = 0  # batches decoded at once (0: one per CPU core on a CPU, 1 on a GPU)
-    sampling_topk: int = 1  # 1: no sampling; K > 1: sample from the K likeliest tokens; 0: from all
-    sampling_topp: float = 1.0  # <1: sample from the likeliest tokens whose mass reaches this
-    sampling_temperature: float = 1.0  # sampling: the logits are divided by this
+    results_dir: str = setting("results", "eval.py writes <results_dir>/<run>_<checkpoint>[.json]",
+        section="decoding", groups=("decode",), order={"decode": 6})
+    beam_size: int = setting(1, "1: greedy decoding; k > 1: beam search with k hypotheses",
+        section="decoding", at_least=1, groups=("decode",), order={"decode": 1})
+    length_penalty: float = setting(0.6, "alpha of Wu et al. 2016 (beam search)",
+        section="decoding", at_least=0, groups=("decode",), order={"decode": 2})
+    max_len_extra: int = setting(50, "decode at most source length + this many tokens",
+        section="decoding", at_least=0, groups=("decode",), order={"decode": 3})
+    max_len: int = setting(0, ">0: and never more than this many tokens",
+        section="decoding", at_least=0, groups=("decode",), order={"decode": 4})
+    legacy_protocol: bool = setting(False, "eval.py scores the TF1 eval.py subset the TF1 way",
+        section="decoding", groups=("decode",), order={"decode": 8})
+    decode_streams: int = setting(0,
+        "batches decoded at once (0: one per CPU core on a CPU, 1 on a GPU)",
+        section="decoding", at_least=0, groups=("decode",), order={"decode": 9})
+    sampling_topk: int = setting(1,
+        "1: no sampling; K > 1: sample from the K likeliest tokens; 0: from all",
+        section="decoding", at_least=0, note="0: every token", groups=("decode",),
+        order={"decode": 10})
+    sampling_topp: float = setting(1.0,
+        "<1: sample from the likeliest tokens whose mass reaches this",
+        section="decoding", above=0, at_most=1, groups=("decode",), order={"decode": 11})
+    sampling_temperature: float = setting(1.0, "sampling: the logits are divided by this",
+        section="decoding", above=0, groups=("decode",), order={"decode": 12})
+# fmt: on
 
 
-# The --help groups (cli.py), in order: each group's first field and its title; a group
-# runs to the next one's first field. The "# ---- ... ----" lines in Hparams only mirror
-# them for the reader.
-HELP_GROUPS = {
-    "corpus": "data",
-    "vocab_type": "vocabulary",
-    "tokens_per_batch": "batching",
-    "model_type": "model (paper section 3)",
-    "lr_schedule": "training (paper section 5)",
-    "results_dir": "decoding",
-}
+# ---------------------------------------------------------------------------------------
+# What the declarations give: the --help sections, the key groups, the choices and ranges
 
-# Fields that must agree between preprocessing and training (the vocabulary).
-DATA_KEYS = ("corpus", "src_lang", "tgt_lang", "vocab_type", "vocab_size", "min_cnt")
 
-# The Hparams fields a model.Transformer is built from, as a ModelConfig (below); those
-# that change training alone (the dropout rates, the ponder-cost weight) are training-only.
-MODEL_FIELDS = (
-    "model_type",
-    "d_model",
-    "d_ff",
-    "num_blocks",
-    "num_heads",
-    "position",
-    "max_position",
-    "max_relative_position",
-    "t5_buckets",
-    "t5_max_distance",
-    "position_add_absolute",
-    "norm",
-    "memory_sentences",
-    "target_memory_sentences",
-    "share_embeddings",
-    "qkv_activation",
-    "qkv_bias",
-    "output_projection",
-    "query_masking",
-    "key_mask_defect",
-    "tie_softmax",
-    "layer_norm_epsilon",
-    "embedding_init",
-    "ut_max_steps",
-    "act",
-    "act_epsilon",
-)
-TRAINING_ONLY_FIELDS = (
-    "dropout_rate",
-    "attention_dropout",
-    "embedding_dropout",
-    "residual_dropout",
-    "act_loss_weight",
-)
+def _declared(cls: type) -> tuple[dataclasses.Field, ...]:
+    """The fields of the dataclass ``cls``, each declared with :func:`setting`: a
+    ValueError names the first one that is not, or whose help text is empty."""
+    fields = dataclasses.fields(cls)
+    for f in fields:
+        if not str(f.metadata.get("help", "")).strip() or f.metadata.get("section") not in SECTIONS:
+            raise ValueError(
+                f"{cls.__name__}.{f.name} needs a declaration setting(default, help, "
+                "section=...) with a help text"
+            )
+    return fields
+
+
+def _ordered(fields, collection: str) -> list[dataclasses.Field]:
+    """``fields`` sorted by their place in ``collection`` (setting's ``order``; 0 where
+    none is given), ties in the order of declaration."""
+    return sorted(fields, key=lambda f: f.metadata["order"].get(collection, 0))
+
+
+def sections(cls: type = Hparams) -> dict[str, list[str]]:
+    """Each --help section (a key of SECTIONS) that the fields of ``cls`` use -> those
+    fields, in the order of declaration; a section's fields are declared together."""
+    out: dict[str, list[str]] = {}
+    for f in _declared(cls):
+        section = f.metadata["section"]
+        if section in out and section != list(out)[-1]:
+            raise ValueError(
+                f"{cls.__name__}.{f.name}: the fields of section {section!r} are not declared "
+                "together"
+            )
+        out.setdefault(section, []).append(f.name)
+    return out
+
+
+def help_groups(cls: type = Hparams) -> dict[str, str]:
+    """The --help groups of ``cls``, in order: each group's first field and its title (a
+    group runs to the next one's first field)."""
+    return {names[0]: SECTIONS[section] for section, names in sections(cls).items()}
+
+
+def members(group: str, cls: type = Hparams) -> tuple[str, ...]:
+    """The fields of ``cls`` that belong to ``group`` (a key of GROUPS), in its order."""
+    return tuple(f.name for f in _ordered(_declared(cls), group) if group in f.metadata["groups"])
+
+
+def declared_choices(cls: type = Hparams) -> dict[str, tuple[str, ...]]:
+    """Each field of ``cls`` with choices -> its choices."""
+    with_choices = [f for f in _declared(cls) if f.metadata["choices"]]
+    return {f.name: f.metadata["choices"] for f in _ordered(with_choices, "choices")}
+
+
+def declared_ranges(cls: type = Hparams) -> dict[str, checks.Range]:
+    """Each field of ``cls`` with a range -> its range."""
+    return {f.name: f.metadata["range"] for f in _declared(cls) if f.metadata["range"]}
+
+
+# The --help groups (cli.py), in order: each group's first field and its title.
+HELP_GROUPS = help_groups()
+# The members of each of GROUPS, in its order (MODEL_KEYS follows ModelConfig, below).
+DATA_KEYS = members("data")
+MODEL_FIELDS = members("model")
+TRAINING_ONLY_FIELDS = members("training_only")
+DECODE_KEYS = members("decode")
+RESUME_KEYS = members("resume")
 
 
 class _ModelConfigMethods:
@@ -219,12 +436,8 @@ class _ModelConfigMethods:
 # Every setting a model.Transformer is built from, in one place: the model reads only
 # these, its ``get_config`` is this frozen dataclass as a dict, and MODEL_KEYS (what a
 # checkpoint and the model built to load it must agree on) is every field that changes
-# the model's function. Its fields are the vocabulary sizes and the Hparams fields named
-# above, each with the type and the default of its Hparams declaration (the one place a
-# setting is declared: a new model setting is one Hparams field, named in MODEL_FIELDS,
-# whose default reproduces the current model so that every earlier checkpoint still loads
-# and decodes the same). Hparams' defaults are the demo's model; the paper's base model
-# (3, 6.1) is the iwslt2016 presets' (_IWSLT2016 below).
+# the model's function. Its fields are the vocabulary sizes and the Hparams fields of the
+# groups "model" and "training_only", each with the type and default of its declaration.
 ModelConfig = dataclasses.make_dataclass(
     "ModelConfig",
     [("src_vocab_size", int), ("tgt_vocab_size", int)]
@@ -248,174 +461,16 @@ ModelConfig.__module__ = __name__  # make_dataclass's module= is Python 3.12's
 # Fields that must agree between a checkpoint and the model built to load it: the
 # vocabulary and every ModelConfig field that changes the model's function (the vocabulary
 # sizes follow from the vocabulary).
-MODEL_KEYS = ("vocab_type", "vocab_size", "min_cnt") + tuple(
+MODEL_KEYS = members("checkpoint") + tuple(
     f.name
     for f in dataclasses.fields(ModelConfig)
     if not f.metadata.get("training_only") and f.name not in ("src_vocab_size", "tgt_vocab_size")
 )
 
-# Fields eval.py, translate.py and export.py may change without touching the model.
-DECODE_KEYS = (
-    "beam_size",
-    "length_penalty",
-    "max_len_extra",
-    "max_len",
-    "eval_batch_size",
-    "results_dir",
-    "precision",
-    "legacy_protocol",
-    "decode_streams",
-    "sampling_topk",
-    "sampling_topp",
-    "sampling_temperature",
-    "seed",
-)
-
-# Fields that fix the batch plan and the position within an epoch: a resumed run must
-# keep them, or it would skip some pairs and repeat others.
-RESUME_KEYS = (
-    "seed",
-    "tokens_per_batch",
-    "batch_size",
-    "pad_multiple",
-    "maxlen1",
-    "maxlen2",
-    "accum_steps",
-    "bpe_dropout",
-)
-
-# What the IWSLT 2016 presets share: the corpus, the paper's base model (3, 6.1) with the
-# paper's sinusoid positions, and a dev BLEU subset of 500 sentences. Each preset below
-# states only what differs from the defaults (the demo's run) and from this base.
-_IWSLT2016 = dict(
-    corpus="iwslt2016",
-    data_dir="data/iwslt2016",
-    d_model=512,
-    d_ff=2048,
-    num_blocks=6,
-    num_heads=8,
-    position="sinusoid",
-    dropout_rate=0.1,
-    warmup_steps=4000,
-    num_epochs=20,
-    dev_bleu_sents=500,
-)
-
-
-def _run_folders(name: str) -> dict[str, str]:
-    """The prepro, log and eval folders of preset ``name``."""
-    return dict(prepro_dir=f"prepro/{name}", logdir=f"log/{name}", evaldir=f"eval/{name}")
-
-
-PRESETS: dict[str, dict[str, Any]] = {
-    # Tiny model on the embedded synthetic corpus, the smoke test of the whole pipeline:
-    # prepro -> train -> eval in about 3.5 min on 2 CPU cores (docs/results.md). It is the
-    # defaults above, nothing more: Transformer-XL positions (chosen on dev: docs/tuning.md,
-    # stages 1 and 2), 4 epochs with a 200-step warmup and no dropout, test sacreBLEU
-    # about 95.7 (8 epochs with dropout 0.1 and a 400-step warmup: 98.7 in twice the time;
-    # the grammar has no noise to overfit in 4 epochs: its dev loss falls at every epoch)
-    "demo": {},
-    # A small model sized for Multi30k (29k pairs); pre-norm, lr 0.003 and xl positions
-    # chosen on dev (docs/tuning.md).
-    "multi30k": dict(
-        corpus="parallel",
-        data_dir="data/multi30k",
-        **_run_folders("multi30k"),
-        vocab_size=8000,
-        d_model=256,
-        d_ff=1024,
-        num_blocks=3,
-        num_heads=8,
-        dropout_rate=0.1,
-        norm="pre",
-        warmup_steps=400,
-        # the decay over the last 40 % of the budget, with label smoothing 0.2 against the
-        # overfitting of its last third: chosen on dev, two seeds (docs/tuning.md, stage 8)
-        cooldown=0.4,
-        label_smoothing=0.2,
-        # dropout on the attention weights: 0.1 and then 0.2 each gave a lower dev loss and
-        # led on all 1,014 dev sentences at both of two seeds (docs/tuning.md, stage 9)
-        attention_dropout=0.2,
-        num_epochs=30,
-        dev_bleu_sents=500,
-        # beam search: chosen on dev (docs/tuning.md, stage 6); 0.6 (the paper's) gave beams
-        # 2-5 % shorter than the references
-        length_penalty=1.0,
-    ),
-    # The updated (2019) Kyubyong code's hyperparameter values for IWSLT 2016 de-en (its
-    # hparams.py), on the paper's model; docs/training.md, "The presets", lists
-    # where its model differs and the switches that would follow it.
-    "iwslt2016": dict(
-        _IWSLT2016,
-        **_run_folders("iwslt2016"),
-        vocab_size=32000,
-        dropout_rate=0.3,
-        lr_schedule="kyubyong",
-        lr=0.0003,
-        adam_beta2=0.999,
-        adam_epsilon=1e-8,
-        batch_size=128,
-    ),
-    # The paper's base model and training (sections 5.3-5.4, 6.1): Noam with 4000 warmup
-    # steps, about 25k tokens per update (3 accumulated batches of 8192), beam 4; average
-    # the last 5 checkpoints with average_checkpoints.py before eval.py.
-    "iwslt2016_paper": dict(
-        _IWSLT2016,
-        **_run_folders("iwslt2016_paper"),
-        vocab_size=32000,
-        lr_schedule="noam",
-        tokens_per_batch=8192,
-        accum_steps=3,
-        num_epochs=50,
-        beam_size=4,
-    ),
-    # The tf1.2 code (Kyubyong/transformer, tf1.2_legacy; hyperparams.py, train.py,
-    # modules.py): word vocabulary, sentences of at most 10 tokens padded to 10, and its
-    # model, switch by switch (docs/model.md); eval.py follows its protocol.
-    "iwslt2016_legacy": dict(
-        _IWSLT2016,
-        **_run_folders("iwslt2016_legacy"),
-        vocab_type="word",
-        min_cnt=20,
-        maxlen1=10,
-        maxlen2=10,
-        pad_multiple=10,
-        position="learned",
-        max_position=10,
-        share_embeddings=False,
-        lr_schedule="constant",
-        lr=0.0001,
-        adam_epsilon=1e-8,
-        batch_size=32,
-        embedding_dropout=0.1,
-        residual_dropout=0.0,
-        attention_dropout=0.1,
-        qkv_activation="relu",
-        qkv_bias=True,
-        output_projection=False,
-        query_masking=True,
-        key_mask_defect=True,
-        tie_softmax=False,
-        layer_norm_epsilon=1e-8,
-        embedding_init="xavier",
-        legacy_protocol=True,
-    ),
-}
-
-CHOICES = {
-    "corpus": ("demo", "iwslt2016", "parallel"),
-    "vocab_type": ("bpe", "word"),
-    "model_type": ("transformer", "weighted", "universal"),
-    # the names of positions.REGISTRY, for a --help before TensorFlow loads; importing
-    # positions.py replaces this with a live view of its registry
-    "position": ("sinusoid", "learned", "shaw", "t5", "xl", "alibi", "alibi_dir", "rotary"),
-    "norm": ("post", "pre"),
-    "qkv_activation": ("none", "relu"),
-    "embedding_init": ("normal", "xavier"),
-    "lr_schedule": ("noam", "kyubyong", "constant", "wsd", "linear"),
-    "attention_layers": ("last", "all", "none"),
-    "precision": ("auto", "float32", "mixed_float16", "mixed_bfloat16"),
-}
+# Each string setting with a fixed set of values -> those values (importing positions.py
+# makes CHOICES["position"] a live view of its registry), and each numeric setting's range.
+CHOICES = declared_choices()
+RANGES = declared_ranges()
 
 FIELDS = {f.name: f for f in dataclasses.fields(Hparams)}
 
@@ -466,7 +521,7 @@ def apply(hp: Hparams, overrides: dict[str, Any]) -> Hparams:
     for key, allowed in CHOICES.items():
         if values[key] not in allowed:
             raise UserError(f"--{key} must be one of {', '.join(allowed)}; got {values[key]!r}")
-    checks.check(values)
+    checks.check(values, RANGES)
     for check in CHECKS:
         check(values)
     if values["vocab_type"] == "word":
