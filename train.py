@@ -8,9 +8,10 @@ Checkpoints (tf.train.CheckpointManager) go to ``logdir``; a run resumes automat
 the latest one (or from ``--ckpt PATH``) with the same step, optimizer state, lr schedule,
 data position, dropout random state and wall time. After each epoch the dev set is scored
 (loss, greedy BLEU on a fixed subset; under ``max_minutes`` BLEU within ``eval_share`` of
-the time), its translations are written to ``evaldir``, and the best checkpoint by dev
-BLEU is kept in ``logdir/best``; ``logdir/best.json`` names the default model (the best
-checkpoint, or the average of the last ``average`` checkpoints where it wins on dev).
+the time), its translations are written to ``<logdir>/eval`` (or ``--evaldir``), and
+the best checkpoint by dev BLEU is kept in ``logdir/best``; ``logdir/best.json`` names
+the default model (the best checkpoint, or the average of the last ``average``
+checkpoints where it wins on dev).
 
 The wsd and linear schedules end at the budget: ``num_epochs``, ``max_steps`` or
 ``max_minutes`` (over all resumes), whichever binds (:class:`Budget`).

@@ -314,7 +314,8 @@ class Hparams:
         section="training")
     init_optimizer: bool = setting(False, "init_from: also take its Adam moments (step from 0)",
         section="training")
-    evaldir: str = setting("eval/demo", "dev translations written after each epoch",
+    evaldir: str = setting("",
+        "dev translations written after each epoch (empty: <logdir>/eval, the run's own)",
         section="training")
     attention_layers: str = setting("last", "last | all | none: attention figures in TensorBoard",
         section="training", choices=("last", "all", "none"))
@@ -534,6 +535,13 @@ def apply(hp: Hparams, overrides: dict[str, Any]) -> Hparams:
 # Checks of a whole set of values that modules above this one add (positions.py adds
 # each position family's): each raises UserError.
 CHECKS: list = []
+
+
+def eval_folder(hp: Hparams) -> str:
+    """Where a run writes its dev translations: ``evaldir`` where given, else the folder
+    ``eval`` inside its logdir, so that two runs never write the same file (their names,
+    E{epoch}S{step}L{loss}, repeat from run to run) and a run's files stay together."""
+    return hp.evaldir or os.path.join(hp.logdir, "eval")
 
 
 def dropout(hp: Hparams, where: str) -> float:

@@ -166,7 +166,7 @@ def evaluate(run: Run, bleu: bool = True) -> dict:
     if bleu and state.chief:
         name = f"E{epoch:02d}S{step}L{dev_loss:.2f}"
         text = "\n".join(hyps) + f"\nBLEU = {scores['sacrebleu']:.2f}\n"
-        files.atomic_write(os.path.join(hp.evaldir, name), text, state.unsaved())
+        files.atomic_write(os.path.join(hparams.eval_folder(hp), name), text, state.unsaved())
     with summaries.summaries_at(run.writer, step, hp, state.unsaved()):
         summaries.dev_figures(dev_loss, dev_nll, scores)
         if bleu:
