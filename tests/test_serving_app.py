@@ -171,6 +171,7 @@ REFUSED = [
     ("/v1/translate", {"q": ["a"], "prefix": ["x", "y"]}, None, 400, "2 prefixes for 1 sentences"),
     ("/v1/translate", {"q": ["a"], "seed": 3}, None, 400, "a seed is for sampling"),
     ("/v1/translate", {"q": ["a"], "seed": "x"}, None, 400, "seed parameter is not a number"),
+    ("/v1/translate", {"q": ["a"], "seed": -1}, None, 400, "seed must be a whole number >= 0"),
     ("/v1/score", {"q": ["a"]}, None, 400, "missing targets parameter"),
     ("/v1/score", {"q": ["a"], "targets": [1]}, None, 400, "targets must be a string"),
     ("/v1/score", {"q": ["a"], "targets": ["x", "y"]}, None, 400, "2 targets for 1 sentences"),
@@ -247,6 +248,13 @@ def test_alignments_on_an_engine_without_them_and_a_seed_on_a_sampling_one():
         got = client.post("/v1/translate", json={"q": ["ab"], "seed": 7, "n_best": 5}).json()
         assert len(got["translations"][0]) == 5
         assert engine.calls == [("translate", ["ab"], 5, None, False, 7)]
+        # a seed of 32 bits at most (CTranslate2 takes no more)
+        body = {"q": ["ab"], "seed": 2**32 - 1}
+        assert client.post("/v1/translate", json=body).status_code == 200
+        response = client.post("/v1/translate", json={"q": ["ab"], "seed": 2**32})
+        assert response.status_code == 400
+        assert response.json() == {"error": "Invalid request: seed must be at most 4294967295"}
+        assert len(engine.calls) == 2
 
 
 def test_health_is_503_once_the_server_drains():

@@ -41,6 +41,7 @@ from transformer_tf2.utils.errors import UserError
 
 # seconds between two looks at whether a waiting request's client has gone
 DISCONNECT_POLL = 0.05
+SEED_MAX = 2**32 - 1  # the largest seed a request may give
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,7 +151,7 @@ def texts(fields: dict, name: str, limits: Limits, required: bool = True) -> tup
     return values, single
 
 
-def integer(fields: dict, name: str, default: int, low: int = 0) -> int:
+def integer(fields: dict, name: str, default: int, low: int = 0, high: int | None = None) -> int:
     value = fields.get(name, default)
     if isinstance(value, bool):
         value = None
@@ -160,6 +161,8 @@ def integer(fields: dict, name: str, default: int, low: int = 0) -> int:
         raise RequestError(400, f"Invalid request: {name} parameter is not a number") from None
     if number < low or (isinstance(value, float) and not value.is_integer()):
         raise RequestError(400, f"Invalid request: {name} must be a whole number >= {low}")
+    if high is not None and number > high:
+        raise RequestError(400, f"Invalid request: {name} must be at most {high}")
     return number
 
 
@@ -366,7 +369,8 @@ def create_app(
             raise RequestError(
                 400, f"Invalid request: {len(prefixes)} prefixes for {len(sentences)} sentences"
             )
-        seed = integer(fields, "seed", 0) if fields.get("seed") is not None else None
+        # a seed of 32 bits: the TensorFlow engine's draws key on those, CTranslate2 takes no more
+        seed = integer(fields, "seed", 0, high=SEED_MAX) if fields.get("seed") is not None else None
         engine.check(n_best, alignments, seed)
         key = ("translate", n_best, alignments, seed)
         job = Job(sentences, key, {"prefixes": prefixes or None}, alone=engine.sampling)
