@@ -47,6 +47,7 @@ SCRIPT = cli.Script(
     "eval",
     __doc__,
     fields=cli.DECODING_FIELDS,
+    reads_run=True,
     options={
         "ckpt": ("", "checkpoint: a path, last or best (default: the run's default model)"),
         "test_src": ("", "a source file to translate instead of the test split"),

@@ -38,7 +38,8 @@ from transformer_tf2.config import cli, hparams
 SCRIPT = cli.Script(
     "export",
     __doc__,
-    fields=cli.DECODING_FIELDS,
+    fields=cli.EXPORT_FIELDS,
+    reads_run=True,
     options={
         "ckpt": ("", "checkpoint: a path, last or best (default: the run's default model)"),
         "export_dir": ("", "where to write the model (default: exported/<run>[_ct2])"),

@@ -29,6 +29,7 @@ SCRIPT = cli.Script(
     "serve",
     __doc__,
     fields=cli.DECODING_FIELDS,
+    reads_run=True,
     options={
         "ckpt": ("", "checkpoint: a path, last or best (default: the run's default model)"),
         "host": ("127.0.0.1", "the address to listen on (0.0.0.0: every network; no auth)"),

@@ -8,9 +8,10 @@ Checkpoints (tf.train.CheckpointManager) go to ``logdir``; a run resumes automat
 the latest one (or from ``--ckpt PATH``) with the same step, optimizer state, lr schedule,
 data position, dropout random state and wall time. After each epoch the dev set is scored
 (loss, greedy BLEU on a fixed subset; under ``max_minutes`` BLEU within ``eval_share`` of
-the time), its translations are written to ``evaldir``, and the best checkpoint by dev
-BLEU is kept in ``logdir/best``; ``logdir/best.json`` names the default model (the best
-checkpoint, or the average of the last ``average`` checkpoints where it wins on dev).
+the time), its translations are written to ``<logdir>/eval`` (or ``--evaldir``), and
+the best checkpoint by dev BLEU is kept in ``logdir/best``; ``logdir/best.json`` names
+the default model (the best checkpoint, or the average of the last ``average``
+checkpoints where it wins on dev).
 
 The wsd and linear schedules end at the budget: ``num_epochs``, ``max_steps`` or
 ``max_minutes`` (over all resumes), whichever binds (:class:`Budget`).
@@ -70,7 +71,7 @@ from transformer_tf2.training import finetune, summaries
 from transformer_tf2.training.budget import Budget, RunClock
 from transformer_tf2.training.interrupts import DevAbandoned, Interrupt
 from transformer_tf2.training.run_state import RunState
-from transformer_tf2.training.trainer import Health, Trainer
+from transformer_tf2.training.trainer import Trainer
 from transformer_tf2.utils import devices, files
 
 LOG_EVERY = 50  # steps between TensorBoard scalar summaries
@@ -161,10 +162,19 @@ def train(hp: hparams.Hparams, ckpt: str = "") -> dict:
             f"pairs; logdir {hp.logdir}"
         )
         with Interrupt() as interrupt:
+            run = Run(
+                hp=hp,
+                trainer=trainer,
+                data=data,
+                dev=dev,
+                translator=translator,
+                writer=writer,
+                interrupt=interrupt,
+                budget=budget,
+                saved=saved,
+            )
             try:
-                return train_loop(
-                    hp, trainer, data, dev, translator, writer, interrupt, budget, saved
-                )
+                return train_loop(run)
             except devices.PEER_ERRORS as e:  # another worker of a multi-worker run is lost
                 line = devices.peer_lost_line(e, hp.logdir, finished_step(trainer))
                 if line is None:
@@ -220,25 +230,17 @@ def finished_step(trainer) -> int | None:
         return None
 
 
-def train_loop(
-    hp,
-    trainer: Trainer,
-    data,
-    dev: Dev,
-    translator,
-    writer,
-    interrupt: Interrupt,
-    budget: Budget,
-    saved=None,
-) -> dict:
-    """The epochs of :func:`train`, from the restored position to the end: each epoch's
-    batches (:func:`train_epoch`), its partial accumulation, its dev evaluation and
-    checkpoint (dev_evaluation.end_of_epoch), then the end of the run (dev_evaluation.finish_run).
-    ``saved`` is the position (RunState.position) of logdir's newest checkpoint."""
-    health, state = Health(hp, trainer, writer), trainer.state
-    run = Run(hp, trainer, dev, translator, writer, interrupt, budget, health, saved)
+def train_loop(run: Run) -> dict:
+    """The epochs of :func:`train`'s ``run``, from the restored position (``run.saved``:
+    that of logdir's newest checkpoint, if any) to the end: each epoch's batches
+    (:func:`train_epoch`), its partial accumulation, its dev evaluation and checkpoint
+    (dev_evaluation.end_of_epoch), then the end of the run (dev_evaluation.finish_run)."""
+    hp, trainer, budget, interrupt = run.hp, run.trainer, run.budget, run.interrupt
+    state = trainer.state
     if budget.seconds and not budget.reserve:  # else estimated by nothing_left
-        budget.reserve = budget.estimate(dev, translator, trainer.dev_loss) * end_evaluations(hp)
+        budget.reserve = budget.estimate(
+            run.dev, run.translator, trainer.dev_loss
+        ) * end_evaluations(hp)
         print(
             f"train: {budget.reserve:.1f} s of max_minutes kept back for the final dev "
             f"evaluation{' and the choice of the default model' if end_evaluations(hp) > 1 else ''}"
@@ -247,11 +249,11 @@ def train_loop(
     stop = None
     while int(state.epoch) < hp.num_epochs and stop is None:
         epoch = int(state.epoch)
-        stop = train_epoch(run, data, epoch)
+        stop = train_epoch(run, epoch)
         if stop:
             break
         update = trainer.flush()  # the epoch's last, partial accumulation
-        health.after(update, not (update.skipped or update.scale_skip))
+        run.health.after(update, not (update.skipped or update.scale_skip))
         stop = run.signal_stop()
         if stop:
             break
@@ -274,10 +276,10 @@ def train_loop(
     return finish_run(run, stop)
 
 
-def train_epoch(run: Run, data, epoch: int) -> Stop | None:
+def train_epoch(run: Run, epoch: int) -> Stop | None:
     """The batches of ``epoch`` from where the run stands in it, each one update (or one
     accumulation); a Stop when the budget runs out or a signal comes, else None."""
-    hp, trainer, state = run.hp, run.trainer, run.trainer.state
+    hp, trainer, state, data = run.hp, run.trainer, run.trainer.state, run.data
     skip = int(state.batch_in_epoch)
     plan = data.batches(epoch)
     if epoch == 0 and skip == 0:

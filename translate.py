@@ -48,6 +48,7 @@ SCRIPT = cli.Script(
     "translate",
     __doc__,
     fields=cli.DECODING_FIELDS,
+    reads_run=True,
     options={
         "ckpt": ("", "checkpoint: a path, last or best (default: the run's default model)"),
         "input": ("", "a file of German sentences, one per line (default: stdin)"),

@@ -7,6 +7,7 @@ import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import venv
@@ -109,6 +110,10 @@ def test_the_wheel_installed_in_a_fresh_environment_translates_from_outside(quic
     """``pip wheel .`` ships the package (the kernels' source too); installed into a new
     virtual environment, it is what a program in a folder outside the repository
     imports, and its Translator translates the run as this checkout does."""
+    source = tmp_path / "source"  # built from a copy: the build writes build/ beside it
+    shutil.copytree(os.path.join(ROOT, "transformer_tf2"), source / "transformer_tf2")
+    for name in ("setup.cfg", "pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(os.path.join(ROOT, name), source / name)
     wheels = tmp_path / "wheels"
     build = subprocess.run(
         [
@@ -120,7 +125,7 @@ def test_the_wheel_installed_in_a_fresh_environment_translates_from_outside(quic
             "--no-build-isolation",
             "-w",
             str(wheels),
-            ROOT,
+            str(source),
         ],
         capture_output=True,
         text=True,

@@ -200,10 +200,41 @@ def test_prepro_help_lists_what_prepro_uses(capsys):
 @pytest.mark.parametrize("script", [eval_script, translate, export])
 def test_decoding_scripts_list_their_decoding_options(script, capsys):
     text = help_text(script, capsys=capsys)
-    for name in hparams.DECODE_KEYS + ("logdir", "ckpt"):
+    listed = hparams.DECODE_KEYS + ("logdir",) if script is not export else cli.EXPORT_FIELDS
+    for name in listed + ("ckpt",):
         assert f"--{name} " in text, name
     assert "--d_model" not in text and "--lr " not in text
     assert "<logdir>/hparams.json" in " ".join(text.split())
+    if script is export:  # a SavedModel searches; it neither samples nor batches
+        for name in ("sampling_topk", "sampling_topp", "sampling_temperature", "seed"):
+            assert f"--{name} " not in text, name
+
+
+def test_help_of_a_decoding_script_shows_the_values_of_the_run(tmp_path, capsys, monkeypatch):
+    """eval.py --logdir RUN --help shows the run's own decoding settings (a run trained with
+    beam_size 3), each with its source; the command line and the user's hparams.py win
+    over the run's, and what they set is passed on to the run's loading (``_set``)."""
+    values = dataclasses.asdict(hparams.apply(hparams.Hparams(), {"beam_size": 3}))
+    values["length_penalty"] = 1.0
+    (tmp_path / "hparams.json").write_text(json.dumps(values))
+    run = ["--logdir", str(tmp_path)]
+    text = help_text(eval_script, run, capsys)
+    assert option_line(text, "beam_size").endswith("(default: 3, from the run's hparams.json)")
+    assert option_line(text, "length_penalty").endswith(
+        "(default: 1.0, from the run's hparams.json)"
+    )
+    text = help_text(translate, [*run, "--beam_size", "5"], capsys)
+    assert option_line(text, "beam_size").endswith("(this command: 5, from the command line)")
+    hp, opts = cli.parse_args(run, script=translate.SCRIPT)
+    assert hp.beam_size == 3 and "beam_size" not in opts["_set"]  # what translate.py checks
+    monkeypatch.setattr(cli, "user_values", lambda folder=None: {"length_penalty": 0.2})
+    text = help_text(eval_script, run, capsys)
+    assert option_line(text, "length_penalty").endswith("(default: 0.2, from hparams.py)")
+    hp, opts = cli.parse_args(run, script=eval_script.SCRIPT)
+    assert hp.length_penalty == 0.2 and "length_penalty" in opts["_set"]
+    assert hp.beam_size == 3
+    empty = tmp_path / "none"
+    assert cli.parse_args(["--logdir", str(empty)], script=eval_script.SCRIPT)[0].beam_size == 1
 
 
 def test_translate_options_have_their_own_help(capsys):

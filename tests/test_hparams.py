@@ -47,7 +47,7 @@ def test_multi30k_preset():
     hp = hparams.preset("multi30k")
     assert hp.corpus == "parallel"
     assert hp.data_dir == "data/multi30k" and hp.prepro_dir == "prepro/multi30k"
-    assert hp.logdir == "log/multi30k" and hp.evaldir == "eval/multi30k"
+    assert hp.logdir == "log/multi30k" and hparams.eval_folder(hp) == "log/multi30k/eval"
     assert hp.vocab_type == "bpe" and hp.vocab_size == 8000
     assert (hp.d_model, hp.d_ff, hp.num_blocks, hp.num_heads) == (256, 1024, 3, 8)
     assert hp.dropout_rate == 0.1 and hp.num_epochs == 30 and hp.dev_bleu_sents == 500
@@ -84,8 +84,10 @@ def test_presets_state_only_what_differs_from_the_defaults():
             8,
         )
         assert hp.position == ("learned" if name.endswith("legacy") else "sinusoid")
-        assert (hp.prepro_dir, hp.logdir, hp.evaldir) == tuple(
-            f"{k}/{name}" for k in ("prepro", "log", "eval")
+        assert (hp.prepro_dir, hp.logdir, hparams.eval_folder(hp)) == (
+            f"prepro/{name}",
+            f"log/{name}",
+            f"log/{name}/eval",
         )
 
 

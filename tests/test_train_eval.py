@@ -441,3 +441,27 @@ def test_legacy_protocol_scores_the_tf1_subset_the_tf1_way(tmp_path, demo_prepro
         assert json.load(f)["sentences"] == 10
     got = results_hypotheses(whole["results"])
     assert got[6] == " ".join(["<UNK>"] * 4)  # "Ein Hund." + </S>: 3 tokens + max_len_extra 1
+
+
+@pytest.mark.slow
+def test_two_runs_on_the_same_data_share_no_file(demo_prepro, tmp_path, monkeypatch):
+    """evaldir follows logdir: two runs of the same data and settings, each with its own
+    logdir and no --evaldir, write their dev translations inside their own logdir; their
+    file names repeat (E{epoch}S{step}L{loss}), their paths never do, and nothing is
+    written beside them (the working folder stays empty)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    written = {}
+    for name in ("a", "b"):
+        values = {"logdir": str(tmp_path / name), "evaldir": "", "num_epochs": 1, "average": 1}
+        hp = hparams.apply(demo_prepro, values)
+        assert hparams.eval_folder(hp) == str(tmp_path / name / "eval")
+        train.train(hp)
+        written[name] = {
+            os.path.join(folder, f) for folder, _, names in os.walk(tmp_path / name) for f in names
+        }
+    assert os.listdir(tmp_path / "cwd") == []
+    assert written["a"] and not written["a"] & written["b"]
+    dev_a = sorted(os.listdir(tmp_path / "a" / "eval"))
+    assert dev_a and dev_a == sorted(os.listdir(tmp_path / "b" / "eval"))  # same names

@@ -51,10 +51,14 @@ default_onednn()  # every script imports cli before TensorFlow
 
 # what eval.py, translate.py and export.py list: the decoding hyperparameters
 DECODING_FIELDS = ("logdir",) + hparams.DECODE_KEYS
+# export.py's: a SavedModel's search (sampling, streams and batches are a decoder's)
+EXPORT_FIELDS = ("logdir", "beam_size", "length_penalty", "max_len_extra", "max_len")
 DECODING_NOTE = (
-    "The model's settings come from <logdir>/hparams.json (the run's own); of the "
-    "hyperparameters only the decoding ones below may change."
+    "The model's settings come from <logdir>/hparams.json (the run's own), and so do the "
+    "decoding settings below, unless hparams.py or the command line sets them: each "
+    "value shown is the one that will run, with where it comes from."
 )
+RUN_SOURCE = "the run's hparams.json"
 VERBOSE_HELP = "show TensorFlow's own start-up log lines (hidden by default on a CPU-only machine)"
 
 # ---------------------------------------------------------------------------------------
@@ -94,7 +98,9 @@ class Script:
     ``fields`` names the hyperparameters it uses, as hparams.py sections ("model") or single
     fields ("logdir"); every other hyperparameter is still accepted, and listed by
     ``--help`` only under "other". ``options`` maps the script's own options to
-    ``(default, help)``; ``note`` is printed after the description.
+    ``(default, help)``; ``note`` is printed after the description. ``reads_run``: the
+    script decodes a trained run (``--logdir``): its decoding settings start from the
+    run's hparams.json (:func:`parse_args`).
     """
 
     name: str
@@ -104,6 +110,7 @@ class Script:
     note: str = ""
     # the options that name a text file the script reads: checked before TensorFlow loads
     text_inputs: tuple[str, ...] = ()
+    reads_run: bool = False
 
 
 class _Parser(argparse.ArgumentParser):
@@ -372,11 +379,18 @@ def parse_args(
     name = first.parse_known_args(argv)[0].preset
     user = user_values()
     base = hparams.preset(name, user)
+    saved: dict[str, Any] = {}
+    if script is not None and script.reads_run:
+        quiet = build_parser(script, base, options, add_help=False).parse_known_args(argv)[0]
+        runs = getattr(quiet, "ensemble", "") or getattr(quiet, "logdir", base.logdir)
+        saved = {k: v for k, v in run_values(str(runs).split(",")[0]).items() if k not in user}
+        base = hparams.apply(base, saved)
     shown, origin = base, None
     if "-h" in argv or "--help" in argv:  # the command line's own values, with their source
         quiet = build_parser(script, base, options, add_help=False).parse_known_args(argv)[0]
         given = {k: v for k, v in vars(quiet).items() if k in hparams.FIELDS}
         origin = sources(name, given, user)
+        origin.update({k: RUN_SOURCE for k in saved if k not in given})
         try:
             shown = hparams.apply(base, given)
         except UserError:  # a bad value: the parse below reports it
@@ -401,7 +415,22 @@ def parse_args(
     opts["_set"] = set(overrides) - {"sinusoid"} | (
         {"position"} if "sinusoid" in overrides else set()
     )
+    if script is not None and script.reads_run:  # yours over the run's, as the command line's
+        opts["_set"] |= {k for k in user if k in hparams.DECODE_KEYS}
     return hp, opts
+
+
+def run_values(logdir: str) -> dict[str, Any]:
+    """The decoding settings saved with the run in ``logdir``: {} where it has no
+    hparams.json, or one that does not read (the script's load then says why)."""
+    path = os.path.join(logdir, "hparams.json")
+    if not os.path.isfile(path):
+        return {}
+    try:
+        saved = hparams.load(path)
+    except UserError:
+        return {}
+    return {k: getattr(saved, k) for k in hparams.DECODE_KEYS}
 
 
 def ensemble_runs(opts: dict, who: str) -> list[str] | None:

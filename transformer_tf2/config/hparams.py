@@ -296,7 +296,8 @@ class Hparams:
         section="training", at_least=0)
     keep_ckpts: int = setting(5, "checkpoints kept: at least average_checkpoints.py's --last (5)",
         section="training", at_least=1)
-    early_stopping: int = setting(0, ">0: stop after this many epochs without a better dev BLEU",
+    early_stopping: int = setting(0,
+        ">0: stop after this many dev BLEU evaluations in a row without a better one",
         section="training", at_least=0)
     dev_bleu_sents: int = setting(200, "dev sentences decoded after each epoch (0 = all)",
         section="training", at_least=0)
@@ -306,13 +307,15 @@ class Hparams:
     average: int = setting(3,
         ">1: the average of the last N checkpoints, where it wins on dev BLEU",
         section="training", at_least=0)
-    ema_decay: float = setting(0.0, ">0: keep an EMA of the weights (ema.py), e.g. 0.9999; 0: off",
+    ema_decay: float = setting(0.0,
+        ">0: keep a moving average of the weights (docs/training.md), e.g. 0.9999; 0: off",
         section="training", at_least=0, below=1)
-    init_from: str = setting("", "a trained run's logdir: fine-tune its weights (finetune.py)",
+    init_from: str = setting("", "a trained run's logdir: fine-tune its weights (docs/training.md)",
         section="training")
     init_optimizer: bool = setting(False, "init_from: also take its Adam moments (step from 0)",
         section="training")
-    evaldir: str = setting("eval/demo", "dev translations written after each epoch",
+    evaldir: str = setting("",
+        "dev translations written after each epoch (empty: <logdir>/eval, the run's own)",
         section="training")
     attention_layers: str = setting("last", "last | all | none: attention figures in TensorBoard",
         section="training", choices=("last", "all", "none"))
@@ -532,6 +535,13 @@ def apply(hp: Hparams, overrides: dict[str, Any]) -> Hparams:
 # Checks of a whole set of values that modules above this one add (positions.py adds
 # each position family's): each raises UserError.
 CHECKS: list = []
+
+
+def eval_folder(hp: Hparams) -> str:
+    """Where a run writes its dev translations: ``evaldir`` where given, else the folder
+    ``eval`` inside its logdir, so that two runs never write the same file (their names,
+    E{epoch}S{step}L{loss}, repeat from run to run) and a run's files stay together."""
+    return hp.evaldir or os.path.join(hp.logdir, "eval")
 
 
 def dropout(hp: Hparams, where: str) -> float:

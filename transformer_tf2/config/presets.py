@@ -29,8 +29,9 @@ _IWSLT2016 = dict(
 
 
 def _run_folders(name: str) -> dict[str, str]:
-    """The prepro, log and eval folders of preset ``name``."""
-    return dict(prepro_dir=f"prepro/{name}", logdir=f"log/{name}", evaldir=f"eval/{name}")
+    """The prepro and log folders of preset ``name`` (its dev translations go inside its
+    log folder: hparams.eval_folder)."""
+    return dict(prepro_dir=f"prepro/{name}", logdir=f"log/{name}")
 
 
 # What --help says of each preset (the same names as PRESETS, in its order). The demo's

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 import numpy as np
 import tensorflow as tf
@@ -20,6 +21,7 @@ from transformer_tf2.decoding import scoring
 from transformer_tf2.decoding.beam_search import beam_decoder
 from transformer_tf2.decoding.document_decoding import DocumentTranslation
 from transformer_tf2.decoding.greedy_search import Sampling, argmax, greedy_decoder, source_limit
+from transformer_tf2.decoding.plan import Plan, forced_prefixes, plan_rows, regroup
 
 
 def stream_count(hp: hparams.Hparams) -> int:
@@ -202,59 +204,53 @@ class Translator:
         eval.py. ``docs``: see the class. ``prefixes``: per sentence the target ids its
         translations start with (empty or None: none). ``n`` > 1 with sampling: n samples
         per sentence, (ids (n, L), scores (n,)), drawn with ids sentence * n + j; with a
-        beam, its n best (ids (n, L), scores (n,)): it stops once they are final."""
+        beam, its n best (ids (n, L), scores (n,)): it stops once they are final.
+
+        One step per job: the rows and their batches (:meth:`plan`), each batch decoded
+        (:meth:`_decode_rows`) on the streams (:meth:`_map_batches`), the rows regrouped
+        per sentence (:func:`plan.regroup`); documents go to :class:`DocumentTranslation`."""
         self.before_decoding()
         if self.documents is not None:
-            if prefixes is not None:
-                raise UserError("a target prefix is not for a model with document memory")
-            return self.documents.translate(src_ids, progress, docs, self._run_documents)
+            return self._translate_documents(src_ids, progress, docs, prefixes)
+        plan = self.plan(src_ids, width, prefixes, n)
+        decoded = self._map_batches(partial(self._decode_rows, plan), plan.batches, progress)
+        return regroup(decoded, plan.sentences, plan.draws, len(src_ids))
+
+    def _translate_documents(self, src_ids: list, progress: bool, docs, prefixes) -> list:
+        """translate_ids for a model with document memory (:class:`DocumentTranslation`):
+        per sentence (ids (k, L), scores (k,)); no target prefix."""
+        if prefixes is not None:
+            raise UserError("a target prefix is not for a model with document memory")
+        return self.documents.translate(src_ids, progress, docs, self._run_documents)
+
+    def plan(self, src_ids: list, width: int = 0, prefixes: list | None = None, n: int = 1) -> Plan:
+        """What :meth:`translate_ids` decodes (without document memory), its arguments as
+        there: the rows (:func:`plan.plan_rows`: with sampling, n draws per sentence),
+        their sources in batches (data_load.eval_batches: cut to :func:`source_limit`,
+        padded to a multiple of ``self.multiple`` and to ``width``), and the decoder: a
+        beam's n best or greedy search, prefixed where a sentence has a prefix."""
         draws = n if self.sampling else 1
-        out: list = [None] * len(src_ids)
-        real = [i for i, s in enumerate(src_ids) if len(s) or width]
-        rows = [i for i in real for _ in range(draws)]  # a sentence's draws side by side
-        limit = source_limit(self.model)
-        srcs = [src_ids[i] for i in rows]
-        batches = list(
-            data_load.eval_batches(srcs, self.hp.eval_batch_size, limit, self.multiple, width)
-        )
-        if prefixes is None or not any(len(p) for p in prefixes):
-            prefixes = None
-        best = n if self.k > 1 else 1  # the beam searches until its n best are final
-        decode = self.decode
-        if prefixes is not None or best > 1:
-            key = f"prefix={prefixes is not None},n={best}"
-            decode = self._once(key, lambda: self._decoder(prefixes is not None, best))
+        sentences = plan_rows(src_ids, width, draws)
+        srcs = [src_ids[i] for i in sentences]
+        size, limit = self.hp.eval_batch_size, source_limit(self.model)
+        batches = list(data_load.eval_batches(srcs, size, limit, self.multiple, width))
+        prefixes = forced_prefixes(prefixes)
+        decode = self._search(prefixes is not None, n if self.k > 1 else 1)
+        return Plan(sentences, draws, batches, decode, prefixes, self.sampling)
 
-        def extras(idx):
-            """The decoder's inputs after src and extra for the batch's rows ``idx``."""
-            args = []
-            if self.sampling:
-                draw = [rows[r] * draws + r % draws for r in idx]
-                args.append(tf.constant(draw, tf.int32))
-            if prefixes is not None:
-                forced = [list(prefixes[rows[r]] or []) for r in idx]
-                tokens = data_load.pad_batch([np.asarray(p + [0], np.int32) for p in forced])
-                args += [tf.constant(tokens), tf.constant([len(p) for p in forced], tf.int32)]
-            return args
+    def _search(self, prefix: bool, best: int):
+        """The compiled decoder: ``self.decode`` without a prefix for the best
+        hypothesis alone, else one built on first use (a beam searches until its
+        ``best`` best are final)."""
+        if not prefix and best == 1:
+            return self.decode
+        return self._once(f"prefix={prefix},n={best}", partial(self._decoder, prefix, best))
 
-        def one(idx, batch):
-            return self._best(self._run(decode, batch, *extras(idx)), len(idx))
-
-        got: dict = {}
-        for idx, (seqs, scores) in self._map_batches(one, batches, progress):
-            for row, r in enumerate(idx):
-                got.setdefault(rows[r], []).append((r, seqs[row], scores[row]))
-        for i, parts in got.items():
-            parts.sort(key=lambda p: p[0])
-            if draws == 1:
-                out[i] = parts[0][1:]
-            else:
-                width_ = max(p[1].shape[1] for p in parts)
-                ids = np.zeros((draws, width_), np.int32)
-                for j, (_, seq, _) in enumerate(parts):
-                    ids[j, : seq.shape[1]] = seq[0]
-                out[i] = (ids, np.zeros(draws, np.float32))
-        return out
+    def _decode_rows(self, plan: Plan, idx, batch: np.ndarray):
+        """(ids (N, n, L), scores (N, n)) of the plan's rows ``idx`` (N,), their
+        sources ``batch`` (N, T)."""
+        inputs = [tf.constant(a) for a in plan.inputs(idx)]
+        return self._best(self._run(plan.decode, batch, *inputs), len(idx))
 
     def _map_batches(self, fn, batches: list, progress: bool):
         """(indices, fn(indices, batch)) of each (indices, batch): ``self.streams``

@@ -1,12 +1,12 @@
 """The dev evaluation of a training run and its end, both given the :class:`Run`: the dev
 loss and dev BLEU after each epoch (:func:`evaluate`, :func:`end_of_epoch`), the best
-checkpoint and early stopping's count (:func:`keep_best`); at the end (:func:`finish_run`)
-the final weights' dev BLEU, the last checkpoint, the average of the last ones and the
-run's default model among its candidates (:func:`default_candidates`;
-checkpoints.record_default writes the choice), and the summary that train.train returns.
-With --ema_decay every dev figure is the moving average's (Trainer.scored_weights). Why a
-run stops is a :class:`Stop`. Used by train.py, which runs the epochs.
-"""
+checkpoint and early stopping's count (:func:`keep_best`); at the end (:func:`finish_run`,
+a sequence of named steps that fill in an :class:`Ending`) the final weights' dev BLEU,
+the last checkpoint, the average of the last ones and the run's default model among its
+candidates (:func:`default_candidates`; checkpoints.record_default writes the choice),
+and the summary that train.train returns. With --ema_decay every dev figure is the moving
+average's (Trainer.scored_weights). Why a run stops is a :class:`Stop`. Used by train.py,
+which builds the Run and runs the epochs."""
 
 from __future__ import annotations
 
@@ -35,7 +35,8 @@ from transformer_tf2.utils import files
 class Stop(NamedTuple):
     """Why a run ends before its last epoch. ``kind``: "budget" (max_steps or
     max_minutes: the final weights get a dev BLEU), "signal" (SIGINT/SIGTERM here or in
-    another worker: the same command resumes) or "early" (early stopping); ``why``: the
+    another worker: the same command resumes) or "early" (early stopping); "finished"
+    for a restored run with nothing left to train (train.nothing_left); ``why``: the
     line train.py prints, which later steps of the run may extend."""
 
     kind: str
@@ -46,23 +47,53 @@ class Stop(NamedTuple):
 
 
 @dataclasses.dataclass
+class Ending:
+    """How a run ends, as the steps of :func:`finish_run` learn it: why (``stop``: None
+    for a run that trained all its epochs; a step may extend or replace it), the average
+    of its last checkpoints (checkpoints.average_last's dict, where one was made) and its
+    default model ({path, dev_bleu, what}, where one was recorded)."""
+
+    stop: Stop | None
+    averaged: dict | None = None
+    default: dict | None = None
+
+    @property
+    def kind(self) -> str | None:
+        """The stop's kind ("budget", "signal", "early"), None for a run that trained all
+        its epochs."""
+        return self.stop.kind if self.stop else None
+
+    @property
+    def resumes(self) -> bool:
+        """Whether a signal (here or in another worker) ends the run: the same command
+        resumes it, so its last checkpoints are not averaged and no candidate for the
+        default model is scored here."""
+        return self.kind == "signal"
+
+
+@dataclasses.dataclass
 class Run:
     """What train.py's loop, the dev evaluation and the run's end share: the run's parts
-    and its progress."""
+    (train.train builds them), its skipped-update count (``health``, made here) and its
+    progress."""
 
     hp: hparams.Hparams
     trainer: Trainer
+    data: Any  # data_load.TrainData: the epochs' batches
     dev: Dev
     translator: Translator
-    writer: Any
+    writer: Any  # the run's tf.summary writer (a no-op one on a non-chief worker)
     interrupt: Interrupt
     budget: Budget
-    health: Health
-    saved: tuple | None  # the position of logdir's newest checkpoint, if any
+    health: Health = dataclasses.field(init=False)  # of hp, trainer and writer
+    saved: tuple | None = None  # the position of logdir's newest checkpoint, if any
     history: list = dataclasses.field(default_factory=list)  # evaluate()'s results
     bleu_seconds: float = 0.0  # the last dev evaluation with BLEU
     first_loss: float = float("nan")  # the running loss at this run's first log
     last_loss: float = float("nan")  # and at its last
+
+    def __post_init__(self):
+        self.health = Health(self.hp, self.trainer, self.writer)
 
     def budget_stop(self) -> Stop | None:
         hp = self.hp
@@ -135,7 +166,7 @@ def evaluate(run: Run, bleu: bool = True) -> dict:
     if bleu and state.chief:
         name = f"E{epoch:02d}S{step}L{dev_loss:.2f}"
         text = "\n".join(hyps) + f"\nBLEU = {scores['sacrebleu']:.2f}\n"
-        files.atomic_write(os.path.join(hp.evaldir, name), text, state.unsaved())
+        files.atomic_write(os.path.join(hparams.eval_folder(hp), name), text, state.unsaved())
     with summaries.summaries_at(run.writer, step, hp, state.unsaved()):
         summaries.dev_figures(dev_loss, dev_nll, scores)
         if bleu:
@@ -199,55 +230,114 @@ def dev_bleu(dev: Dev, translator) -> float:
 
 
 def finish_run(run: Run, stop: Stop | None) -> dict:
-    """The end of a run: a dropped partial accumulation is said; a run ended by its
-    budget gets a dev BLEU of its final weights; the last position is saved; the last
-    checkpoints are averaged (``--average``) and the default model recorded; then the
-    summary line and dict of train.train."""
-    hp, trainer, interrupt = run.hp, run.trainer, run.interrupt
-    state = trainer.state
-    dropped = trainer.drop_partial()  # only a signal stops the run between updates
-    if dropped:
-        stop = stop.extended(
-            f"; a partial gradient accumulation of {dropped} batch(es) was dropped (they are "
-            f"trained again on resume)"
-        )
+    """The end of a run that ``stop`` ended (None: it trained all its epochs), step by
+    step: a dropped partial accumulation is said; a run ended by its budget gets a dev
+    BLEU of its final weights; the last position is saved; the last checkpoints are
+    averaged (``--average``) and the default model recorded; then the summary lines and
+    the dict that train.train returns."""
+    end = Ending(drop_partial_accumulation(run, stop))
+    if needs_final_dev_bleu(run, end):
+        end.stop = final_dev_bleu(run, end.stop)
+    save_last_position(run)
+    end.averaged = average_last_checkpoints(run, end)
+    end.default = choose_default_model(run, end)
+    return closing_summary(run, end)
+
+
+def drop_partial_accumulation(run: Run, stop: Stop | None) -> Stop | None:
+    """Drops the trainer's partial gradient accumulation, if any (only a signal stops a
+    run between updates; its batches are trained again on resume): ``stop`` with its
+    line extended to say so, else ``stop`` as it is."""
+    dropped = run.trainer.drop_partial()
+    if not dropped:
+        return stop
+    return stop.extended(
+        f"; a partial gradient accumulation of {dropped} batch(es) was dropped (they are "
+        f"trained again on resume)"
+    )
+
+
+def needs_final_dev_bleu(run: Run, end: Ending) -> bool:
+    """Whether the run's final weights still need a dev BLEU: its budget ended it (so
+    they may be the best) and its last dev evaluation did not score them (it was at an
+    earlier step, or without BLEU)."""
     last = run.history[-1] if run.history else {}
-    scored = last.get("step") == trainer.step and last.get("dev_bleu") is not None
-    if stop and stop.kind == "budget" and not scored:  # the final weights may be the best
-        try:
-            run.history.append(evaluate(run))
-            state.save(best=keep_best(state, run.history[-1]["dev_bleu"]))
-            run.saved = state.position
-        except DevAbandoned:
-            stop = Stop("signal", f"stopped by {interrupt.name} during the final dev evaluation")
+    scored = last.get("step") == run.trainer.step and last.get("dev_bleu") is not None
+    return end.kind == "budget" and not scored
+
+
+def final_dev_bleu(run: Run, stop: Stop) -> Stop:
+    """The final weights' dev evaluation (:func:`evaluate`), added to the history and
+    saved as a checkpoint (into logdir/best too if it is the best so far): ``stop`` as
+    it is, or, where a signal abandons the evaluation, a Stop of that signal."""
+    state = run.trainer.state
+    try:
+        run.history.append(evaluate(run))
+        state.save(best=keep_best(state, run.history[-1]["dev_bleu"]))
+        run.saved = state.position
+    except DevAbandoned:
+        return Stop("signal", f"stopped by {run.interrupt.name} during the final dev evaluation")
+    return stop
+
+
+def save_last_position(run: Run) -> None:
+    """A checkpoint of where the run stands, unless logdir's newest one holds it."""
+    state = run.trainer.state
     if state.position != run.saved:
         state.save()
-    signalled = stop is not None and stop.kind == "signal"  # here or in another worker
-    averaged = default = None
-    if run.history and not signalled and hp.average > 1 and trainer.multi_worker:
+        run.saved = state.position
+
+
+def average_last_checkpoints(run: Run, end: Ending) -> dict | None:
+    """With ``--average N``, the average of the run's last N checkpoints, scored on dev
+    and written where it beats the best checkpoint (checkpoints.average_last; its time
+    counts as dev evaluation); None where there is none: a run without a dev evaluation,
+    one a signal ended (it resumes), too few checkpoints, or a multi-worker run (which
+    says to use average_checkpoints.py)."""
+    hp, trainer = run.hp, run.trainer
+    if not run.history or end.resumes or hp.average <= 1:
+        return None
+    if trainer.multi_worker:
         print("train: --average is skipped in a multi-worker run: use average_checkpoints.py")
-    elif run.history and not signalled and hp.average > 1:
-        averaged = checkpoints.average_last(
-            hp,
-            trainer.model,
-            state.manager.checkpoints,
-            trainer.step,
-            float(state.best_bleu),
-            state.chief,
-            lambda: dev_bleu(run.dev, run.translator),
-        )
-        if averaged:
-            state.eval_seconds.assign_add(averaged["seconds"])
-    if state.chief and run.history:
-        candidates = default_candidates(run, averaged, scored=not signalled)
-        default = checkpoints.record_default(hp.logdir, candidates)
+        return None
+    state = trainer.state
+    averaged = checkpoints.average_last(
+        hp,
+        trainer.model,
+        state.manager.checkpoints,
+        trainer.step,
+        float(state.best_bleu),
+        state.chief,
+        lambda: dev_bleu(run.dev, run.translator),
+    )
+    if averaged:
+        state.eval_seconds.assign_add(averaged["seconds"])
+    return averaged
+
+
+def choose_default_model(run: Run, end: Ending) -> dict | None:
+    """The chief's choice of the run's default model among :func:`default_candidates`
+    (with ``end.averaged``; a run a signal ended scores no more of them), recorded in
+    <logdir>/best.json (checkpoints.record_default) and returned; None on another worker,
+    before the run's first dev evaluation, or without a best checkpoint."""
+    if not (run.trainer.state.chief and run.history):
+        return None
+    candidates = default_candidates(run, end.averaged, scored=not end.resumes)
+    return checkpoints.record_default(run.hp.logdir, candidates)
+
+
+def closing_summary(run: Run, end: Ending) -> dict:
+    """The run's last two lines (its time, the share of it on dev evaluation and the last
+    lr; why it stopped, its step and checkpoint: a run a signal ended says the same
+    command resumes it) and train.train's :func:`summary` of it. ``signal``: the one
+    that stopped this process, else SIGTERM where a signal to another worker did."""
+    trainer, state = run.trainer, run.trainer.state
     share = float(state.eval_seconds) / max(state.seconds_used(), 1e-9)
     last_lr = float(trainer.schedule(max(trainer.step - 1, 0)))  # of the last update
     # the path this run saved (a non-chief worker may look before the chief's
     # `checkpoint` file names it), else the one it resumed from
     path = state.last_saved or state.latest_checkpoint
-    if signalled:
-        stop = stop.extended("; run the same command again to resume")
+    stop = end.stop.extended("; run the same command again to resume") if end.resumes else end.stop
     print(
         f"train: {state.seconds_used() / 60:.1f} min, {share:.1%} of them on dev "
         f"evaluation; last lr {last_lr:.3g}"
@@ -260,10 +350,10 @@ def finish_run(run: Run, stop: Stop | None) -> dict:
         history=run.history,
         train_loss=run.last_loss,
         first_loss=run.first_loss,
-        signal=interrupt.signum or (signal.SIGTERM if signalled else None),
+        signal=run.interrupt.signum or (signal.SIGTERM if end.resumes else None),
         eval_share=share,
-        averaged=averaged,
-        default=default,
+        averaged=end.averaged,
+        default=end.default,
     )
 
 
