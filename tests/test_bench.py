@@ -5,6 +5,7 @@ import argparse
 import dataclasses
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -1038,3 +1039,59 @@ def test_startup_times_each_part_of_the_first_translation_and_ctranslate2s(quick
         # the rows are rounded to 0.01 s, the ratio (of the unrounded medians) to 0.01
         low, high = (ours - 0.005) / (theirs + 0.005), (ours + 0.005) / (theirs - 0.005)
         assert low - 0.005 <= ratio <= high + 0.005
+
+
+# --- bench/serve_load.py: serve.py under load --------------------------------------------
+
+
+def test_serve_load_percentiles_and_lists():
+    import serve_load
+
+    assert serve_load.percentile([5.0, 1.0, 3.0, 2.0, 4.0], 50) == 3.0
+    assert serve_load.percentile([float(x) for x in range(1, 101)], 99) == 99.0
+    assert serve_load.ints("1, 8,64") == [1, 8, 64] and serve_load.floats("0,2.5") == [0.0, 2.5]
+    cmd = serve_load.parser().parse_args(["--logdir", "x", "--serve_args", "--decode_streams 2"])
+    assert serve_load.serve_command(cmd, "tensorflow", 4, 2.0, "") == [
+        *("--logdir", "x", "--beam_size", "4", "--wait_ms", "2", "--max_batch", "64"),
+        *("--decode_streams", "2"),
+    ]
+
+
+@pytest.mark.slow
+def test_serve_load_runs_the_server_and_both_references_on_a_tiny_run(quick_run, tmp_path):
+    """bench/serve_load.py at toy size: a fresh serve.py answers 12 single-sentence
+    LibreTranslate requests at 1 and at 4 clients (greedy), then eval.py's timing line
+    and one sentence alone in-process give the two ratios: a row per concurrency with
+    positive figures and no 503, and each target's line with PASS or FAIL."""
+    for module in ("fastapi", "uvicorn", "httpx"):
+        pytest.importorskip(module)
+    hp, _ = quick_run
+    src = tmp_path / "src.de"
+    src.write_text("".join(f"ein mann {'und ein hund ' * (k % 3)}läuft .\n" for k in range(15)))
+    proc = subprocess.run(
+        [sys.executable, "bench/serve_load.py", "--logdir", hp.logdir, "--src", str(src)]
+        + ["--sents", "12", "--concurrency", "1,4", "--beams", "1", "--repeats", "1"]
+        + ["--single", "4", "--warmup", "4", "--pass_seconds", "120"],
+        cwd=os.path.dirname(BENCH),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("serve.py under load: ") and "12 sentences of" in lines[0]
+    assert lines[1].startswith("CPU: ")
+    assert lines[2].split() == [
+        *("engine", "beam", "wait_ms", "clients", "sent/s", "p50", "ms", "p99", "ms"),
+        *("503s", "batch", "busy", "client", "cpu"),
+    ]
+    rows = [line.split() for line in lines[3:5]]
+    assert [r[:4] for r in rows] == [["tensorflow", "1", "5", "1"], ["tensorflow", "1", "5", "4"]]
+    for r in rows:
+        assert len(r) == 11 and float(r[4]) > 0 and 0 < float(r[5]) <= float(r[6])
+        assert r[7] == "0" and float(r[8]) >= 1
+    assert float(rows[0][8]) == 1.0  # one client: each batch is its one sentence
+    assert lines[5].startswith("tensorflow greedy: batched (eval.py) ")
+    assert re.fullmatch(r"  wait 5 ms, 4 clients: .* = [\d.]+x batched .*: (PASS|FAIL)", lines[6])
+    assert re.fullmatch(r"  wait 5 ms, 1 client: p50 .* = [\d.]+x alone .*: (PASS|FAIL)", lines[7])
+    assert len(lines) == 8, proc.stdout
