@@ -489,6 +489,16 @@ def other_batchings(reference, sentence: str) -> list:
     call over the 1,000: with TensorFlow, alone with its source padded to each width a
     batch of the 1,000 can have; with CTranslate2 (whose batches group sentences of one
     decoding budget, unpadded), in batches of 1 to 64 copies of it."""
+    key = (id(reference), sentence)
+    if key not in _BATCHINGS:
+        _BATCHINGS[key] = _other_batchings(reference, sentence)
+    return _BATCHINGS[key]
+
+
+_BATCHINGS: dict = {}
+
+
+def _other_batchings(reference, sentence: str) -> list:
     if isinstance(reference, engines.TensorFlowEngine):
         translator = reference.translator
         ids = translator.tok.encode_src([sentence])
@@ -551,6 +561,7 @@ def test_overload_every_request_gets_its_answer_or_503_and_memory_stays_flat(
     async def load(seconds: float, concurrency: int = 2 * MAX_QUEUE) -> dict:
         counts: collections.Counter = collections.Counter()
         bad: list = []
+        differ: set = set()
         stop = time.monotonic() + seconds
         limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
         async with httpx.AsyncClient(
@@ -567,7 +578,7 @@ def test_overload_every_request_gets_its_answer_or_503_and_memory_stays_flat(
                     if r.status_code == 200:
                         counts["answered"] += 1
                         if r.json()["translatedText"] != expected[s].text:
-                            bad.append((s, r.json()))
+                            differ.add((s, r.json()["translatedText"]))
                     elif r.status_code == 503 and int(r.headers["retry-after"]) >= 1:
                         counts["503"] += 1
                     else:
@@ -575,6 +586,11 @@ def test_overload_every_request_gets_its_answer_or_503_and_memory_stays_flat(
 
             await asyncio.gather(*(worker(k) for k in range(concurrency)))
         assert not bad, bad[:5]
+        # an answer other than the one-call decoding's only for a near-tie (see NEAR_TIES),
+        # as the same sentence decoded in another batch gives it
+        assert len({s for s, _ in differ}) <= NEAR_TIES, differ
+        for s, text in differ:
+            assert text in {h.text for h in other_batchings(server.reference, s)}, (s, text)
         return dict(counts)
 
     run_async(load(3), 120)  # warm-up
@@ -676,7 +692,11 @@ def test_sigterm_answers_the_requests_in_flight_refuses_new_ones_and_exits_0(
             time.sleep(0.01)
         for t in threads[4:]:
             t.start()
-        while server.get("/health")["queued"] < 16 * len(heavy):
+        # until every heavy request is queued (the small ones still counted, 8 sentences
+        # each, until their answers are in)
+        while server.get("/health")["queued"] - 8 * sum(
+            f"small{k}" not in results for k in range(4)
+        ) < 16 * len(heavy):
             assert time.monotonic() < deadline
             time.sleep(0.01)
         in_flight = sum(f"small{k}" not in results for k in range(4))
@@ -709,7 +729,9 @@ def test_sigterm_answers_the_requests_in_flight_refuses_new_ones_and_exits_0(
         texts = [hyps[0]["text"] for hyps in response.json()["translations"]]
         assert texts == [h[0].text for h in reference.translate(q)]
     statuses = [getattr(results[f"heavy{k}"], "status_code", None) for k in range(len(heavy))]
-    assert set(statuses) <= {200, 503} and 503 in statuses, statuses
+    assert set(statuses) <= {200, 503} and 503 in statuses, [
+        results[f"heavy{k}"] for k in range(len(heavy))
+    ]
     for k in range(len(heavy)):
         response = results[f"heavy{k}"]
         if response.status_code == 503:
