@@ -1,7 +1,7 @@
 """Read the corpus, build the vocabulary and pre-encode every split.
 
     python prepro.py                                   # demo corpus (generated if absent)
-    python prepro.py --preset multi30k --data_dir ../data/multi30k
+    python prepro.py --preset multi30k --data_dir data/multi30k
     python prepro.py --preset iwslt2016 --download     # fetch the WIT3 release, then preprocess
     python prepro.py --preset iwslt2016 --archive ~/Downloads/2016-01.tgz   # fetched by hand
 

@@ -12,7 +12,8 @@ seed), ``POST /v1/score``, ``GET /health``, ``GET /info``, ``GET /`` (the page) 
 decoded in one batch of at most --max_batch sentences; past --max_queue sentences waiting
 the server answers 503 with Retry-After; a request over --max_sentences sentences or
 --max_chars characters in a sentence gets 413. SIGTERM stops taking requests, answers
-those accepted (at most --drain_seconds) and exits 0.
+those accepted and exits 0, all within --drain_seconds: a request not answered by then
+gets 503, and a batch still decoding is abandoned.
 
 It binds to 127.0.0.1 unless --host says otherwise, and has no authentication: put it
 behind a proxy that authenticates before opening it to a network (docs/serving.md).
@@ -48,6 +49,7 @@ SCRIPT = cli.Script(
 if __name__ == "__main__":
     cli.start(SCRIPT)  # --help and option errors answer before TensorFlow loads
 
+import os
 import signal
 import sys
 
@@ -114,13 +116,34 @@ def main() -> None:
         host=opts["host"],
         port=opts["port"],
         log_level="warning",
-        timeout_graceful_shutdown=opts["drain_seconds"],
+        # the application answers every request by the drain's deadline (503 past it);
+        # uvicorn's own limit, a second later, is only a backstop
+        timeout_graceful_shutdown=opts["drain_seconds"] + 1,
     )
     # uvicorn drains on SIGTERM, then raises it again with the handler found at its start:
     # a handler that returns makes a drained server's exit status 0
     signal.signal(signal.SIGTERM, lambda signum, frame: None)
-    uvicorn.Server(config).run()
+    Server(config, application).run()
     print("serve: stopped", file=sys.stderr, flush=True)
+    if application.state.batcher.thread.is_alive():
+        # a batch still decoding at the drain's deadline (nobody waits for it now): the
+        # process ends without waiting for it, as at exit Python would (its decoding
+        # threads are not daemons)
+        sys.stdout.flush()
+        os._exit(0)
+
+
+class Server(uvicorn.Server):
+    """uvicorn's server, which starts the application's drain (app.create_app) when it
+    is told to stop, so that the drain's time counts from the signal."""
+
+    def __init__(self, config: uvicorn.Config, application):
+        super().__init__(config)
+        self.application = application
+
+    def handle_exit(self, sig, frame) -> None:
+        self.application.state.drain()
+        super().handle_exit(sig, frame)
 
 
 if __name__ == "__main__":

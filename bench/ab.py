@@ -3,7 +3,7 @@ after a change) or two sets of settings, run one after the other, interleaved, a
 scored on dev, test greedy and test beam search.
 
     git worktree add /tmp/old HEAD~1          # the tree before the change
-    python bench/ab.py --preset multi30k --data_dir ../shared/data/multi30k \\
+    python bench/ab.py --preset multi30k --data_dir data/multi30k \\
         --old_tree /tmp/old [--old_args "..."] [--new_args "..."] \\
         [--minutes 30 | --steps N] [--seeds 1,2] [--beam 4] [--arms old,new] [--out runs/ab]
 

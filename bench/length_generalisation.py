@@ -2,8 +2,8 @@
 on short pairs only, for the same number of steps, one after the other, then score each
 in buckets of source length, with bootstrap intervals.
 
-    python prepro.py --preset multi30k --data_dir ../shared/data/multi30k
-    python bench/length_generalisation.py --preset multi30k --data_dir ../shared/data/multi30k
+    python prepro.py --preset multi30k --data_dir data/multi30k
+    python bench/length_generalisation.py --preset multi30k --data_dir data/multi30k
         [--steps 2000 | --minutes 20] [--score dev+test | test]
         [--positions sinusoid,learned,shaw,t5,xl,rotary,alibi,alibi_dir]
         [--max_tokens 16] [--edges 16,24] [--out runs/lengths] [train.py options ...]

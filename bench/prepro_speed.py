@@ -1,6 +1,6 @@
 """Preprocessing speed and memory on 200k sentence pairs (issue: < 1 min, < 2 GB on 2 cores).
 
-    python bench/prepro_speed.py [--multi30k ../shared/data/multi30k] [--pairs 200000]
+    python bench/prepro_speed.py [--multi30k data/multi30k] [--pairs 200000]
 
 The corpus is Multi30k train repeated to --pairs pairs when a Multi30k folder is given,
 else the synthetic demo corpus of that size. Each vocabulary type runs in a fresh child

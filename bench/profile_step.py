@@ -1,6 +1,6 @@
 """Where the train step's time goes: a tf.profiler trace of the compiled step, summed.
 
-    python prepro.py --preset multi30k --data_dir ../shared/data/multi30k
+    python prepro.py --preset multi30k --data_dir data/multi30k
     python bench/profile_step.py --preset multi30k [--size small|preset]
         [--precision float32|mixed_bfloat16] [--steps 15] [--ablate dense2d,...]
         [--top 25] [--shapes] [--op Mul]

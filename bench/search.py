@@ -1,8 +1,8 @@
 """Successive halving over training settings, scored on dev: which configuration of a
 preset trains best for a budget.
 
-    python prepro.py --preset multi30k --data_dir ../shared/data/multi30k
-    python bench/search.py --preset multi30k --data_dir ../shared/data/multi30k
+    python prepro.py --preset multi30k --data_dir data/multi30k
+    python bench/search.py --preset multi30k --data_dir data/multi30k
         [--rungs 5,10,20] [--unit minutes|steps] [--configs 12] [--keep 0.5] [--seed 0]
         [--space FILE] [--out runs/search] [train.py options ...]
 

@@ -2,7 +2,7 @@
 same size, and against the machine's measured matmul peak.
 
     pip install -e ".[bench]"                           # keras-hub, for the reference rows
-    python prepro.py --preset multi30k --data_dir ../shared/data/multi30k
+    python prepro.py --preset multi30k --data_dir data/multi30k
     python bench/train_throughput.py --preset multi30k [--sizes small,base] [--quick]
         [--configs "ours float32,ours weighted float32"]      # a subset of the rows
         [--configs "ours float32,ours shaw float32,ours t5 float32,ours xl float32,..."]

@@ -25,6 +25,11 @@ os.environ["TRANSFORMER_NATIVE_CACHE"] = os.environ["TRANSFORMER_TEST_NATIVE_CAC
 if "HYPOTHESIS_STORAGE_DIRECTORY" not in os.environ:
     os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = tempfile.mkdtemp(prefix="transformer-hypothesis-")
     atexit.register(shutil.rmtree, os.environ["HYPOTHESIS_STORAGE_DIRECTORY"], True)
+# CTranslate2's OpenMP threads wait passively, as the server's CTranslate2 engine has them
+# (serving/ctranslate2_engine.py), here before test_ctranslate.py imports it: threads that
+# spin on cores shared with other processes (xdist workers, the servers of test_serving.py)
+# slow CTranslate2 down by an order of magnitude
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from transformer_tf2.config import cli  # noqa: E402, F401  (its import turns oneDNN on)
 
 # TensorFlow's C++ start-up lines, which TF_CPP_MIN_LOG_LEVEL cannot hide (cli.NOISE), go

@@ -2,7 +2,11 @@
 fenced bash block, or inline code in a table or prose) names a script that exists and
 options its parser accepts, every repository path it names exists, every relative link
 resolves, no page or code comment cites a commit hash, and the Examples of the public
-layers' docstrings run."""
+layers' docstrings run. Besides: a script that decodes a trained run (eval.py,
+translate.py, export.py, serve.py) is given no setting it would ignore, no command names
+a path outside the repository, a run name (``--logdir``) is trained by one command per
+page, and every link to an entry of docs/journal.md names one that exists. The commands
+of the guides that run in seconds run in test_doc_examples.py."""
 
 from __future__ import annotations
 
@@ -18,7 +22,7 @@ import tokenize
 
 import pytest
 
-from transformer_tf2.config import cli
+from transformer_tf2.config import cli, hparams
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAGES = ["README.md", "CONTRIBUTING.md"] + sorted(
@@ -38,6 +42,8 @@ FENCE = re.compile(r"^[ \t]*```.*?^[ \t]*```[ \t]*$", re.M | re.S)
 SPAN = re.compile(r"(?<!`)(`+)(?!`)((?:(?!\n[ \t]*\n).)+?)(?<!`)\1(?!`)", re.S)
 # a script named by a placeholder (`python SCRIPT.py`), not by its name
 PLACEHOLDER = re.compile(r"[A-Z_]+\.py")
+# the record of how the choices were found, whose entries the guides cite by anchor
+JOURNAL = "docs/journal.md"
 
 
 def bash_blocks(text: str) -> list[str]:
@@ -119,17 +125,77 @@ def check_command(argv: list[str], where: str) -> list[str]:
     return problems
 
 
+def ignored_settings(argv: list[str]) -> list[str]:
+    """The settings a command gives a script that decodes a trained run but that it would
+    ignore (it reads them from the run's hparams.json: the data and prepro folders, the
+    training settings): what checkpoints.load_run warns of."""
+    name = os.path.splitext(argv[0])[0]
+    if name not in cli.SCRIPTS or not cli.script_of(name).reads_run:
+        return []
+    used = set(hparams.DECODE_KEYS) | set(hparams.MODEL_KEYS) | {"logdir"}
+    keys = [a[2:].split("=")[0] for a in argv[1:] if a.startswith("--") and " " not in a]
+    return [k for k in keys if k in hparams.FIELDS and k not in used]
+
+
+def outside_paths(line: str) -> list[str]:
+    """The words of a shell line that name a path above the repository (``../x``)."""
+    return [w for w in re.split(r"[\s=]+", line) if w.startswith("../") or "/../" in w]
+
+
+def runs_trained_twice(lines: list[str]) -> list[str]:
+    """The ``--logdir`` of a page's train.py commands that two different commands write:
+    a run name must name one run (a rerun of the same command resumes it)."""
+    seen: dict[str, set] = {}
+    for line in lines:
+        for argv in commands(line):
+            if argv[0] == "train.py" and "--logdir" in argv[:-1]:
+                logdir = argv[argv.index("--logdir") + 1]
+                seen.setdefault(logdir, set()).add(" ".join(argv[1:]))
+    return sorted(logdir for logdir, argvs in seen.items() if len(argvs) > 1)
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor of a Markdown heading: lower case, punctuation dropped, spaces to
+    hyphens."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def anchors(text: str) -> set[str]:
+    """The anchors of a Markdown text's headings (outside fenced blocks); a repeated
+    heading's gets -1, -2, ... as on GitHub."""
+    found, count = set(), {}
+    for line in FENCE.sub("", text).splitlines():
+        heading = re.match(r"#{1,6} (.+)", line)
+        if heading:
+            name = slug(heading.group(1))
+            n = count.get(name, 0)
+            count[name] = n + 1
+            found.add(name if n == 0 else f"{name}-{n}")
+    return found
+
+
 def page_problems(page: str, text: str) -> list[str]:
     problems = []
-    for line in bash_blocks(text) + inline_code(text):
+    lines = bash_blocks(text) + inline_code(text)
+    for line in lines:
         for argv in commands(line):
             problems += check_command(argv, page)
+            problems += [
+                f"{page}: {argv[0]} ignores --{key} (the run's hparams.json has it)"
+                for key in ignored_settings(argv)
+            ]
+        problems += [f"{page}: {w} is outside the repository" for w in outside_paths(line)]
+    problems += [f"{page}: two commands train {r}" for r in runs_trained_twice(lines)]
     for target in LINK.findall(text):
         if re.match(r"[a-z]+:", target) or target.startswith("#"):
             continue
         path = os.path.normpath(os.path.join(ROOT, os.path.dirname(page), target.split("#")[0]))
         if not os.path.exists(path):
             problems.append(f"{page}: the link {target} resolves to nothing")
+        elif path == os.path.join(ROOT, JOURNAL) and "#" in target:
+            if target.split("#", 1)[1] not in anchors(read(JOURNAL)):
+                problems.append(f"{page}: the link {target} names no entry of the journal")
     problems += [f"{page}: commit hash {h}" for h in HASH.findall(text)]
     return problems
 
@@ -143,7 +209,9 @@ def read(page: str) -> str:
 def test_every_command_option_path_and_link_of_the_docs_is_real():
     problems = [p for page in PAGES for p in page_problems(page, read(page))]
     assert problems == []
-    assert len(PAGES) >= 13  # README, CONTRIBUTING and the eleven pages of docs/
+    assert len(PAGES) >= 20  # README, CONTRIBUTING and the eighteen pages of docs/
+    assert {"docs/journal.md", "docs/batches.md", "docs/gpu.md"} <= set(PAGES)
+    assert {"docs/platform.md", "docs/sharing.md"} <= set(PAGES)
 
 
 def test_a_misspelt_flag_a_missing_script_or_path_and_a_dead_link_are_caught():
@@ -261,3 +329,33 @@ def test_docstring_examples_of_the_public_layers_run(module, name):
     for test in tests:
         runner.run(test)
     assert runner.summarize(verbose=False).failed == 0
+
+
+def test_ignored_settings_outside_paths_reused_run_names_and_dead_journal_anchors_are_caught():
+    """eval.py reads its data from the run, so --prepro_dir or --data_dir on it would be
+    ignored; ../shared/... exists only on one machine; two train.py commands writing one
+    logdir make one run name mean two runs; a journal anchor must name an entry."""
+    text = (
+        "```bash\n"
+        "python eval.py --logdir log/x --prepro_dir prepro/x --beam_size 4\n"
+        "python translate.py --data_dir=data/x --logdir log/x --precision float32\n"
+        "python prepro.py --preset multi30k --data_dir ../shared/data/multi30k\n"
+        "python train.py --max_steps 700 --logdir log/s\n"
+        "python train.py --max_steps 1200 --logdir log/s\n"
+        "python train.py --max_steps 3000 --logdir log/t\n"
+        "python train.py --max_steps 3000 --logdir log/t\n"
+        "```\n"
+        "[stage 9](journal.md#2026-11-26-stage-9), [gone](journal.md#2026-11-26-stage-10)\n"
+    )
+    assert page_problems("docs/x.md", text) == [
+        "docs/x.md: eval.py ignores --prepro_dir (the run's hparams.json has it)",
+        "docs/x.md: translate.py ignores --data_dir (the run's hparams.json has it)",
+        "docs/x.md: ../shared/data/multi30k is outside the repository",
+        "docs/x.md: two commands train log/s",
+        "docs/x.md: the link journal.md#2026-11-26-stage-10 names no entry of the journal",
+    ]
+    assert slug("2026-11-25: the A/B at 30 minutes") == "2026-11-25-the-ab-at-30-minutes"
+    assert slug("Until 2026-11-28: the final evaluation inside max_minutes") == (
+        "until-2026-11-28-the-final-evaluation-inside-max_minutes"
+    )
+    assert anchors("# A\n## B: c\n```\n# not a heading\n```\n## B: c\n") == {"a", "b-c", "b-c-1"}

@@ -15,8 +15,10 @@ cannot say, health and information, and a page to try it (docs/serving.md).
 Every request's sentences go through one Batcher (batcher.py), so concurrent requests
 are decoded together. Errors have LibreTranslate's shape, ``{"error": "..."}``: 400 for a
 malformed request (bad JSON, a wrong type, a missing field, an unsupported language), 413
-for one over the size limits (nothing is decoded for it), 503 with Retry-After when the
-queue is full or the server drains. The server has no authentication (docs/serving.md).
+for one over the size limits (nothing is decoded for it; a body past what the limits allow
+is not even read), 503 with Retry-After when the queue is full or the server drains (a
+request still waiting when the drain's time is up gets it too). The server has no
+authentication (docs/serving.md).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import time
 import urllib.parse
 from importlib import resources
 from typing import Any
@@ -38,6 +41,7 @@ from transformer_tf2.utils.errors import UserError
 
 # seconds between two looks at whether a waiting request's client has gone
 DISCONNECT_POLL = 0.05
+SEED_MAX = 2**32 - 1  # the largest seed a request may give
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,13 +67,46 @@ def error(status: int, message: str, headers: dict | None = None) -> JSONRespons
     return JSONResponse({"error": message}, status_code=status, headers=headers)
 
 
-async def read_fields(request: Request) -> dict:
+def max_body(limits: Limits) -> int:
+    """The most bytes a request body may hold: two text fields (q and prefix, or q and
+    targets) at the size limits, each character at its longest escape (a character
+    outside the BMP: a JSON surrogate pair, 12 bytes, or 4 UTF-8 bytes percent-encoded,
+    12 bytes), and 64 KiB for the rest. Past it: 413, the body unread."""
+    return 2 * limits.max_sentences * (12 * limits.max_chars + 8) + 65536
+
+
+async def read_body(request: Request, limits: Limits) -> bytes:
+    """The request's body, read no further than :func:`max_body` (413 past it), so that
+    a client cannot make the server hold an unbounded body in memory."""
+    most = max_body(limits)
+    too_large = RequestError(
+        413, f"Invalid request: the request body exceeds the limit ({most} bytes)"
+    )
+    try:
+        declared = int(request.headers.get("content-length", "0"))
+    except ValueError:
+        raise RequestError(400, "Invalid request: a malformed Content-Length") from None
+    if declared > most:
+        raise too_large
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > most:
+            raise too_large
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def read_fields(request: Request, limits: Limits) -> dict:
     """A request's fields: a JSON object, or a form (libretranslatepy posts one)."""
     kind = request.headers.get("content-type", "")
-    body = await request.body()
+    body = await read_body(request, limits)
     if kind.startswith("application/x-www-form-urlencoded"):
         try:
-            form = urllib.parse.parse_qs(body.decode("utf-8"), keep_blank_values=True)
+            # strict: a percent-escape that is not UTF-8 is refused, not replaced by U+FFFD
+            form = urllib.parse.parse_qs(
+                body.decode("utf-8"), keep_blank_values=True, errors="strict"
+            )
         except UnicodeDecodeError:
             raise RequestError(400, "Invalid request: the form is not UTF-8") from None
         return {k: v if len(v) > 1 else v[0] for k, v in form.items()}
@@ -79,7 +116,7 @@ async def read_fields(request: Request) -> dict:
         return {}
     try:
         fields = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: deep nesting
         raise RequestError(400, "Invalid JSON format") from None
     if not isinstance(fields, dict):
         raise RequestError(400, "Invalid request: the body must be a JSON object")
@@ -114,16 +151,18 @@ def texts(fields: dict, name: str, limits: Limits, required: bool = True) -> tup
     return values, single
 
 
-def integer(fields: dict, name: str, default: int, low: int = 0) -> int:
+def integer(fields: dict, name: str, default: int, low: int = 0, high: int | None = None) -> int:
     value = fields.get(name, default)
     if isinstance(value, bool):
         value = None
     try:
         number = int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: JSON's Infinity
         raise RequestError(400, f"Invalid request: {name} parameter is not a number") from None
     if number < low or (isinstance(value, float) and not value.is_integer()):
         raise RequestError(400, f"Invalid request: {name} must be a whole number >= {low}")
+    if high is not None and number > high:
+        raise RequestError(400, f"Invalid request: {name} must be at most {high}")
     return number
 
 
@@ -141,27 +180,37 @@ def create_app(
 ) -> FastAPI:
     """The application serving ``engine`` under ``limits``; its batcher starts with the
     application and drains (at most ``drain_seconds``) when the server stops."""
-    state: dict[str, Any] = {"draining": False}
+    state: dict[str, Any] = {"draining": False, "deadline": None}
+
+    def drain() -> None:
+        """The server stops (SIGTERM; serve.py calls it from its signal handler): the
+        requests accepted have until ``drain_seconds`` from now, then get 503."""
+        if state["deadline"] is None:
+            state["deadline"] = time.monotonic() + drain_seconds
+        state["draining"] = True
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
-        state["batcher"] = Batcher(
+        batcher = Batcher(
             lambda jobs: engines.run_jobs(engine, jobs),
             limits.max_batch,
             limits.wait_ms,
             limits.max_queue,
         )
+        state["batcher"] = app.state.batcher = batcher
         yield
-        state["draining"] = True
-        await asyncio.get_running_loop().run_in_executor(
-            None, state["batcher"].close, drain_seconds
-        )
+        drain()
+        # the requests are answered (or given 503 at the deadline, their jobs dropped):
+        # what is left is at most the batch being decoded, given what the time allows
+        left = max(0.0, state["deadline"] - time.monotonic())
+        await asyncio.get_running_loop().run_in_executor(None, batcher.close, left)
 
     app = FastAPI(
         title="transformer_tf2 translation server",
         description=__doc__.split("\n\n")[0],
         lifespan=lifespan,
     )
+    app.state.drain = drain
 
     @app.exception_handler(RequestError)
     async def refused(request: Request, e: RequestError):
@@ -184,20 +233,37 @@ def create_app(
             ) from None
         except Closed:
             raise RequestError(503, "The server is shutting down", {"Retry-After": "5"}) from None
-        while True:
-            done, _ = await asyncio.wait({future}, timeout=DISCONNECT_POLL)
-            if done:
-                return future.result()
-            if await request.is_disconnected():
-                future.cancel()
-                return None
+        try:
+            while True:
+                wait = DISCONNECT_POLL
+                if state["deadline"] is not None:
+                    wait = min(wait, state["deadline"] - time.monotonic())
+                    if wait <= 0:  # the drain's time is up: the job is dropped
+                        future.cancel()
+                        raise RequestError(
+                            503,
+                            "The server is shutting down: the request did not finish within "
+                            "its drain time",
+                            {"Retry-After": "5"},
+                        )
+                done, _ = await asyncio.wait({future}, timeout=wait)
+                if done:
+                    return future.result()
+                if await request.is_disconnected():
+                    future.cancel()  # the batcher frees its place
+                    return None
+        except asyncio.CancelledError:  # the server cancelled the request: drop its job
+            future.cancel()
+            raise
 
     def check_languages(fields: dict) -> bool:
         """LibreTranslate's source and target; True where the source was "auto"."""
         for name in ("source", "target"):
             if not fields.get(name):
                 raise RequestError(400, f"Invalid request: missing {name} parameter")
-        source, target = str(fields["source"]), str(fields["target"])
+            if not isinstance(fields[name], str):
+                raise RequestError(400, f"Invalid request: {name} must be a language code")
+        source, target = fields["source"], fields["target"]
         if source not in (engine.source, "auto"):
             raise RequestError(400, f"{source} is not supported")
         if target != engine.target:
@@ -234,7 +300,7 @@ def create_app(
     async def translate(request: Request):
         """LibreTranslate's translate: ``translatedText`` (a string, or a list for a
         list ``q``), ``alternatives`` when asked, ``detectedLanguage`` for "auto"."""
-        fields = await read_fields(request)
+        fields = await read_fields(request, limits)
         sentences, single = texts(fields, "q", limits)
         auto = check_languages(fields)
         if fields.get("format", "text") not in ("text", None, ""):
@@ -294,7 +360,7 @@ def create_app(
         """Per sentence its ``n_best`` hypotheses: text, score, Pharaoh alignment (with
         ``alignments``), runaway; ``prefix``: per sentence the text its translations
         start with; ``seed``: the draws of a sampling server."""
-        fields = await read_fields(request)
+        fields = await read_fields(request, limits)
         sentences, _ = texts(fields, "q", limits)
         n_best = integer(fields, "n_best", 1, low=1)
         alignments = flag(fields, "alignments")
@@ -303,7 +369,8 @@ def create_app(
             raise RequestError(
                 400, f"Invalid request: {len(prefixes)} prefixes for {len(sentences)} sentences"
             )
-        seed = integer(fields, "seed", 0) if fields.get("seed") is not None else None
+        # a seed of 32 bits: the TensorFlow engine's draws key on those, CTranslate2 takes no more
+        seed = integer(fields, "seed", 0, high=SEED_MAX) if fields.get("seed") is not None else None
         engine.check(n_best, alignments, seed)
         key = ("translate", n_best, alignments, seed)
         job = Job(sentences, key, {"prefixes": prefixes or None}, alone=engine.sampling)
@@ -315,7 +382,7 @@ def create_app(
     @app.post("/v1/score")
     async def score_v1(request: Request):
         """The summed log-probability of each target given its source, and each token's."""
-        fields = await read_fields(request)
+        fields = await read_fields(request, limits)
         sentences, _ = texts(fields, "q", limits)
         targets, _ = texts(fields, "targets", limits)
         if len(targets) != len(sentences):

@@ -11,8 +11,9 @@ milliseconds cost about one batch of 64, not 64 decodings.
 The queue is bounded in sentences (``max_queue``): a job that would pass the bound is
 refused at once (:class:`Full`: the server answers 503 with Retry-After), so memory stays
 bounded under overload and every accepted job is answered. A job whose client has gone
-(its future cancelled) before its batch starts is dropped, freeing its place; the worker
-itself never stops for a client. :meth:`Batcher.close` stops taking jobs and lets the
+(its future cancelled) before its batch starts is dropped at once, freeing its place; the
+worker itself never stops for a client, and a batch that fails is decoded again job by job,
+so that one job's error is its own. :meth:`Batcher.close` stops taking jobs and lets the
 worker finish those accepted (a server's drain on SIGTERM).
 """
 
@@ -106,6 +107,9 @@ class Batcher:
             self.queued += len(job.sentences)
             self.jobs.append(job)
             self.cond.notify()
+        # a client that goes (its future cancelled) frees its place now, not when the
+        # worker reaches its job, so that the queue's bound counts live jobs only
+        job.future.add_done_callback(lambda future: self._forget(job))
         return job.future
 
     def retry_after(self) -> int:
@@ -128,6 +132,20 @@ class Batcher:
     def pending(self) -> int:
         with self.cond:
             return self.queued
+
+    def _forget(self, job: Job) -> None:
+        """A job's future is done: if cancelled while its job waits, drop the job and
+        free its place (a job already in a batch frees it when the batch ends)."""
+        if not job.future.cancelled():
+            return
+        with self.cond:
+            try:
+                self.jobs.remove(job)  # Job compares by identity
+            except ValueError:
+                return  # taken by the worker (or dropped by it) already
+            self.queued -= len(job.sentences)
+            self.stats.dropped += 1
+            self.cond.notify_all()
 
     # ------------------------------------------------------------------ the worker side
     def _take(self) -> list[Job] | None:
@@ -182,6 +200,20 @@ class Batcher:
             return None
         return job
 
+    def _decode(self, batch: list[Job]) -> list[tuple]:
+        """(job, result, error) per job of ``batch``. A batch of several jobs that fails
+        is decoded again job by job, so that a job's error fails that job alone, not the
+        others that happened to share its batch."""
+        try:
+            results = self.run(batch)
+            if len(results) != len(batch):
+                raise RuntimeError(f"{len(results)} results for a batch of {len(batch)} jobs")
+            return [(job, results[k], None) for k, job in enumerate(batch)]
+        except BaseException as e:  # the request fails, the worker goes on
+            if len(batch) == 1:
+                return [(batch[0], None, e)]
+        return [out for job in batch for out in self._decode([job])]
+
     def _work(self) -> None:
         while True:
             batch = self._take()
@@ -189,11 +221,7 @@ class Batcher:
                 return
             size = sum(len(j.sentences) for j in batch)
             t0 = time.monotonic()
-            try:
-                results = self.run(batch)
-                outcome = [(job, results[k], None) for k, job in enumerate(batch)]
-            except BaseException as e:  # the request fails, the worker goes on
-                outcome = [(job, None, e) for job in batch]
+            outcome = self._decode(batch)
             seconds = time.monotonic() - t0
             with self.cond:
                 self.queued -= size

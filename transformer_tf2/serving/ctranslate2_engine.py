@@ -7,8 +7,15 @@ What differs from the TensorFlow engine: no word alignments (CTranslate2's atten
 not the cross-attention average this project aligns with); a hypothesis's score is
 CTranslate2's (its length penalty normalises it its own way); samples come from
 CTranslate2's random generator, so a seed repeats CTranslate2's draws, not the
-TensorFlow engine's; a decoding budget is one per batch, its longest source + 1 +
-max_len_extra (at most max_len), where the TensorFlow engine gives each sentence its own.
+TensorFlow engine's (CTranslate2 seeds a thread's generator once, at the thread's first
+draw: a request with a seed is decoded by a translator of its own, whose fresh threads
+draw from that seed). CTranslate2 takes one decoding budget per call, so the sentences of a
+batch are decoded in one call per budget (its source + 1 + max_len_extra tokens, at most
+max_len, and room for its prefix): each sentence gets its own budget, as in the TensorFlow
+engine, and its translation does not depend on the requests it shares a batch with. As the
+TensorFlow engine, it cuts a source to the model's longest (greedy_search.source_limit,
+</S> included); a budget is at most that long too (CTranslate2's table of absolute
+positions has that many rows), where the TensorFlow engine's is not for sinusoids.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from transformer_tf2.api import Hypothesis, Score
 from transformer_tf2.config import hparams
 from transformer_tf2.data import data_load
 from transformer_tf2.export import ctranslate
+from transformer_tf2.layers import positions
 from transformer_tf2.serving.engines import Engine
 from transformer_tf2.utils.errors import UserError
 
@@ -32,6 +40,11 @@ class CTranslate2Engine(Engine):
     alignments = False
 
     def __init__(self, model_dir: str, hp: hparams.Hparams, overrides: dict):
+        # CTranslate2's OpenMP threads wait passively unless the environment says otherwise
+        # (read when ctranslate2 first loads its OpenMP runtime): threads that spin on cores
+        # shared with the server's event loop, its clients or other processes slowed a
+        # beam search 40-fold on a loaded 2-core machine (0.2 s -> 8 s for 16 sentences)
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         try:
             import ctranslate2
         except ImportError:
@@ -49,18 +62,32 @@ class CTranslate2Engine(Engine):
         self.tok = data_load.load_tokenizer(self.hp)
         self.model_dir = model_dir
         self.ct2 = ctranslate2
-        self.translator = ctranslate2.Translator(model_dir, device="cpu")
+        # CTranslate2's default of 4 threads, never more than the cores this process has
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+        self.threads = min(4, cores or os.cpu_count() or 1)
+        self.translator = self._load()
         self.sampling = self.hp.sampling_topk != 1
         self.max_n_best = 64 if self.sampling else max(1, self.hp.beam_size)
+        # greedy_search.source_limit of the model: the rows of its position table
+        self.limit = positions.get(self.hp.position).max_length(self.hp) or 1024
         self.lock = threading.Lock()  # the random seed is CTranslate2's, for the process
 
-    def _options(self, n_best: int, longest: int, prefixes) -> dict:
+    def _load(self):
+        return self.ct2.Translator(self.model_dir, device="cpu", intra_threads=self.threads)
+
+    def _budget(self, source: int, prefix: int) -> int:
+        """A sentence's decoding budget in tokens (the TensorFlow engine's,
+        greedy_search.decode_budgets): its source (``source`` tokens and </S>) +
+        max_len_extra, at most max_len, and room for its prefix and a token after it."""
+        budget = source + 1 + self.hp.max_len_extra
+        if self.hp.max_len:
+            budget = min(budget, self.hp.max_len)
+        return min(max(1, budget, prefix + 1), self.limit)
+
+    def _options(self, n_best: int, budget: int, prefixes) -> dict:
         hp = self.hp
-        budget = longest + 1 + hp.max_len_extra
-        if hp.max_len:
-            budget = min(budget, hp.max_len)
         options = dict(
-            max_decoding_length=max(1, budget),
+            max_decoding_length=budget,
             min_decoding_length=0,
             return_scores=True,
             num_hypotheses=n_best,
@@ -79,38 +106,56 @@ class CTranslate2Engine(Engine):
             )
         if prefixes is not None:
             options["target_prefix"] = [
-                self.tok.tgt_tokens(ids) if ids else None for ids in self.tok.encode_tgt(prefixes)
+                self.tok.tgt_tokens(ids) if ids else None for ids in prefixes
             ]
         return options
 
     def translate(self, sentences, n_best=1, prefixes=None, alignments=False, seed=None):
-        ids = self.tok.encode_src(list(sentences))
-        live = [i for i, row in enumerate(ids) if row]
+        ids = [row[: self.limit - 1] for row in self.tok.encode_src(list(sentences))]
+        forced = None
+        if prefixes is not None:  # a prefix and a token after it within the limit
+            forced = [row[: self.limit - 1] for row in self.tok.encode_tgt(list(prefixes))]
         out: list[list[Hypothesis]] = [[] for _ in sentences]
-        if not live:
-            return out
-        tokens = ctranslate.source_tokens(self.tok, [ids[i] for i in live])
-        live_prefixes = None if prefixes is None else [prefixes[i] for i in live]
-        options = self._options(n_best, max(len(t) for t in tokens), live_prefixes)
+        groups: dict[int, list[int]] = {}  # budget -> the live sentences of that budget
+        for i, row in enumerate(ids):
+            if row:
+                prefix = len(forced[i]) if forced is not None else 0
+                groups.setdefault(self._budget(len(row), prefix), []).append(i)
         with self.lock:
+            translator = self.translator
             if seed is not None:
+                # set_random_seed seeds only the generators of threads yet to draw (each
+                # thread seeds its own at its first draw): a new translator's threads
                 self.ct2.set_random_seed(int(seed))
-            results = self.translator.translate_batch(tokens, **options)
-        for i, result in zip(live, results):
-            out[i] = [
-                Hypothesis(
-                    self.tok.decode_tgt(ctranslate.target_ids(self.tok, hyp)),
-                    float(score),
-                    None,
-                    len(hyp) >= options["max_decoding_length"],
+                translator = self._load()
+            for budget, rows in sorted(groups.items()):
+                tokens = ctranslate.source_tokens(self.tok, [ids[i] for i in rows])
+                options = self._options(
+                    n_best, budget, None if forced is None else [forced[i] for i in rows]
                 )
-                for hyp, score in zip(result.hypotheses, result.scores)
-            ]
+                results = translator.translate_batch(tokens, **options)
+                for i, result in zip(rows, results):
+                    out[i] = [
+                        Hypothesis(
+                            self.tok.decode_tgt(ctranslate.target_ids(self.tok, hyp)),
+                            float(score),
+                            None,
+                            len(hyp) >= budget,
+                        )
+                        for hyp, score in zip(result.hypotheses, result.scores)
+                    ]
         return out
 
     def score(self, sources, targets) -> list[Score]:
-        src = ctranslate.source_tokens(self.tok, self.tok.encode_src(list(sources)))
+        ids = [row[: self.limit - 1] for row in self.tok.encode_src(list(sources))]
+        src = ctranslate.source_tokens(self.tok, ids)
         tgt = [self.tok.tgt_tokens(ids) for ids in self.tok.encode_tgt(list(targets))]
+        longest = max((len(t) + 1 for t in tgt), default=0)
+        if longest > self.limit:
+            raise UserError(
+                f"a target of {longest} tokens (</S> included) is longer than this model "
+                f"places ({self.limit})"
+            )
         results = self.translator.score_batch(src, tgt)
         return [
             Score(float(sum(r.log_probs)), list(zip(t + ["</S>"], map(float, r.log_probs))))
