@@ -4,8 +4,8 @@ one sentence decoded alone in-process.
 
     pip install -e ".[serve,bench]"     # FastAPI and uvicorn; httpx, CTranslate2
     python bench/serve_load.py --logdir log/multi30k_sinusoid \
-        --src ../shared/data/multi30k/test_2016_flickr.de.gz \
-        --ref ../shared/data/multi30k/test_2016_flickr.en.gz [--ctranslate2] \
+        --src data/multi30k/test_2016_flickr.de.gz \
+        --ref data/multi30k/test_2016_flickr.en.gz [--ctranslate2] \
         [--sents 1000] [--concurrency 1,8,64] [--beams 1,4] [--repeats 3]
     python bench/serve_load.py --logdir log/multi30k_sinusoid --beams 1 \
         --concurrency 1,64 --wait_ms 0,2,5,10     # how long the batcher should wait
@@ -46,7 +46,9 @@ e.g. sinusoid, not xl) and served with ``--engine ctranslate2 --model TMP``.
 --diagnose adds, per TensorFlow beam, a fresh process laid out as the server (one thread
 per stream, serve.py's decoding_process) that decodes the sentences without HTTP: in
 chunks of --max_batch in their order (the batches a full server makes) and one sentence
-alone; what is left of the gap is the HTTP and batching cost.
+alone; per CTranslate2 beam, its engine on those chunks and how many translate_batch
+calls a chunk takes (one per decoding budget). What is left of the gap is the HTTP and
+batching cost.
 """
 
 import argparse
@@ -110,7 +112,7 @@ CT2_CHILD = r"""
 import json, sys, time
 from transformer_tf2.config import hparams
 from transformer_tf2.serving.ctranslate2_engine import CTranslate2Engine
-model, run, beam, path, single = sys.argv[1:6]
+model, run, beam, path, single, max_batch = sys.argv[1:7]
 hp = hparams.apply(hparams.load(run + "/hparams.json"), {"logdir": run})
 engine = CTranslate2Engine(model, hp, {"beam_size": int(beam)})
 with open(path, encoding="utf-8") as f:
@@ -128,8 +130,17 @@ lengths = [len(ids) for ids in engine.tok.encode_src(lines)]
 order = sorted(range(len(lines)), key=lengths.__getitem__)
 for start in range(0, len(order), size):
     engine.translate([lines[i] for i in order[start : start + size]])
-rate = len(lines) / (time.perf_counter() - t0)
-print("RESULT " + json.dumps({"ms": ms, "rate": rate}))
+out = {"ms": ms, "rate": len(lines) / (time.perf_counter() - t0)}
+if int(max_batch):  # --diagnose: the batches a full server makes, in their order
+    size = int(max_batch)
+    t0 = time.perf_counter()
+    for start in range(0, len(lines), size):
+        engine.translate(lines[start : start + size])
+    out["chunks_rate"] = len(lines) / (time.perf_counter() - t0)
+    # CTranslate2 takes one budget per call: the engine's calls per chunk (distinct budgets)
+    calls = [len(set(lengths[start : start + size])) for start in range(0, len(lines), size)]
+    out["calls"] = sum(calls) / len(calls)
+print("RESULT " + json.dumps(out))
 """
 
 
@@ -358,8 +369,12 @@ def reference(args, engine: str, beam: int, src: str, ref: str, tmp: str, model:
     """The batched sentences/s and the one-sentence-alone latencies of ``engine``."""
     if engine == "ctranslate2":
         child = [sys.executable, "-c", CT2_CHILD, model, args.logdir, str(beam), src]
-        got = common.run_child(child + [str(args.single)], "bench (CTranslate2)", ROOT, env())
-        return dict(rate=got["rate"], single=common.median(got["ms"]))
+        child += [str(args.single), str(args.max_batch if args.diagnose else 0)]
+        got = common.run_child(child, "bench (CTranslate2)", ROOT, env())
+        out = dict(rate=got["rate"], single=common.median(got["ms"]))
+        if args.diagnose:
+            out.update(layout_chunks=got["chunks_rate"], calls=got["calls"])
+        return out
     rate = eval_rate(args, beam, src, ref, os.path.join(tmp, "results"))
     child = [sys.executable, "-c", TF_CHILD, args.logdir, str(beam), src, str(args.single)]
     got = common.run_child(child + ["api", "0"], "bench (alone)", ROOT, env())
@@ -513,7 +528,13 @@ def report(args, rows, refs_of, exits, engines, beams, settings, levels, n) -> N
                 f"{engine} {name}: batched ({batched}) {ref['rate']:.1f} sent/s; one sentence "
                 f"alone in-process {ref['single']:.1f} ms"
             )
-            if "layout_chunks" in ref:
+            if "calls" in ref:
+                print(
+                    f"  its engine on chunks of {args.max_batch} in order, no HTTP: "
+                    f"{ref['layout_chunks']:.1f} sent/s, {ref['calls']:.1f} translate_batch "
+                    "calls a chunk (one per budget)"
+                )
+            elif "layout_chunks" in ref:
                 print(
                     f"  the server's layout without HTTP: chunks of {args.max_batch} in order "
                     f"{ref['layout_chunks']:.1f} sent/s; one sentence alone "
