@@ -4,23 +4,24 @@ one sentence decoded alone in-process.
 
     pip install -e ".[serve,bench]"     # FastAPI and uvicorn; httpx, CTranslate2
     python bench/serve_load.py --logdir log/multi30k_sinusoid \
-        --src ../shared/data/multi30k/test_2016_flickr.de.gz \
-        --ref ../shared/data/multi30k/test_2016_flickr.en.gz [--ctranslate2] \
+        --src data/multi30k/test_2016_flickr.de.gz \
+        --ref data/multi30k/test_2016_flickr.en.gz [--ctranslate2] \
         [--sents 1000] [--concurrency 1,8,64] [--beams 1,4] [--repeats 3]
     python bench/serve_load.py --logdir log/multi30k_sinusoid --beams 1 \
         --concurrency 1,64 --wait_ms 0,2,5,10     # how long the batcher should wait
-    python bench/serve_load.py --logdir log/multi30k_sinusoid --beams 1 --concurrency 64 \
-        --serve_args="--eval_batch_size 32" --diagnose     # where a gap comes from
+    python bench/serve_load.py --logdir log/multi30k_sinusoid --beams 1 --concurrency 1,64 \
+        --serve_args=";--eval_batch_size 32;--decode_streams 1" --diagnose    # the gaps
     python bench/serve_load.py --logdir log/demo --sents 12 --concurrency 1,4 --beams 1 \
         --repeats 1 --single 4 --port 0 --max_batch 64 --warmup 4 --pass_seconds 600
 
-For each configuration (engine, beam, wait) a fresh ``python serve.py`` (what a user
-runs: --wait_ms, --max_batch and --serve_args passed on) on 127.0.0.1, waited for on
-/health; one warm-up pass of --warmup requests, then one pass per concurrency level of
---concurrency: the first --sents sentences of --src (plain or .gz, one per line; default
-the run's test split), each a LibreTranslate request ``{"q": sentence, "source": "de",
-"target": "en"}``, sent by that many clients at once (asyncio and one httpx.AsyncClient
-in this process, which imports no TensorFlow); then SIGTERM, which must end it with
+For each configuration (engine, beam, wait; with ``--serve_args "A;B"`` each variant
+too) a fresh ``python serve.py`` (what a user runs: --wait_ms, --max_batch and
+--serve_args passed on) on 127.0.0.1, waited for on /health; one warm-up pass of
+--warmup requests, then one pass per concurrency level of --concurrency: the first
+--sents sentences of --src (plain or .gz, one per line; default the run's test split),
+each a LibreTranslate request ``{"q": sentence, "source": "de", "target": "en"}``, sent
+by that many clients at once (asyncio in this process, which imports no TensorFlow; an
+httpx.AsyncClient and one connection per client); then SIGTERM, which must end it with
 status 0. A row: sentences/s (answered sentences over the pass's wall time), the p50 and
 p99 latency of a request in ms, the 503 answers, and from the server's /info the mean
 sentences per decoded batch and the share of the pass's wall time its batcher spent
@@ -45,7 +46,9 @@ e.g. sinusoid, not xl) and served with ``--engine ctranslate2 --model TMP``.
 --diagnose adds, per TensorFlow beam, a fresh process laid out as the server (one thread
 per stream, serve.py's decoding_process) that decodes the sentences without HTTP: in
 chunks of --max_batch in their order (the batches a full server makes) and one sentence
-alone; what is left of the gap is the HTTP and batching cost.
+alone; per CTranslate2 beam, its engine on those chunks and how many translate_batch
+calls a chunk takes (one per decoding budget). What is left of the gap is the HTTP and
+batching cost.
 """
 
 import argparse
@@ -109,7 +112,7 @@ CT2_CHILD = r"""
 import json, sys, time
 from transformer_tf2.config import hparams
 from transformer_tf2.serving.ctranslate2_engine import CTranslate2Engine
-model, run, beam, path, single = sys.argv[1:6]
+model, run, beam, path, single, max_batch = sys.argv[1:7]
 hp = hparams.apply(hparams.load(run + "/hparams.json"), {"logdir": run})
 engine = CTranslate2Engine(model, hp, {"beam_size": int(beam)})
 with open(path, encoding="utf-8") as f:
@@ -127,8 +130,17 @@ lengths = [len(ids) for ids in engine.tok.encode_src(lines)]
 order = sorted(range(len(lines)), key=lengths.__getitem__)
 for start in range(0, len(order), size):
     engine.translate([lines[i] for i in order[start : start + size]])
-rate = len(lines) / (time.perf_counter() - t0)
-print("RESULT " + json.dumps({"ms": ms, "rate": rate}))
+out = {"ms": ms, "rate": len(lines) / (time.perf_counter() - t0)}
+if int(max_batch):  # --diagnose: the batches a full server makes, in their order
+    size = int(max_batch)
+    t0 = time.perf_counter()
+    for start in range(0, len(lines), size):
+        engine.translate(lines[start : start + size])
+    out["chunks_rate"] = len(lines) / (time.perf_counter() - t0)
+    # CTranslate2 takes one budget per call: the engine's calls per chunk (distinct budgets)
+    calls = [len(set(lengths[start : start + size])) for start in range(0, len(lines), size)]
+    out["calls"] = sum(calls) / len(calls)
+print("RESULT " + json.dumps(out))
 """
 
 
@@ -319,12 +331,27 @@ def server_passes(server: Server, sentences: list[str], levels: list[int], args)
     return out
 
 
-def serve_command(args, engine: str, beam: int, wait: float, model: str) -> list[str]:
+def progress(line: str) -> None:
+    """A line on stderr: where a long run is."""
+    print(f"bench: {time.strftime('%H:%M:%S')} {line}", file=sys.stderr, flush=True)
+
+
+def serve_command(args, engine: str, beam: int, setting: tuple, model: str) -> list[str]:
+    """serve.py's options for ``engine`` at ``beam`` and ``setting``: (wait_ms, the
+    --serve_args variant)."""
+    wait, extra = setting
     command = ["--logdir", args.logdir, "--beam_size", str(beam), "--wait_ms", f"{wait:g}"]
     command += ["--max_batch", str(args.max_batch)]
     if engine == "ctranslate2":
         command += ["--engine", "ctranslate2", "--model", model]
-    return command + shlex.split(args.serve_args)
+    return command + shlex.split(extra)
+
+
+def settings_of(waits: list[float], serve_args: str) -> list[tuple[float, str]]:
+    """Each server setting to run: every --wait_ms with every ;-separated variant of
+    --serve_args."""
+    variants = [v.strip() for v in serve_args.split(";")] or [""]
+    return [(wait, extra) for extra in variants for wait in waits]
 
 
 def eval_rate(args, beam: int, src: str, ref: str, results: str) -> float:
@@ -342,8 +369,12 @@ def reference(args, engine: str, beam: int, src: str, ref: str, tmp: str, model:
     """The batched sentences/s and the one-sentence-alone latencies of ``engine``."""
     if engine == "ctranslate2":
         child = [sys.executable, "-c", CT2_CHILD, model, args.logdir, str(beam), src]
-        got = common.run_child(child + [str(args.single)], "bench (CTranslate2)", ROOT, env())
-        return dict(rate=got["rate"], single=common.median(got["ms"]))
+        child += [str(args.single), str(args.max_batch if args.diagnose else 0)]
+        got = common.run_child(child, "bench (CTranslate2)", ROOT, env())
+        out = dict(rate=got["rate"], single=common.median(got["ms"]))
+        if args.diagnose:
+            out.update(layout_chunks=got["chunks_rate"], calls=got["calls"])
+        return out
     rate = eval_rate(args, beam, src, ref, os.path.join(tmp, "results"))
     child = [sys.executable, "-c", TF_CHILD, args.logdir, str(beam), src, str(args.single)]
     got = common.run_child(child + ["api", "0"], "bench (alone)", ROOT, env())
@@ -375,7 +406,11 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--beams", default="1,4", help="beam sizes (1: greedy), a server each")
     ap.add_argument("--wait_ms", default="5", help="serve.py's --wait_ms values, a server each")
     ap.add_argument("--max_batch", type=int, default=64, help="serve.py's --max_batch")
-    ap.add_argument("--serve_args", default="", help='more serve.py options, e.g. "--x 1"')
+    ap.add_argument(
+        "--serve_args",
+        default="",
+        help='more serve.py options, e.g. "--x 1"; "A;B": a server with each, in turn',
+    )
     ap.add_argument("--ctranslate2", action="store_true", help="the CTranslate2 engine too")
     ap.add_argument("--repeats", type=int, default=3, help="runs of each side, interleaved")
     ap.add_argument("--single", type=int, default=100, help="sentences decoded alone")
@@ -409,12 +444,12 @@ def main() -> None:
         sys.exit(f"bench: {len(sentences)} sentences of {args.src} but {len(refs)} references")
     tmp = tempfile.mkdtemp(prefix="bench_serve_load_")
     try:
-        measure(args, sentences, refs, levels, beams, waits, tmp)
+        measure(args, sentences, refs, levels, beams, settings_of(waits, args.serve_args), tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def measure(args, sentences, refs, levels, beams, waits, tmp) -> None:
+def measure(args, sentences, refs, levels, beams, settings, tmp) -> None:
     src, ref = os.path.join(tmp, "src.txt"), os.path.join(tmp, "ref.txt")
     for path, lines in ((src, sentences), (ref, refs)):
         with open(path, "w", encoding="utf-8") as f:
@@ -431,13 +466,14 @@ def measure(args, sentences, refs, levels, beams, waits, tmp) -> None:
     for r in range(args.repeats):
         for engine, beam in groups if r % 2 == 0 else groups[::-1]:
             for side in common.interleaved(r, "server", "reference"):
+                progress(f"run {r + 1}/{args.repeats}: {engine}, beam {beam}, {side}")
                 if side == "reference":
                     refs_of[engine, beam].append(
                         reference(args, engine, beam, src, ref, tmp, model)
                     )
                     continue
-                for wait in waits if r % 2 == 0 else waits[::-1]:
-                    command = serve_command(args, engine, beam, wait, model)
+                for setting in settings if r % 2 == 0 else settings[::-1]:
+                    command = serve_command(args, engine, beam, setting, model)
                     server = Server(command, log, args.port, args.startup_seconds)
                     try:
                         server.start()
@@ -445,11 +481,11 @@ def measure(args, sentences, refs, levels, beams, waits, tmp) -> None:
                     finally:
                         exits.append(server.stop())
                     for level, figures in got.items():
-                        rows[engine, beam, wait, level].append(figures)
-    report(args, rows, refs_of, exits, engines, beams, waits, levels, len(sentences))
+                        rows[engine, beam, setting, level].append(figures)
+    report(args, rows, refs_of, exits, engines, beams, settings, levels, len(sentences))
 
 
-def report(args, rows, refs_of, exits, engines, beams, waits, levels, n) -> None:
+def report(args, rows, refs_of, exits, engines, beams, settings, levels, n) -> None:
     """The table, the references and the targets' ratios with PASS or FAIL."""
     what = f"{n} sentences of {args.src}"
     print(f"serve.py under load: {args.logdir}, {what}; median of {args.repeats} runs")
@@ -457,21 +493,25 @@ def report(args, rows, refs_of, exits, engines, beams, waits, levels, n) -> None
     columns = ("engine", "beam", "wait_ms", "clients", "sent/s", "p50 ms", "p99 ms", "503s")
     columns += ("batch", "busy", "client cpu")
     widths = (12, 5, 8, 8, 9, 9, 9, 6, 7, 6, 11)
-    print("".join(f"{c:>{w}}" for c, w in zip(columns, widths)))
+    variants = any(extra for _, extra in settings)
+    print(
+        "".join(f"{c:>{w}}" for c, w in zip(columns, widths)) + ("  serve_args" if variants else "")
+    )
     med = {}
     for engine in engines:
         for beam in beams:
-            for wait in waits:
+            for setting in settings:
                 for level in levels:
-                    runs = rows[engine, beam, wait, level]
+                    runs = rows[engine, beam, setting, level]
                     m = {k: common.median([x[k] for x in runs]) for k in runs[0]}
                     m["s503"] = sum(x["s503"] for x in runs)
                     m["failed"] = sum(x["failed"] for x in runs)
-                    med[engine, beam, wait, level] = m
-                    cells = (engine, beam, f"{wait:g}", level, f"{m['rate']:.1f}")
+                    med[engine, beam, setting, level] = m
+                    cells = (engine, beam, f"{setting[0]:g}", level, f"{m['rate']:.1f}")
                     cells += (f"{m['p50']:.1f}", f"{m['p99']:.1f}", m["s503"])
                     cells += (f"{m['batch']:.1f}", f"{m['busy']:.2f}", f"{m['client_cpu']:.2f}")
-                    print("".join(f"{str(c):>{w}}" for c, w in zip(cells, widths)))
+                    line = "".join(f"{str(c):>{w}}" for c, w in zip(cells, widths))
+                    print(line + (f"  {setting[1]}" if variants else ""))
     failed = sum(m["failed"] for m in med.values())
     if failed:
         print(f"requests that failed otherwise (not 200, not 503): {failed}")
@@ -488,24 +528,31 @@ def report(args, rows, refs_of, exits, engines, beams, waits, levels, n) -> None
                 f"{engine} {name}: batched ({batched}) {ref['rate']:.1f} sent/s; one sentence "
                 f"alone in-process {ref['single']:.1f} ms"
             )
-            if "layout_chunks" in ref:
+            if "calls" in ref:
+                print(
+                    f"  its engine on chunks of {args.max_batch} in order, no HTTP: "
+                    f"{ref['layout_chunks']:.1f} sent/s, {ref['calls']:.1f} translate_batch "
+                    "calls a chunk (one per budget)"
+                )
+            elif "layout_chunks" in ref:
                 print(
                     f"  the server's layout without HTTP: chunks of {args.max_batch} in order "
                     f"{ref['layout_chunks']:.1f} sent/s; one sentence alone "
                     f"{ref['layout_single']:.1f} ms"
                 )
-            for wait in waits:
-                m_top, m_low = med[engine, beam, wait, top], med[engine, beam, wait, low]
+            for setting in settings:
+                m_top, m_low = med[engine, beam, setting, top], med[engine, beam, setting, low]
+                label = f"wait {setting[0]:g} ms" + (f", {setting[1]}" if setting[1] else "")
                 ratio = m_top["rate"] / ref["rate"]
                 verdict = "PASS" if ratio >= THROUGHPUT_TARGET else "FAIL"
                 print(
-                    f"  wait {wait:g} ms, {top} clients: {m_top['rate']:.1f} / {ref['rate']:.1f}"
+                    f"  {label}, {top} clients: {m_top['rate']:.1f} / {ref['rate']:.1f}"
                     f" sent/s = {ratio:.2f}x batched (target >= {THROUGHPUT_TARGET}): {verdict}"
                 )
                 ratio = m_low["p50"] / ref["single"]
                 verdict = "PASS" if ratio <= LATENCY_TARGET else "FAIL"
                 print(
-                    f"  wait {wait:g} ms, {low} client: p50 {m_low['p50']:.1f} / "
+                    f"  {label}, {low} client: p50 {m_low['p50']:.1f} / "
                     f"{ref['single']:.1f} ms = {ratio:.2f}x alone (target <= {LATENCY_TARGET}): "
                     f"{verdict}"
                 )

@@ -1051,7 +1051,13 @@ def test_serve_load_percentiles_and_lists():
     assert serve_load.percentile([float(x) for x in range(1, 101)], 99) == 99.0
     assert serve_load.ints("1, 8,64") == [1, 8, 64] and serve_load.floats("0,2.5") == [0.0, 2.5]
     cmd = serve_load.parser().parse_args(["--logdir", "x", "--serve_args", "--decode_streams 2"])
-    assert serve_load.serve_command(cmd, "tensorflow", 4, 2.0, "") == [
+    assert serve_load.settings_of([0.0, 5.0], ";--x 1") == [
+        (0.0, ""),
+        (5.0, ""),
+        (0.0, "--x 1"),
+        (5.0, "--x 1"),
+    ]
+    assert serve_load.serve_command(cmd, "tensorflow", 4, (2.0, cmd.serve_args), "") == [
         *("--logdir", "x", "--beam_size", "4", "--wait_ms", "2", "--max_batch", "64"),
         *("--decode_streams", "2"),
     ]
