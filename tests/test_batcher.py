@@ -93,11 +93,11 @@ def test_jobs_arriving_together_share_a_batch_of_their_key_up_to_max_batch():
 
 def test_a_job_waits_wait_ms_for_others_but_no_longer():
     fake = FakeRun()
-    batcher = Batcher(fake, max_batch=8, wait_ms=300, max_queue=100)
+    batcher = Batcher(fake, max_batch=8, wait_ms=500, max_queue=100)
 
     async def main():
         first = batcher.submit(Job(["x"], key=("a",)))
-        await asyncio.sleep(0.05)  # within the 300 ms: shares the batch
+        await asyncio.sleep(0.02)  # within the 500 ms: shares the batch
         second = batcher.submit(Job(["y"], key=("a",)))
         assert await first == ["X"] and await second == ["Y"]
         late = batcher.submit(Job(["z"], key=("a",)))
