@@ -196,7 +196,44 @@ def page_problems(page: str, text: str) -> list[str]:
         elif path == os.path.join(ROOT, JOURNAL) and "#" in target:
             if target.split("#", 1)[1] not in anchors(read(JOURNAL)):
                 problems.append(f"{page}: the link {target} names no entry of the journal")
+        elif path.endswith(".md") and "#" in target:
+            if target.split("#", 1)[1] not in anchors(read(os.path.relpath(path, ROOT))):
+                problems.append(f"{page}: the link {target} names no heading of its page")
     problems += [f"{page}: commit hash {h}" for h in HASH.findall(text)]
+    return problems + unlabelled_figures(page, text)
+
+
+# a CPU named as `lscpu` names it, and a date
+CPU = re.compile(r"(Intel|AMD)[^|]*?CPU family \d+, model \d+")
+DATE = re.compile(r"\b20\d\d-\d\d-\d\d\b")
+
+
+def unlabelled_figures(page: str, text: str) -> list[str]:
+    """The figures of README.md's results table and of docs/results.md that do not say
+    where and when they were measured: each row of the README's table names a CPU model
+    (its CPU family and model) and a date, and each section of results.md names a CPU
+    model, a date and a command of this repository."""
+    problems = []
+    if page == "README.md":
+        table = text.split("## What it does, measured", 1)[1].split("\n\n", 2)[1]
+        rows = [r for r in table.splitlines() if r.startswith("|")][2:]
+        for row in rows:
+            what = row.split("|")[1].strip()
+            if not CPU.search(row):
+                problems.append(f"{page}: the row '{what}' names no CPU family and model")
+            if not DATE.search(row):
+                problems.append(f"{page}: the row '{what}' names no date")
+    if page == "docs/results.md":
+        for section in re.split(r"(?m)^## ", text)[1:]:
+            title = section.splitlines()[0]
+            body = section.replace("\n", " ")
+            for name, found in (
+                ("CPU family and model", CPU.search(body)),
+                ("date", DATE.search(body)),
+                ("command", re.search(r"python [\w/]+\.py", body)),
+            ):
+                if not found:
+                    problems.append(f"{page}: the section '{title}' names no {name}")
     return problems
 
 
@@ -236,8 +273,8 @@ def test_a_misspelt_flag_in_inline_code_of_a_table_or_of_prose_is_caught():
     (`python SCRIPT.py`) and the commands of fenced blocks of other languages are not
     read."""
     text = read("README.md")
-    row = "`python train.py --preset multi30k --max_minutes 30`, then `python eval.py --preset"
-    row += " multi30k [--beam_size 4]`"
+    row = "`python train.py --preset multi30k --max_minutes 30 --logdir log/m30k_30min_1129`,"
+    row += " then `python eval.py --logdir log/m30k_30min_1129 [--beam_size 4]`"
     assert row in text
     planted = row.replace("--max_minutes", "--max_minutez").replace("--beam_size", "--beam_sise")
     text = text.replace(row, planted)
@@ -346,6 +383,7 @@ def test_ignored_settings_outside_paths_reused_run_names_and_dead_journal_anchor
         "python train.py --max_steps 3000 --logdir log/t\n"
         "```\n"
         "[stage 9](journal.md#2026-11-26-stage-9), [gone](journal.md#2026-11-26-stage-10)\n"
+        "[speed](results.md#decoding-speed), [old](results.md#todays-code-end-to-end)\n"
     )
     assert page_problems("docs/x.md", text) == [
         "docs/x.md: eval.py ignores --prepro_dir (the run's hparams.json has it)",
@@ -353,9 +391,37 @@ def test_ignored_settings_outside_paths_reused_run_names_and_dead_journal_anchor
         "docs/x.md: ../shared/data/multi30k is outside the repository",
         "docs/x.md: two commands train log/s",
         "docs/x.md: the link journal.md#2026-11-26-stage-10 names no entry of the journal",
+        "docs/x.md: the link results.md#todays-code-end-to-end names no heading of its page",
     ]
     assert slug("2026-11-25: the A/B at 30 minutes") == "2026-11-25-the-ab-at-30-minutes"
     assert slug("Until 2026-11-28: the final evaluation inside max_minutes") == (
         "until-2026-11-28-the-final-evaluation-inside-max_minutes"
     )
     assert anchors("# A\n## B: c\n```\n# not a heading\n```\n## B: c\n") == {"a", "b-c", "b-c-1"}
+
+
+def test_a_results_row_or_section_without_its_cpu_or_date_is_caught():
+    """The README's results table names the CPU model and the date on every row, and
+    every section of docs/results.md names them with a command: a row or a section that
+    drops one is caught."""
+    readme = read("README.md")
+    assert unlabelled_figures("README.md", readme) == []
+    row = next(
+        r
+        for r in readme.split("## What it does, measured", 1)[1].splitlines()
+        if r.startswith("| Multi30k")
+    )
+    bare = re.sub(r"CPU family \d+, model \d+", "AMX", row)
+    bare = DATE.sub("today", bare)
+    what = row.split("|")[1].strip()
+    assert unlabelled_figures("README.md", readme.replace(row, bare)) == [
+        f"README.md: the row '{what}' names no CPU family and model",
+        f"README.md: the row '{what}' names no date",
+    ]
+    results = read("docs/results.md")
+    assert unlabelled_figures("docs/results.md", results) == []
+    planted = results + "\n## A figure from nowhere\n\nIt ran fast on some machine.\n"
+    assert unlabelled_figures("docs/results.md", planted) == [
+        f"docs/results.md: the section 'A figure from nowhere' names no {name}"
+        for name in ("CPU family and model", "date", "command")
+    ]
