@@ -1,6 +1,7 @@
 """The page at / (serving/page.html) in a real headless Chromium, against serve.py started
 as a subprocess on a trained run (127.0.0.1 only): its translation is the Python API's,
-hovering a word highlights the words its alignment (/v1/translate's) links and no others,
+hovering a word, or reaching it with Tab, highlights the words its alignment
+(/v1/translate's) links and no others,
 and a refused request and a server that is gone show their message in the status line.
 
 Needs Debian's chromium and chromium-driver (.ci/run installs them); skipped without them.
@@ -24,6 +25,7 @@ from selenium.common.exceptions import TimeoutException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
 
 from helpers import ROOT
@@ -229,6 +231,19 @@ def test_page_translates_highlights_alignments_and_shows_errors(run, tmp_path):
             # the pointer leaves: nothing stays lit
             hover(driver, driver.find_element(By.TAG_NAME, "h1"))
             lit_as(driver, set(), "the pointer gone")
+
+            # the keyboard: Tab from the button reaches the first words in turn, and each
+            # lights as when hovered; Shift+Tab back to the button lights nothing
+            driver.execute_script("document.getElementById('go').focus();")
+            for i in range(2):
+                ActionChains(driver).send_keys(Keys.TAB).perform()
+                want = {("s", 0, i)} | {("t", 0, j) for s, j in links[0] if s == i}
+                lit_as(driver, want, f"source word {i} of line 0 reached with Tab")
+            ActionChains(driver).key_down(Keys.SHIFT).send_keys(Keys.TAB).send_keys(
+                Keys.TAB
+            ).key_up(Keys.SHIFT).perform()
+            assert driver.switch_to.active_element.get_attribute("id") == "go"
+            lit_as(driver, set(), "focus back on the button")
 
             # a picture of it: the source word with the most links hovered
             k, i = max(

@@ -257,6 +257,19 @@ def test_alignments_on_an_engine_without_them_and_a_seed_on_a_sampling_one():
         assert len(engine.calls) == 2
 
 
+def test_alignments_with_an_n_best_list_are_refused_before_any_decoding(client):
+    """Alignments align the best translation: n_best 2 with alignments is a 400 up front,
+    so no batch (and no other client's sentence in it) meets the refusal."""
+    response = client.post("/v1/translate", json={"q": ["ab"], "n_best": 2, "alignments": True})
+    assert response.status_code == 400
+    assert response.json() == {
+        "error": "Invalid request: alignments align the best translation: ask for n_best 1"
+    }
+    assert client.engine.calls == []
+    got = client.post("/v1/translate", json={"q": ["ab"], "alignments": True}).json()
+    assert got["translations"][0][0]["alignment"] == "0-0"
+
+
 def test_health_is_503_once_the_server_drains():
     engine = FakeEngine()
     application = serving.create_app(engine, LIMITS, drain_seconds=5)

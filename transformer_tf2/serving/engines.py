@@ -51,6 +51,8 @@ class Engine:
             )
         if alignments and not self.alignments:
             raise UserError(f"alignments are not given by the {self.name} engine")
+        if alignments and n_best > 1:
+            raise UserError("alignments align the best translation: ask for n_best 1")
         if seed is not None and not self.sampling:
             raise UserError("a seed is for sampling: start the server with --sampling_topk")
 
