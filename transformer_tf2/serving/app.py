@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import json
 import time
 import urllib.parse
@@ -220,55 +221,67 @@ def create_app(
     async def user_error(request: Request, e: UserError):
         return error(400, f"Invalid request: {e}")
 
-    async def decode(request: Request, job: Job):
-        """The job's results, decoded in a batch; 503 when the queue is full or the
-        server drains; None if the client went away meanwhile (its place is freed)."""
-        try:
-            future = state["batcher"].submit(job)
-        except Full as e:
-            raise RequestError(
-                503,
-                f"Slowdown: the server's queue is full; retry after {e.retry_after} s",
-                {"Retry-After": str(e.retry_after)},
-            ) from None
-        except Closed:
-            raise RequestError(503, "The server is shutting down", {"Retry-After": "5"}) from None
-        try:
-            while True:
-                wait = DISCONNECT_POLL
-                if state["deadline"] is not None:
-                    wait = min(wait, state["deadline"] - time.monotonic())
-                    if wait <= 0:  # the drain's time is up: the job is dropped
-                        future.cancel()
-                        raise RequestError(
-                            503,
-                            "The server is shutting down: the request did not finish within "
-                            "its drain time",
-                            {"Retry-After": "5"},
-                        )
-                done, _ = await asyncio.wait({future}, timeout=wait)
-                if done:
-                    return future.result()
-                if await request.is_disconnected():
-                    future.cancel()  # the batcher frees its place
-                    return None
-        except asyncio.CancelledError:  # the server cancelled the request: drop its job
-            future.cancel()
-            raise
+    decode = functools.partial(decode_job, state)
+    add_libretranslate_routes(app, engine, limits, decode)
+    add_own_routes(app, engine, limits, decode)
+    add_status_routes(app, engine, limits, state, drain_seconds)
+    return app
 
-    def check_languages(fields: dict) -> bool:
-        """LibreTranslate's source and target; True where the source was "auto"."""
-        for name in ("source", "target"):
-            if not fields.get(name):
-                raise RequestError(400, f"Invalid request: missing {name} parameter")
-            if not isinstance(fields[name], str):
-                raise RequestError(400, f"Invalid request: {name} must be a language code")
-        source, target = fields["source"], fields["target"]
-        if source not in (engine.source, "auto"):
-            raise RequestError(400, f"{source} is not supported")
-        if target != engine.target:
-            raise RequestError(400, f"{target} is not supported")
-        return source == "auto"
+
+async def decode_job(state: dict, request: Request, job: Job):
+    """The job's results, decoded in a batch; 503 when the queue is full or the
+    server drains; None if the client went away meanwhile (its place is freed)."""
+    try:
+        future = state["batcher"].submit(job)
+    except Full as e:
+        raise RequestError(
+            503,
+            f"Slowdown: the server's queue is full; retry after {e.retry_after} s",
+            {"Retry-After": str(e.retry_after)},
+        ) from None
+    except Closed:
+        raise RequestError(503, "The server is shutting down", {"Retry-After": "5"}) from None
+    try:
+        while True:
+            wait = DISCONNECT_POLL
+            if state["deadline"] is not None:
+                wait = min(wait, state["deadline"] - time.monotonic())
+                if wait <= 0:  # the drain's time is up: the job is dropped
+                    future.cancel()
+                    raise RequestError(
+                        503,
+                        "The server is shutting down: the request did not finish within "
+                        "its drain time",
+                        {"Retry-After": "5"},
+                    )
+            done, _ = await asyncio.wait({future}, timeout=wait)
+            if done:
+                return future.result()
+            if await request.is_disconnected():
+                future.cancel()  # the batcher frees its place
+                return None
+    except asyncio.CancelledError:  # the server cancelled the request: drop its job
+        future.cancel()
+        raise
+
+
+def check_languages(fields: dict, engine: engines.Engine) -> bool:
+    """LibreTranslate's source and target; True where the source was "auto"."""
+    for name in ("source", "target"):
+        if not fields.get(name):
+            raise RequestError(400, f"Invalid request: missing {name} parameter")
+        if not isinstance(fields[name], str):
+            raise RequestError(400, f"Invalid request: {name} must be a language code")
+    source, target = fields["source"], fields["target"]
+    if source not in (engine.source, "auto"):
+        raise RequestError(400, f"{source} is not supported")
+    if target != engine.target:
+        raise RequestError(400, f"{target} is not supported")
+    return source == "auto"
+
+
+def add_libretranslate_routes(app: FastAPI, engine: engines.Engine, limits: Limits, decode) -> None:
+    """LibreTranslate's endpoints: POST /translate and GET /languages."""
 
     @app.post(
         "/translate",
@@ -302,7 +315,7 @@ def create_app(
         list ``q``), ``alternatives`` when asked, ``detectedLanguage`` for "auto"."""
         fields = await read_fields(request, limits)
         sentences, single = texts(fields, "q", limits)
-        auto = check_languages(fields)
+        auto = check_languages(fields, engine)
         if fields.get("format", "text") not in ("text", None, ""):
             raise RequestError(400, f"{fields['format']} is not supported: use format text")
         alternatives = integer(fields, "alternatives", 0)
@@ -333,6 +346,10 @@ def create_app(
             },
             {"code": engine.target, "name": name.get(engine.target, engine.target), "targets": []},
         ]
+
+
+def add_own_routes(app: FastAPI, engine: engines.Engine, limits: Limits, decode) -> None:
+    """The own endpoints: /v1/translate and /v1/score."""
 
     @app.post(
         "/v1/translate",
@@ -394,6 +411,12 @@ def create_app(
             return JSONResponse({}, status_code=499)
         return {"scores": [{"score": s.score, "tokens": s.tokens} for s in results]}
 
+
+def add_status_routes(
+    app: FastAPI, engine: engines.Engine, limits: Limits, state: dict, drain_seconds: float
+) -> None:
+    """/health, /info and the page at /."""
+
     @app.get("/health")
     async def health():
         if state["draining"]:
@@ -412,5 +435,3 @@ def create_app(
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def page():
         return resources.files("transformer_tf2.serving").joinpath("page.html").read_text("utf-8")
-
-    return app
