@@ -7,7 +7,10 @@
 Loads the run's own hparams from ``<logdir>/hparams.json``, decodes autoregressively
 (greedy, batched, each sentence stopping at </S>) and writes ``results/<model_name>``
 in the legacy format: ``- source:``, ``- expected:``, ``- got:`` blocks, then
-``Bleu Score = X``, plus ``results/<model_name>.json`` with every figure:
+``Bleu Score = X``, plus ``results/<model_name>.json`` with every figure. The results of
+a ``--test_src`` file are named after it as well (``<model_name>_my-1a2b3c4d``: the
+file's name and a digest of its lines), so that they never replace the test set's or
+another file's. The figures:
 
 * ``Bleu Score`` (legacy): nltk ``corpus_bleu`` (4-gram, uniform weights, no smoothing)
   x 100 over whitespace tokens of the legacy-cleaned text (``[^\\s\\p{Latin}']`` removed),
@@ -62,9 +65,11 @@ SCRIPT = cli.Script(
 if __name__ == "__main__":
     cli.start(SCRIPT)  # --help and option errors answer before TensorFlow loads
 
+import hashlib
 import json
 import math
 import os
+import re
 import time
 
 import numpy as np
@@ -182,6 +187,16 @@ def decoding_record(hp, logdirs: list[str], paths: list[str]) -> tuple[str, dict
     return name, settings
 
 
+def source_tag(path: str, sources: list[str]) -> str:
+    """What a ``--test_src`` result's name adds to the run's: the file's name without its
+    extension, and the first 8 hex digits of the SHA-256 of its lines, so that two sources
+    of the same name (dev.de of two corpora) keep results of their own."""
+    stem = os.path.splitext(os.path.basename(os.path.normpath(path)))[0]
+    stem = re.sub(r"[^\w.-]+", "-", stem).strip("-.") or "src"
+    digest = hashlib.sha256("\n".join(sources).encode("utf-8")).hexdigest()[:8]
+    return f"{stem}-{digest}"
+
+
 def evaluate(
     logdir: str,
     overrides: dict,
@@ -213,6 +228,9 @@ def evaluate(
     if not sources:
         raise UserError(f"the test set is empty ({test_src or hp.prepro_dir + '/test.src'})")
     name, settings = decoding_record(hp, runs or [logdir], paths)
+    if test_src:  # another source's results never take the test set's name
+        name += "_" + source_tag(test_src, sources)
+        settings["source"] = test_src
     files.check_writable(hp.results_dir, "nothing was decoded yet")  # before decoding
     t0 = time.time()
     if hp.legacy_protocol:

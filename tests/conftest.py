@@ -8,6 +8,7 @@ import json
 import os
 import pickle
 import shutil
+import sys
 import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow is imported
@@ -30,6 +31,21 @@ if "HYPOTHESIS_STORAGE_DIRECTORY" not in os.environ:
 # spin on cores shared with other processes (xdist workers, the servers of test_serving.py)
 # slow CTranslate2 down by an order of magnitude
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# A command of the docs written as `python ...` (test_doc_examples.py,
+# test_back_translation.py run them through bash) runs the interpreter running the tests,
+# whichever `python` comes first on PATH and whether or not a virtual environment is
+# activated: `python` and `python3` of a folder of the session, first on PATH, start
+# sys.executable (a script, not a link: a link outside a venv's bin/ would not find its
+# pyvenv.cfg, and so none of its packages)
+if "TRANSFORMER_TEST_BIN" not in os.environ:
+    os.environ["TRANSFORMER_TEST_BIN"] = tempfile.mkdtemp(prefix="transformer-bin-")
+    atexit.register(shutil.rmtree, os.environ["TRANSFORMER_TEST_BIN"], True)
+    for _name in ("python", "python3"):
+        _path = os.path.join(os.environ["TRANSFORMER_TEST_BIN"], _name)
+        with open(_path, "w", encoding="utf-8") as _f:
+            _f.write(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+        os.chmod(_path, 0o755)
+    os.environ["PATH"] = os.environ["TRANSFORMER_TEST_BIN"] + os.pathsep + os.environ["PATH"]
 from transformer_tf2.config import cli  # noqa: E402, F401  (its import turns oneDNN on)
 
 # TensorFlow's C++ start-up lines, which TF_CPP_MIN_LOG_LEVEL cannot hide (cli.NOISE), go

@@ -134,7 +134,7 @@ def test_the_wheel_installed_in_a_fresh_environment_translates_from_outside(quic
     assert build.returncode == 0, build.stderr[-2000:]
     (wheel,) = wheels.glob("transformer_tf2-*.whl")
     env = tmp_path / "env"
-    venv.EnvBuilder(system_site_packages=True, with_pip=False).create(env)
+    venv.EnvBuilder(with_pip=False).create(env)
     python = str(env / "bin" / "python")
     site = subprocess.run(
         [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
@@ -142,6 +142,12 @@ def test_the_wheel_installed_in_a_fresh_environment_translates_from_outside(quic
         text=True,
         check=True,
     ).stdout.strip()
+    # The new environment sees the packages of the one running the tests (TensorFlow,
+    # sentencepiece, ...), after its own: a .pth file names their folders. (A venv made
+    # with system_site_packages from inside a venv would see the base interpreter's.)
+    theirs = [p for p in sys.path if os.path.basename(p) in ("site-packages", "dist-packages")]
+    with open(os.path.join(site, "tests-environment.pth"), "w", encoding="utf-8") as f:
+        f.write("".join(f"{p}\n" for p in theirs))
     install = subprocess.run(
         [
             sys.executable,

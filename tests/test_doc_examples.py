@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -165,7 +166,7 @@ def test_your_own_data_reads_your_files_and_fine_tunes_on_them(demo_prepro, quic
         'from_run("log/fr-en")', 'from_run("log/fr-en", max_len=10)'
     )
     run = subprocess.run(
-        ["python", "-c", script], cwd=there, capture_output=True, text=True, timeout=900
+        [sys.executable, "-c", script], cwd=there, capture_output=True, text=True, timeout=900
     )
     assert run.returncode == 0, run.stderr[-3000:]
     assert len(run.stdout.splitlines()) == 1

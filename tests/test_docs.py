@@ -18,6 +18,7 @@ import io
 import os
 import re
 import shlex
+import subprocess
 import tokenize
 
 import pytest
@@ -425,3 +426,38 @@ def test_a_results_row_or_section_without_its_cpu_or_date_is_caught():
         f"docs/results.md: the section 'A figure from nowhere' names no {name}"
         for name in ("CPU family and model", "date", "command")
     ]
+
+
+def ci_readme_command(pattern: str, readme: str) -> str:
+    """What .ci/run's ``readme_command PATTERN`` picks from the README at ``readme``."""
+    with open(os.path.join(ROOT, ".ci", "run"), encoding="utf-8") as f:
+        (function,) = re.findall(r"^readme_command\(\) \{.*?^\}\n", f.read(), re.M | re.S)
+    folder = os.path.dirname(readme)
+    ran = subprocess.run(
+        ["bash", "-c", f'{function}readme_command "$1"', "ci", pattern],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return ran.stdout.strip()
+
+
+def test_ci_runs_the_readmes_two_commands_as_written(tmp_path):
+    """The README's first command makes and activates a virtual environment, installs and
+    runs the demo end to end; .ci/run reads that line and the test command from the README
+    (so CI runs them as written), and would fail on a README without them."""
+    first_block = bash_blocks(read("README.md"))[0]
+    assert first_block.startswith("python3 -m venv .venv && . .venv/bin/activate && pip install")
+    assert [argv[0] for argv in commands(first_block)] == ["prepro.py", "train.py", "eval.py"]
+    with open(os.path.join(ROOT, ".ci", "run"), encoding="utf-8") as f:
+        ci = f.read()
+    (first, tests) = re.findall(r"^\w+=\$\(readme_command '(.*)'\)$", ci, re.M)
+    readme = os.path.join(ROOT, "README.md")
+    assert ci_readme_command(first, readme) == first_block
+    tested = ci_readme_command(tests, readme)
+    assert tested == 'pip install -e ".[dev]" && python -m pytest -q'
+    assert tested in bash_blocks(read("README.md"))
+    assert 'eval "$install_and_demo"' in ci and 'eval "$run_tests"' in ci
+    (tmp_path / "README.md").write_text("```bash\npip install -e .\n```\n", encoding="utf-8")
+    assert ci_readme_command(first, str(tmp_path / "README.md")) == ""
