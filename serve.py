@@ -8,8 +8,11 @@ page to try it, with concurrent requests decoded together on the warm model.
 Endpoints: ``POST /translate`` and ``GET /languages`` (LibreTranslate's: its clients work
 unchanged), ``POST /v1/translate`` (n-best lists with scores, alignments, prefixes, a
 seed), ``POST /v1/score``, ``GET /health``, ``GET /info``, ``GET /`` (the page) and
-``GET /docs`` (the API in OpenAPI). Requests that arrive within --wait_ms of each other are
-decoded in one batch of at most --max_batch sentences; past --max_queue sentences waiting
+``GET /docs`` (the API in OpenAPI). --workers threads decode (one per core by default),
+each one batch at a time: a free worker takes the oldest request waiting at once, with the
+waiting requests closest to it in length, up to --max_batch sentences and --max_tokens
+padded source tokens, and waits (at most --wait_ms) for more only while another worker
+is busy and requests keep arriving (docs/serving.md); past --max_queue sentences waiting
 the server answers 503 with Retry-After; a request over --max_sentences sentences or
 --max_chars characters in a sentence gets 413. SIGTERM stops taking requests, answers
 those accepted and exits 0, all within --drain_seconds: a request not answered by then
@@ -45,8 +48,10 @@ SCRIPT = cli.Script(
         "model": ("", "with --engine ctranslate2: the exported model's folder"),
         "max_sentences": (128, "sentences per request; past it: 413"),
         "max_chars": (2000, "characters per sentence; past it: 413"),
+        "workers": (0, "batches decoded at once, one thread each (0: one per core)"),
         "max_batch": (64, "sentences decoded in one batch"),
-        "wait_ms": (5.0, "how long a request waits for others to share its batch"),
+        "max_tokens": (4096, "padded source tokens in one batch (0: no bound)"),
+        "wait_ms": (5.0, "the most a request waits for company, only while a worker is busy"),
         "max_queue": (1024, "sentences waiting or being decoded; past it: 503"),
         "drain_seconds": (30.0, "on SIGTERM, how long accepted requests may take"),
     },
@@ -62,6 +67,7 @@ import sys
 import uvicorn
 
 from transformer_tf2.api import Translator
+from transformer_tf2.config import hparams
 from transformer_tf2.config.hparams import UserError
 from transformer_tf2.decoding import translator
 from transformer_tf2.serving import app as serving
@@ -73,6 +79,9 @@ def limits_of(opts: dict) -> serving.Limits:
     for name in ("max_sentences", "max_chars", "max_batch", "max_queue"):
         if opts[name] < 1:
             raise UserError(f"--{name} must be at least 1; got {opts[name]}")
+    for name in ("workers", "max_tokens"):
+        if opts[name] < 0:
+            raise UserError(f"--{name} must not be negative; got {opts[name]}")
     if not 0 <= opts["wait_ms"] <= 1000:
         raise UserError(f"--wait_ms must be between 0 and 1000; got {opts['wait_ms']}")
     if opts["drain_seconds"] < 0:
@@ -83,10 +92,19 @@ def limits_of(opts: dict) -> serving.Limits:
         opts["max_batch"],
         opts["wait_ms"],
         opts["max_queue"],
+        opts["max_tokens"],
+        opts["workers"] or cores(),
     )
 
 
-def build_engine(hp, opts: dict) -> engines.Engine:
+def cores() -> int:
+    """The cores this process may use: one decoding worker each by default."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def build_engine(hp, opts: dict, workers: int) -> engines.Engine:
     """The engine --engine names, loaded (one UserError line for a wrong combination)."""
     overrides = {k: getattr(hp, k) for k in opts["_set"]}
     if opts["engine"] == "tensorflow":
@@ -101,18 +119,20 @@ def build_engine(hp, opts: dict) -> engines.Engine:
                 "--engine ctranslate2 needs --model DIR: a model of python export.py "
                 "--format ctranslate2"
             )
-        return ctranslate2_engine.CTranslate2Engine(opts["model"], hp, overrides)
+        return ctranslate2_engine.CTranslate2Engine(opts["model"], hp, overrides, workers)
     raise UserError(f"--engine must be tensorflow or ctranslate2; got {opts['engine']!r}")
 
 
 def main() -> None:
     hp, opts = cli.parse_args(script=SCRIPT)
     limits = limits_of(opts)
-    translator.decoding_process(hp, None)  # before TensorFlow starts
-    engine = build_engine(hp, opts)
+    # before TensorFlow starts: one thread per worker (one worker: TensorFlow's own pools)
+    translator.decoding_process(hparams.apply(hp, {"decode_streams": limits.workers}), None)
+    engine = build_engine(hp, opts, limits.workers)
     application = serving.create_app(engine, limits, opts["drain_seconds"])
     print(
-        f"serve: http://{opts['host']}:{opts['port']}/ ({engine.name} engine, {hp.logdir}); "
+        f"serve: http://{opts['host']}:{opts['port']}/ ({engine.name} engine, {hp.logdir}, "
+        f"{limits.workers} worker{'s' if limits.workers > 1 else ''}); "
         "no authentication: keep it on 127.0.0.1 or behind an authenticating proxy",
         file=sys.stderr,
         flush=True,
@@ -132,7 +152,7 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda signum, frame: None)
     Server(config, application).run()
     print("serve: stopped", file=sys.stderr, flush=True)
-    if application.state.batcher.thread.is_alive():
+    if application.state.batcher.alive:
         # a batch still decoding at the drain's deadline (nobody waits for it now): the
         # process ends without waiting for it, as at exit Python would (its decoding
         # threads are not daemons)

@@ -1,54 +1,59 @@
-"""The server under load: serve.py on loopback, sent one sentence per request by many
-clients at once, against the same decoder on the same sentences in batches (eval.py) and
-one sentence decoded alone in-process.
+"""The server under load: serve.py on loopback, sent one sentence per request, against
+the same decoder on the same sentences in-process (bench/serve_references.py): in
+batches in its best layout, and one sentence decoded alone.
 
     pip install -e ".[serve,bench]"     # FastAPI and uvicorn; httpx, CTranslate2
+    apt-get install wrk                 # the closed-loop client (installed if missing, as root)
     python bench/serve_load.py --logdir log/multi30k_sinusoid \
         --src data/multi30k/test_2016_flickr.de.gz \
         --ref data/multi30k/test_2016_flickr.en.gz [--ctranslate2] \
-        [--sents 1000] [--concurrency 1,8,64] [--beams 1,4] [--repeats 3]
+        [--sents 1000] [--concurrency 1,8,64] [--beams 1,4] [--repeats 3] \
+        [--open_loop 0.25,0.5,0.75,0.9,1.1]
     python bench/serve_load.py --logdir log/multi30k_sinusoid --beams 1 \
         --concurrency 1,64 --wait_ms 0,2,5,10     # how long the batcher should wait
     python bench/serve_load.py --logdir log/multi30k_sinusoid --beams 1 --concurrency 1,64 \
-        --serve_args=";--eval_batch_size 32;--decode_streams 1" --diagnose    # the gaps
+        --serve_args="--workers 1;--workers 2" --diagnose    # the layouts, and the gaps
     python bench/serve_load.py --logdir log/demo --sents 12 --concurrency 1,4 --beams 1 \
-        --repeats 1 --single 4 --port 0 --max_batch 64 --warmup 4 --pass_seconds 600
+        --repeats 1 --single 4 --port 0 --max_batch 64 --warmup 4 --seconds 2
 
 For each configuration (engine, beam, wait; with ``--serve_args "A;B"`` each variant
 too) a fresh ``python serve.py`` (what a user runs: --wait_ms, --max_batch and
 --serve_args passed on) on 127.0.0.1, waited for on /health; one warm-up pass of
---warmup requests, then one pass per concurrency level of --concurrency: the first
---sents sentences of --src (plain or .gz, one per line; default the run's test split),
-each a LibreTranslate request ``{"q": sentence, "source": "de", "target": "en"}``, sent
-by that many clients at once (asyncio in this process, which imports no TensorFlow; an
-httpx.AsyncClient and one connection per client); then SIGTERM, which must end it with
-status 0. A row: sentences/s (answered sentences over the pass's wall time), the p50 and
-p99 latency of a request in ms, the 503 answers, and from the server's /info the mean
-sentences per decoded batch and the share of the pass's wall time its batcher spent
-decoding. A pass stops taking sentences after --pass_seconds and a request waits at most
---request_seconds: the run is bounded in count and time.
+--warmup requests, then:
 
-Then the two targets, each side measured in the same run, interleaved (common.interleaved:
+* **closed loop**, one pass per level of --concurrency: that many connections, each
+  sending its next request as soon as its answer came, for --seconds, cycling through
+  the first --sents sentences of --src (plain or .gz, one per line; default the run's
+  test split), each a LibreTranslate request ``{"q": sentence, "source": "de", "target":
+  "en"}``. The client is Debian's wrk (``--client wrk``, the default: compiled, so that
+  it leaves the cores to the server; bench/load_clients.py), or httpx clients in this
+  process (``--client httpx``: every sentence once, at most --pass_seconds);
+* **open loop** (``--open_loop F,...``): requests arriving at F x the closed loop's
+  throughput at its largest concurrency (a Poisson process, seeded), whatever the
+  answers, for --seconds each, latency counted from when each was due
+  (bench/load_clients.py: no coordinated omission);
+
+then SIGTERM, which must end it with status 0. A row: sentences/s (answered sentences
+over the pass's wall time), the p50 and p99 latency of a request in ms, the 503 answers,
+and from the server's /info the mean sentences per decoded batch and the share of the
+pass's wall time its workers spent decoding (summed over the workers: up to --workers),
+and the client's own CPU seconds per second of the pass.
+
+Then the targets, each side measured in the same run, interleaved (common.interleaved:
 server, reference, reference, server, ...) and each figure the median of --repeats:
-* throughput: sentences/s at the largest concurrency against the same decoder on the same
-  sentences in batches: eval.py's own timing line (``python eval.py --logdir RUN
-  --test_src FILE --test_ref FILE [--beam_size 4]``: batches of eval_batch_size sorted by
-  length, one stream per core); for CTranslate2 the server's own engine
-  (ctranslate2_engine.py) given the sentences in the same sorted batches, in a fresh
-  process; the target is at least 0.8x;
-* latency: the p50 at the smallest concurrency (1) against one sentence decoded alone
-  in-process (``Translator.from_run(RUN, beam_size=B).translate([s])``, or the
-  CTranslate2 engine's translate, for each of the first --single sentences after a
-  warm-up, in a fresh process: the median ms); the target is at most 2x.
+* throughput: sentences/s at the largest concurrency, at least 0.8x the same decoder in
+  batches in its best layout;
+* latency: the p50 at the smallest concurrency (1), at most 1.3x one sentence decoded
+  alone in-process;
+* open loop at 0.75 of capacity (where --open_loop has it): p99 at most 3x one batch's
+  decoding time at the largest concurrency (the server's decode seconds per batch), and
+  no 503.
 --ctranslate2 adds the CTranslate2 engine: the run is exported once (``python export.py
 --logdir RUN --format ctranslate2 --export_dir TMP``; its position family must convert,
 e.g. sinusoid, not xl) and served with ``--engine ctranslate2 --model TMP``.
---diagnose adds, per TensorFlow beam, a fresh process laid out as the server (one thread
-per stream, serve.py's decoding_process) that decodes the sentences without HTTP: in
-chunks of --max_batch in their order (the batches a full server makes) and one sentence
-alone; per CTranslate2 beam, its engine on those chunks and how many translate_batch
-calls a chunk takes (one per decoding budget). What is left of the gap is the HTTP and
-batching cost.
+--diagnose adds, per beam, each engine's own decoding of the chunks a full server makes
+(--max_batch sentences in their order) in the server's layout without HTTP: what is left
+of the gap is the HTTP and batching cost.
 """
 
 import argparse
@@ -56,9 +61,7 @@ import asyncio
 import collections
 import gzip
 import json
-import math
 import os
-import re
 import shlex
 import shutil
 import signal
@@ -70,82 +73,14 @@ import time
 
 import common
 
+import load_clients
+from serve_references import env, export_ctranslate2, reference
+
 ROOT = common.ROOT
-THROUGHPUT_TARGET = 0.8  # at least this share of eval.py's sentences/s at the top concurrency
-LATENCY_TARGET = 2.0  # at most this multiple of one sentence alone, at concurrency 1
-# eval.py's own timing line: "eval: N sentences in S s (R/s)"
-TIMING = re.compile(r"^eval: (\d+) sentences in [\d.]+s \(([\d.]+)/s\)", re.M)
-
-# A fresh process: one sentence alone through the Python API, and (layout "server") the
-# server's thread layout and batches without HTTP.
-TF_CHILD = r"""
-import json, sys, time
-run, beam, path, single, layout, max_batch = sys.argv[1:7]
-if layout == "server":  # serve.py's set-up: one thread per stream, before TensorFlow runs
-    from transformer_tf2.config import hparams
-    from transformer_tf2.decoding import translator
-    translator.decoding_process(hparams.load(run + "/hparams.json"), None)
-from transformer_tf2.api import Translator
-t = Translator.from_run(run, beam_size=int(beam))
-with open(path, encoding="utf-8") as f:
-    lines = f.read().split("\n")[:-1]
-for s in lines[:3]:
-    t.translate([s])
-ms = []
-for s in lines[: int(single)]:
-    t0 = time.perf_counter()
-    t.translate([s])
-    ms.append(1000 * (time.perf_counter() - t0))
-out = {"ms": ms}
-if layout == "server":
-    size = int(max_batch)
-    t0 = time.perf_counter()
-    for start in range(0, len(lines), size):
-        t.translate(lines[start : start + size])
-    out["chunks_rate"] = len(lines) / (time.perf_counter() - t0)
-print("RESULT " + json.dumps(out))
-"""
-
-# A fresh process: the server's CTranslate2 engine on the sentences in batches of
-# eval_batch_size sorted by length (as eval.py batches), and one sentence alone.
-CT2_CHILD = r"""
-import json, sys, time
-from transformer_tf2.config import hparams
-from transformer_tf2.serving.ctranslate2_engine import CTranslate2Engine
-model, run, beam, path, single, max_batch = sys.argv[1:7]
-hp = hparams.apply(hparams.load(run + "/hparams.json"), {"logdir": run})
-engine = CTranslate2Engine(model, hp, {"beam_size": int(beam)})
-with open(path, encoding="utf-8") as f:
-    lines = f.read().split("\n")[:-1]
-for s in lines[:3]:
-    engine.translate([s])
-ms = []
-for s in lines[: int(single)]:
-    t0 = time.perf_counter()
-    engine.translate([s])
-    ms.append(1000 * (time.perf_counter() - t0))
-size = engine.hp.eval_batch_size
-t0 = time.perf_counter()
-lengths = [len(ids) for ids in engine.tok.encode_src(lines)]
-order = sorted(range(len(lines)), key=lengths.__getitem__)
-for start in range(0, len(order), size):
-    engine.translate([lines[i] for i in order[start : start + size]])
-out = {"ms": ms, "rate": len(lines) / (time.perf_counter() - t0)}
-if int(max_batch):  # --diagnose: the batches a full server makes, in their order
-    size = int(max_batch)
-    t0 = time.perf_counter()
-    for start in range(0, len(lines), size):
-        engine.translate(lines[start : start + size])
-    out["chunks_rate"] = len(lines) / (time.perf_counter() - t0)
-    # CTranslate2 takes one budget per call: the engine's calls per chunk (distinct budgets)
-    calls = [len(set(lengths[start : start + size])) for start in range(0, len(lines), size)]
-    out["calls"] = sum(calls) / len(calls)
-print("RESULT " + json.dumps(out))
-"""
-
-
-def env() -> dict:
-    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+THROUGHPUT_TARGET = 0.8  # at least this share of the batched sentences/s at the top concurrency
+LATENCY_TARGET = 1.3  # at most this multiple of one sentence alone, at concurrency 1
+OPEN_LOOP_SHARE = 0.75  # the open-loop rate (of capacity) of the tail latency target
+TAIL_TARGET = 3.0  # there: p99 at most this multiple of one batch's decoding time
 
 
 def ints(text: str) -> list[int]:
@@ -166,12 +101,6 @@ def read_lines(path: str, n: int) -> list[str]:
                 break
             out.append(line.strip())
     return out
-
-
-def percentile(values: list[float], q: float) -> float:
-    """The nearest-rank ``q`` percentile (0 < q <= 100)."""
-    ranked = sorted(values)
-    return ranked[max(0, math.ceil(q / 100 * len(ranked)) - 1)] if ranked else float("nan")
 
 
 def free_port() -> int:
@@ -302,32 +231,83 @@ async def load_pass(
     return dict(latencies=latencies, codes=dict(codes), wall=wall, cpu=cpu)
 
 
+def batch_figures(before: dict, after: dict, wall: float) -> dict:
+    """From the server's /info before and after a pass: sentences per batch, the share
+    of the wall time spent decoding (summed over the workers) and seconds per batch."""
+    batches = after["batches"] - before["batches"]
+    decoded = after["sentences"] - before["sentences"]
+    busy = after["decode_seconds"] - before["decode_seconds"]
+    return dict(
+        batch=decoded / batches if batches else 0.0,
+        busy=busy / wall,
+        batch_seconds=busy / batches if batches else float("nan"),
+    )
+
+
+def closed_pass(server: Server, sentences: list[str], level: int, args) -> dict:
+    """One closed-loop pass of ``level`` connections: the row's figures."""
+    if args.client == "wrk":
+        got = load_clients.wrk_closed(
+            args.wrk, server.url, args.src_file, level, args.seconds, args.request_seconds
+        )
+        answers = got["answers"]
+        return dict(
+            rate=answers.get(200, 0) / got["wall"],
+            p50=got["p50"],
+            p99=got["p99"],
+            s503=answers.get(503, 0),
+            failed=got["failed"] + sum(n for c, n in answers.items() if c not in (200, 503)),
+            client_cpu=got["client_cpu"] / got["wall"],
+            wall=got["wall"],
+        )
+    got = asyncio.run(
+        load_pass(server.url, sentences, level, args.pass_seconds, args.request_seconds)
+    )
+    lat = got["latencies"]
+    return dict(
+        rate=len(lat) / got["wall"],
+        p50=common.median(lat) if lat else float("nan"),
+        p99=load_clients.percentile(lat, 99),
+        s503=got["codes"].get(503, 0),
+        failed=sum(n for code, n in got["codes"].items() if code not in (200, 503)),
+        client_cpu=got["cpu"] / got["wall"],
+        wall=got["wall"],
+    )
+
+
+def open_pass(server: Server, sentences: list[str], rate: float, args) -> dict:
+    """Requests arriving at ``rate`` a second for --seconds: the row's figures."""
+    got = load_clients.open_loop(
+        server.url, sentences, rate, args.seconds, args.request_seconds, seed=1
+    )
+    answers = got["answers"]
+    return dict(
+        rate=answers.get(200, 0) / got["wall"],
+        p50=got["p50"],
+        p99=got["p99"],
+        s503=answers.get(503, 0),
+        failed=got["failed"] + sum(n for c, n in answers.items() if c not in (200, 503)),
+        client_cpu=got["client_cpu"] / got["wall"],
+        wall=got["wall"],
+    )
+
+
 def server_passes(server: Server, sentences: list[str], levels: list[int], args) -> dict:
-    """The warm-up and one pass per concurrency level on a started server: {level:
+    """The warm-up, one closed pass per concurrency level, then the open-loop passes at
+    shares of the top level's throughput, on a started server: {level or "open F":
     figures}."""
     warm = sentences[: args.warmup] or sentences[:1]
     asyncio.run(load_pass(server.url, warm, max(levels), args.pass_seconds, args.request_seconds))
     out = {}
-    for level in levels:
+    passes = [(level, None) for level in levels] + [(None, f) for f in args.open_shares]
+    for level, share in passes:
         before = server.info()["batches"]
-        got = asyncio.run(
-            load_pass(server.url, sentences, level, args.pass_seconds, args.request_seconds)
-        )
-        after = server.info()["batches"]
-        batches = after["batches"] - before["batches"]
-        decoded = after["sentences"] - before["sentences"]
-        busy = after["decode_seconds"] - before["decode_seconds"]
-        lat = got["latencies"]
-        out[level] = dict(
-            rate=len(lat) / got["wall"],
-            p50=common.median(lat) if lat else float("nan"),
-            p99=percentile(lat, 99),
-            s503=got["codes"].get(503, 0),
-            failed=sum(n for code, n in got["codes"].items() if code not in (200, 503)),
-            batch=decoded / batches if batches else 0.0,
-            busy=busy / got["wall"],
-            client_cpu=got["cpu"] / got["wall"],
-        )
+        if share is None:
+            got = closed_pass(server, sentences, level, args)
+        else:
+            got = open_pass(server, sentences, share * out[max(levels)]["rate"], args)
+        got.update(batch_figures(before, server.info()["batches"], got.pop("wall")))
+        out[level if share is None else f"open {share:g}"] = got
     return out
 
 
@@ -354,48 +334,6 @@ def settings_of(waits: list[float], serve_args: str) -> list[tuple[float, str]]:
     return [(wait, extra) for extra in variants for wait in waits]
 
 
-def eval_rate(args, beam: int, src: str, ref: str, results: str) -> float:
-    """eval.py's own sentences/s on the sentences of ``src`` (references ``ref``)."""
-    command = [sys.executable, "eval.py", "--logdir", args.logdir, "--test_src", src]
-    command += ["--test_ref", ref, "--results_dir", results, "--beam_size", str(beam)]
-    proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=env())
-    timing = TIMING.search(proc.stdout)
-    if proc.returncode != 0 or not timing:
-        sys.exit(f"bench: eval.py failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
-    return float(timing.group(2))
-
-
-def reference(args, engine: str, beam: int, src: str, ref: str, tmp: str, model: str) -> dict:
-    """The batched sentences/s and the one-sentence-alone latencies of ``engine``."""
-    if engine == "ctranslate2":
-        child = [sys.executable, "-c", CT2_CHILD, model, args.logdir, str(beam), src]
-        child += [str(args.single), str(args.max_batch if args.diagnose else 0)]
-        got = common.run_child(child, "bench (CTranslate2)", ROOT, env())
-        out = dict(rate=got["rate"], single=common.median(got["ms"]))
-        if args.diagnose:
-            out.update(layout_chunks=got["chunks_rate"], calls=got["calls"])
-        return out
-    rate = eval_rate(args, beam, src, ref, os.path.join(tmp, "results"))
-    child = [sys.executable, "-c", TF_CHILD, args.logdir, str(beam), src, str(args.single)]
-    got = common.run_child(child + ["api", "0"], "bench (alone)", ROOT, env())
-    out = dict(rate=rate, single=common.median(got["ms"]))
-    if args.diagnose:
-        got = common.run_child(
-            child + ["server", str(args.max_batch)], "bench (server layout)", ROOT, env()
-        )
-        out.update(layout_single=common.median(got["ms"]), layout_chunks=got["chunks_rate"])
-    return out
-
-
-def export_ctranslate2(logdir: str, folder: str) -> None:
-    command = [sys.executable, "export.py", "--logdir", logdir, "--format", "ctranslate2"]
-    proc = subprocess.run(
-        command + ["--export_dir", folder], cwd=ROOT, capture_output=True, text=True, env=env()
-    )
-    if proc.returncode != 0:
-        sys.exit(f"bench: export.py --format ctranslate2 failed: {proc.stderr[-2000:]}")
-
-
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--logdir", required=True, help="a trained run (its default model)")
@@ -403,6 +341,13 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--ref", default="", help="their references, for eval.py (default: --src)")
     ap.add_argument("--sents", type=int, default=1000, help="the first N sentences of --src")
     ap.add_argument("--concurrency", default="1,8,64", help="clients at once, one pass each")
+    ap.add_argument(
+        "--client", default="wrk", choices=("wrk", "httpx"), help="the closed-loop client"
+    )
+    ap.add_argument("--seconds", type=float, default=20, help="a wrk or open-loop pass's time")
+    ap.add_argument(
+        "--open_loop", default="", help="open-loop rates, as shares of the top level's sent/s"
+    )
     ap.add_argument("--beams", default="1,4", help="beam sizes (1: greedy), a server each")
     ap.add_argument("--wait_ms", default="5", help="serve.py's --wait_ms values, a server each")
     ap.add_argument("--max_batch", type=int, default=64, help="serve.py's --max_batch")
@@ -416,7 +361,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--single", type=int, default=100, help="sentences decoded alone")
     ap.add_argument("--warmup", type=int, default=16, help="requests of the warm-up pass")
     ap.add_argument("--port", type=int, default=0, help="serve.py's port (0: a free one)")
-    ap.add_argument("--pass_seconds", type=float, default=600, help="a pass stops after it")
+    ap.add_argument("--pass_seconds", type=float, default=600, help="an httpx pass's most")
     ap.add_argument("--request_seconds", type=float, default=300, help="a request's timeout")
     ap.add_argument("--startup_seconds", type=float, default=300, help="wait for /health")
     ap.add_argument(
@@ -433,6 +378,12 @@ def main() -> None:
         ap.error("--concurrency, --beams and --wait_ms take comma-separated values (>= 1)")
     if args.sents < 1 or args.repeats < 1 or args.single < 1:
         ap.error("--sents, --repeats and --single must be at least 1")
+    args.open_shares = floats(args.open_loop)
+    if any(f <= 0 for f in args.open_shares) or args.seconds <= 0:
+        ap.error("--open_loop takes comma-separated shares > 0, and --seconds must be > 0")
+    args.wrk = load_clients.find_wrk() if args.client == "wrk" else None
+    if args.client == "wrk" and args.wrk is None:
+        args.client = "httpx"
     args.logdir = os.path.abspath(args.logdir)
     if not args.src:
         with open(os.path.join(args.logdir, "hparams.json"), encoding="utf-8") as f:
@@ -451,6 +402,7 @@ def main() -> None:
 
 def measure(args, sentences, refs, levels, beams, settings, tmp) -> None:
     src, ref = os.path.join(tmp, "src.txt"), os.path.join(tmp, "ref.txt")
+    args.src_file = src  # what wrk's script cycles through
     for path, lines in ((src, sentences), (ref, refs)):
         with open(path, "w", encoding="utf-8") as f:
             f.write("".join(line + "\n" for line in lines))
@@ -490,6 +442,9 @@ def report(args, rows, refs_of, exits, engines, beams, settings, levels, n) -> N
     what = f"{n} sentences of {args.src}"
     print(f"serve.py under load: {args.logdir}, {what}; median of {args.repeats} runs")
     print(f"CPU: {cpu_model()}, {os.cpu_count()} cores; serve.py --max_batch {args.max_batch}")
+    client = "wrk, one thread" if args.client == "wrk" else "httpx clients in this process"
+    print(f"closed loop: {client}; open loop: asyncio on raw sockets, Poisson arrivals")
+    levels = levels + [f"open {f:g}" for f in args.open_shares]
     columns = ("engine", "beam", "wait_ms", "clients", "sent/s", "p50 ms", "p99 ms", "503s")
     columns += ("batch", "busy", "client cpu")
     widths = (12, 5, 8, 8, 9, 9, 9, 6, 7, 6, 11)
@@ -517,7 +472,8 @@ def report(args, rows, refs_of, exits, engines, beams, settings, levels, n) -> N
         print(f"requests that failed otherwise (not 200, not 503): {failed}")
     if any(exits):
         print(f"serve.py's exit statuses after SIGTERM: {exits} (0 expected)")
-    top, low = max(levels), min(levels)
+    closed = [level for level in levels if isinstance(level, int)]
+    top, low = max(closed), min(closed)
     for engine in engines:
         for beam in beams:
             got = refs_of[engine, beam]
@@ -528,11 +484,10 @@ def report(args, rows, refs_of, exits, engines, beams, settings, levels, n) -> N
                 f"{engine} {name}: batched ({batched}) {ref['rate']:.1f} sent/s; one sentence "
                 f"alone in-process {ref['single']:.1f} ms"
             )
-            if "calls" in ref:
+            if engine == "ctranslate2" and "layout_chunks" in ref:
                 print(
                     f"  its engine on chunks of {args.max_batch} in order, no HTTP: "
-                    f"{ref['layout_chunks']:.1f} sent/s, {ref['calls']:.1f} translate_batch "
-                    "calls a chunk (one per budget)"
+                    f"{ref['layout_chunks']:.1f} sent/s"
                 )
             elif "layout_chunks" in ref:
                 print(
@@ -556,6 +511,16 @@ def report(args, rows, refs_of, exits, engines, beams, settings, levels, n) -> N
                     f"{ref['single']:.1f} ms = {ratio:.2f}x alone (target <= {LATENCY_TARGET}): "
                     f"{verdict}"
                 )
+                m_open = med.get((engine, beam, setting, f"open {OPEN_LOOP_SHARE:g}"))
+                if m_open is not None:
+                    ratio = m_open["p99"] / (1000 * m_top["batch_seconds"])
+                    ok = ratio <= TAIL_TARGET and m_open["s503"] == 0
+                    print(
+                        f"  {label}, open loop at {OPEN_LOOP_SHARE:g} of capacity: p99 "
+                        f"{m_open['p99']:.1f} ms = {ratio:.2f}x one batch's decoding "
+                        f"({1000 * m_top['batch_seconds']:.1f} ms at {top} clients; target <= "
+                        f"{TAIL_TARGET:g}), {m_open['s503']} 503s: {'PASS' if ok else 'FAIL'}"
+                    )
 
 
 if __name__ == "__main__":

@@ -91,21 +91,85 @@ def test_jobs_arriving_together_share_a_batch_of_their_key_up_to_max_batch():
     assert batcher.pending == 0
 
 
-def test_a_job_waits_wait_ms_for_others_but_no_longer():
+def test_a_free_worker_decodes_a_lone_job_at_once_without_waiting_out_wait_ms():
+    """No other worker is busy: waiting could not pay off, so a job of a quiet server is
+    decoded at once, and so is the one after it (a wait of 20 s would time the test out)."""
     fake = FakeRun()
-    batcher = Batcher(fake, max_batch=8, wait_ms=500, max_queue=100)
+    batcher = Batcher(fake, max_batch=8, wait_ms=20_000, max_queue=100, workers=2)
 
     async def main():
-        first = batcher.submit(Job(["x"], key=("a",)))
-        await asyncio.sleep(0.02)  # within the 500 ms: shares the batch
-        second = batcher.submit(Job(["y"], key=("a",)))
-        assert await first == ["X"] and await second == ["Y"]
-        late = batcher.submit(Job(["z"], key=("a",)))
-        assert await late == ["Z"]
+        assert await batcher.submit(Job(["x"], key=("a",))) == ["X"]
+        assert await batcher.submit(Job(["y"], key=("a",))) == ["Y"]
 
     run_async(main())
     assert batcher.close(TIMEOUT)
-    assert fake.batches == [[["x"], ["y"]], [["z"]]]
+    assert fake.batches == [[["x"]], [["y"]]] and batcher.stats.waited == 0
+
+
+def test_while_another_worker_is_busy_a_steady_stream_of_jobs_waits_for_company():
+    """Worker 1 is mid-batch; jobs arrive every 10 ms: worker 2 takes the first and, since
+    the arrivals predict more within its wait, gathers the next ones (at most wait_ms)."""
+    fake = FakeRun()
+    batcher = Batcher(fake, max_batch=4, wait_ms=2_000, max_queue=100, workers=2)
+
+    async def main():
+        gate = await blocked(batcher, fake)
+        futures = []
+        for k in range(4):
+            futures.append(batcher.submit(Job([f"s{k}"], key=("a",))))
+            await asyncio.sleep(0.01)
+        results = [await f for f in futures]
+        fake.gate.set()
+        await gate
+        return results
+
+    assert run_async(main()) == [["S0"], ["S1"], ["S2"], ["S3"]]
+    assert batcher.close(TIMEOUT)
+    # the batch filled to max_batch: it did not wait out the 2 s
+    assert fake.batches == [[["gate"]], [["s0"], ["s1"], ["s2"], ["s3"]]]
+    assert batcher.stats.waited == 1
+
+
+def test_workers_decode_batches_at_the_same_time():
+    """Two workers: while one is held inside ``run``, the other decodes the next job."""
+    fake = FakeRun()
+    batcher = Batcher(fake, max_batch=8, wait_ms=0, max_queue=100, workers=2)
+
+    async def main():
+        gate = await blocked(batcher, fake)
+        assert await batcher.submit(Job(["free"], key=("a",))) == ["FREE"]
+        assert not gate.done()  # the first worker still holds its batch
+        fake.gate.set()
+        return await gate
+
+    assert run_async(main()) == ["GATE"]
+    assert batcher.close(TIMEOUT) and not batcher.alive
+    assert len(batcher.threads) == 2
+
+
+def test_a_batch_starts_from_the_oldest_job_adds_the_closest_lengths_and_keeps_max_tokens():
+    """Jobs waiting behind a busy worker: the next batch starts from the oldest, adds those
+    closest to it in source tokens, and stays within max_tokens padded tokens (the longest
+    sentence's tokens x the sentences); a job alone over max_tokens still goes, alone."""
+    fake = FakeRun()
+    batcher = Batcher(fake, max_batch=3, wait_ms=0, max_queue=100, max_tokens=60)
+
+    async def main():
+        gate = await blocked(batcher, fake)
+        lengths = {"t5": 5, "t40": 40, "t6": 6, "t9": 9, "t20": 20, "t18": 18, "t99": 99}
+        futures = [batcher.submit(Job([n], key=("a",), tokens=t)) for n, t in lengths.items()]
+        fake.gate.set()
+        await gate
+        return [await f for f in futures]
+
+    assert run_async(main()) == [["T5"], ["T40"], ["T6"], ["T9"], ["T20"], ["T18"], ["T99"]]
+    assert batcher.close(TIMEOUT)
+    assert fake.batches[1:] == [
+        [["t5"], ["t6"], ["t9"]],  # the oldest and its two closest: 9 x 3 <= 60
+        [["t40"]],  # the oldest left; 40 x 2 > 60: alone
+        [["t20"], ["t18"]],  # 20 x 2 = 40, and 20 x 3 > 60
+        [["t99"]],  # over max_tokens alone: by itself
+    ]
 
 
 def test_past_max_queue_a_job_is_refused_at_once_with_a_retry_after():
@@ -218,7 +282,7 @@ def test_close_finishes_the_accepted_jobs_and_then_refuses_new_ones():
         return [await f for f in waiting]
 
     assert run_async(main()) == [["S0"], ["S1"], ["S2"], ["S3"], ["S4"]]
-    assert not batcher.thread.is_alive() and batcher.pending == 0
+    assert not batcher.alive and batcher.pending == 0
     assert [s for batch in fake.batches for job in batch for s in job] == [
         "gate",
         *(f"s{i}" for i in range(5)),
@@ -237,5 +301,4 @@ def test_close_returns_false_when_a_batch_outlasts_its_timeout():
         await gate
 
     run_async(main())
-    batcher.thread.join(TIMEOUT)
-    assert not batcher.thread.is_alive()
+    assert batcher.close(TIMEOUT) and not batcher.alive

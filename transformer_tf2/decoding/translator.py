@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
@@ -142,6 +143,7 @@ class Translator:
             self.documents = DocumentTranslation(model, hp, self.k, self.multiple, chunk)
         self.decode = self._decoder(prefix=False)
         self._compiled: dict = {}  # prefixed and n-best decoders, the scorer, the aligner
+        self._building = threading.Lock()  # threads decoding at once (serve.py's workers)
 
     def before_decoding(self) -> None:
         """Runs first in every decoding entry point (:meth:`translate_ids`,
@@ -160,10 +162,12 @@ class Translator:
         return greedy_decoder(self.model, self.hp.max_len, self.strategy, prefix)
 
     def _once(self, name: str, build):
-        """A compiled function built on its first use (each traces on its first call)."""
-        if name not in self._compiled:
-            self._compiled[name] = build()
-        return self._compiled[name]
+        """A compiled function built on its first use (each traces on its first call,
+        under tf.function's own lock), once even when several threads ask at once."""
+        with self._building:
+            if name not in self._compiled:
+                self._compiled[name] = build()
+            return self._compiled[name]
 
     def _run(self, fn, batch, *args):
         """fn(batch, extra, *args), an out-of-memory error as one line."""

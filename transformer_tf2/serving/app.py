@@ -40,8 +40,6 @@ from transformer_tf2.serving import engines
 from transformer_tf2.serving.batcher import Batcher, Closed, Full, Job
 from transformer_tf2.utils.errors import UserError
 
-# seconds between two looks at whether a waiting request's client has gone
-DISCONNECT_POLL = 0.05
 SEED_MAX = 2**32 - 1  # the largest seed a request may give
 
 
@@ -52,8 +50,10 @@ class Limits:
     max_sentences: int = 128  # sentences per request
     max_chars: int = 2000  # characters per sentence
     max_batch: int = 64  # sentences decoded in one batch
-    wait_ms: float = 5.0  # how long the first request of a batch waits for others
+    wait_ms: float = 5.0  # the most a job waits for company (batcher.py: only when it pays)
     max_queue: int = 1024  # sentences waiting or being decoded; past it: 503
+    max_tokens: int = 4096  # padded source tokens in one batch (0: no bound)
+    workers: int = 1  # batches decoded at once, each on one thread
 
 
 class RequestError(Exception):
@@ -181,14 +181,17 @@ def create_app(
 ) -> FastAPI:
     """The application serving ``engine`` under ``limits``; its batcher starts with the
     application and drains (at most ``drain_seconds``) when the server stops."""
-    state: dict[str, Any] = {"draining": False, "deadline": None}
+    state: dict[str, Any] = {"draining": False, "deadline": None, "drain": None}
 
     def drain() -> None:
-        """The server stops (SIGTERM; serve.py calls it from its signal handler): the
-        requests accepted have until ``drain_seconds`` from now, then get 503."""
+        """The server stops (SIGTERM; serve.py calls it from its signal handler, on the
+        event loop): the requests accepted have until ``drain_seconds`` from now, then get
+        503; the requests waiting hear of it at once (``state["drain"]``, an event)."""
         if state["deadline"] is None:
             state["deadline"] = time.monotonic() + drain_seconds
         state["draining"] = True
+        if state["drain"] is not None:
+            state["drain"].set()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -197,8 +200,13 @@ def create_app(
             limits.max_batch,
             limits.wait_ms,
             limits.max_queue,
+            workers=limits.workers,
+            max_tokens=limits.max_tokens,
         )
         state["batcher"] = app.state.batcher = batcher
+        state["drain"] = asyncio.Event()
+        if state["draining"]:
+            state["drain"].set()
         yield
         drain()
         # the requests are answered (or given 503 at the deadline, their jobs dropped):
@@ -212,6 +220,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.drain = drain
+    app.add_middleware(CloseWhileDraining, state=state)
 
     @app.exception_handler(RequestError)
     async def refused(request: Request, e: RequestError):
@@ -228,9 +237,39 @@ def create_app(
     return app
 
 
+class CloseWhileDraining:
+    """ASGI middleware: once the server drains, every answer says ``Connection: close``,
+    so that a client sends its next request on a new connection (to a server that takes
+    it) instead of on one that is closing."""
+
+    def __init__(self, app, state: dict):
+        self.app, self.state = app, state
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+
+        async def send_closing(message):
+            if message["type"] == "http.response.start" and self.state["draining"]:
+                headers = [(k, v) for k, v in message.get("headers", []) if k != b"connection"]
+                message = {**message, "headers": headers + [(b"connection", b"close")]}
+            await send(message)
+
+        await self.app(scope, receive, send_closing)
+
+
+async def client_gone(request: Request) -> None:
+    """Returns when the client of ``request``, whose body has been read, disconnects: the
+    server tells the application by a message, so nothing polls."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
 async def decode_job(state: dict, request: Request, job: Job):
     """The job's results, decoded in a batch; 503 when the queue is full or the
-    server drains; None if the client went away meanwhile (its place is freed)."""
+    server drains past its deadline; None if the client went away meanwhile (its place
+    is freed). It waits on events (the result, the client's departure, the drain), never
+    on a timer, but for the drain's deadline."""
     try:
         future = state["batcher"].submit(job)
     except Full as e:
@@ -241,12 +280,14 @@ async def decode_job(state: dict, request: Request, job: Job):
         ) from None
     except Closed:
         raise RequestError(503, "The server is shutting down", {"Retry-After": "5"}) from None
+    gone = asyncio.ensure_future(client_gone(request))
+    draining = asyncio.ensure_future(state["drain"].wait())
     try:
         while True:
-            wait = DISCONNECT_POLL
+            timeout = None
             if state["deadline"] is not None:
-                wait = min(wait, state["deadline"] - time.monotonic())
-                if wait <= 0:  # the drain's time is up: the job is dropped
+                timeout = state["deadline"] - time.monotonic()
+                if timeout <= 0:  # the drain's time is up: the job is dropped
                     future.cancel()
                     raise RequestError(
                         503,
@@ -254,15 +295,19 @@ async def decode_job(state: dict, request: Request, job: Job):
                         "its drain time",
                         {"Retry-After": "5"},
                     )
-            done, _ = await asyncio.wait({future}, timeout=wait)
-            if done:
+            waits = {future, gone} | ({draining} if not draining.done() else set())
+            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            if future.done():
                 return future.result()
-            if await request.is_disconnected():
+            if gone.done():
                 future.cancel()  # the batcher frees its place
                 return None
     except asyncio.CancelledError:  # the server cancelled the request: drop its job
         future.cancel()
         raise
+    finally:
+        gone.cancel()
+        draining.cancel()
 
 
 def check_languages(fields: dict, engine: engines.Engine) -> bool:
@@ -321,7 +366,9 @@ def add_libretranslate_routes(app: FastAPI, engine: engines.Engine, limits: Limi
         alternatives = integer(fields, "alternatives", 0)
         engine.check(alternatives + 1, False, None)
         key = ("translate", alternatives + 1, False, None)
-        results = await decode(request, Job(sentences, key, alone=engine.sampling))
+        results = await decode(
+            request, Job(sentences, key, alone=engine.sampling, tokens=engine.longest(sentences))
+        )
         if results is None:
             return JSONResponse({}, status_code=499)
         best = [r[0].text if r else "" for r in results]
@@ -390,7 +437,13 @@ def add_own_routes(app: FastAPI, engine: engines.Engine, limits: Limits, decode)
         seed = integer(fields, "seed", 0, high=SEED_MAX) if fields.get("seed") is not None else None
         engine.check(n_best, alignments, seed)
         key = ("translate", n_best, alignments, seed)
-        job = Job(sentences, key, {"prefixes": prefixes or None}, alone=engine.sampling)
+        job = Job(
+            sentences,
+            key,
+            {"prefixes": prefixes or None},
+            alone=engine.sampling,
+            tokens=engine.longest(sentences),
+        )
         results = await decode(request, job)
         if results is None:
             return JSONResponse({}, status_code=499)
@@ -406,7 +459,10 @@ def add_own_routes(app: FastAPI, engine: engines.Engine, limits: Limits, decode)
             raise RequestError(
                 400, f"Invalid request: {len(targets)} targets for {len(sentences)} sentences"
             )
-        results = await decode(request, Job(sentences, ("score",), {"targets": targets}))
+        results = await decode(
+            request,
+            Job(sentences, ("score",), {"targets": targets}, tokens=engine.longest(sentences)),
+        )
         if results is None:
             return JSONResponse({}, status_code=499)
         return {"scores": [{"score": s.score, "tokens": s.tokens} for s in results]}

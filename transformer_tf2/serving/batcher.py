@@ -1,20 +1,31 @@
 """Requests that arrive together, decoded together: a bounded queue in front of one
-decoding engine, drained by one worker thread.
+decoding engine, drained by ``workers`` threads (one per core: each decodes one batch at a
+time, on one thread of its own).
 
-Each HTTP request becomes a :class:`Job` (its sentences and the options that shape its
-decoding). The worker takes the first job waiting, then waits up to ``wait_ms`` for more
-jobs with the same options, up to ``max_batch`` sentences in all, decodes them in one call
-of the engine (whose Translator batches and streams them, largest first) and hands each
-job its own slice of the results. So 64 single-sentence requests arriving within a few
-milliseconds cost about one batch of 64, not 64 decodings.
+Each HTTP request becomes a :class:`Job` (its sentences, their length in source tokens,
+and the options that shape its decoding). How a batch forms (the rule of TensorFlow
+Serving's batch threads and Triton's dynamic batcher: a batch forms the moment a worker is
+free):
 
-The queue is bounded in sentences (``max_queue``): a job that would pass the bound is
-refused at once (:class:`Full`: the server answers 503 with Retry-After), so memory stays
-bounded under overload and every accepted job is answered. A job whose client has gone
-(its future cancelled) before its batch starts is dropped at once, freeing its place; the
-worker itself never stops for a client, and a batch that fails is decoded again job by job,
-so that one job's error is its own. :meth:`Batcher.close` stops taking jobs and lets the
-worker finish those accepted (a server's drain on SIGTERM).
+* a free worker takes the oldest job waiting at once, so that no job starves;
+* it adds the waiting jobs of the same options, those closest in length to the oldest
+  first, up to ``max_batch`` sentences and ``max_tokens`` padded source tokens (the
+  longest sentence's tokens x the batch's sentences), so that a batch of long sentences
+  cannot blow memory or latency;
+* it waits for company (at most ``wait_ms``) only when waiting can pay off: another
+  worker is mid-batch (so a job arriving now would wait anyway) and the recent arrivals
+  predict another job within the time left. Otherwise it decodes at once: a lone request
+  never pays the wait, and jobs gather only while every worker is busy.
+
+Each batch is decoded in one call of the engine (sorted by length there) and each job
+gets its own slice of the results. The queue is bounded in sentences (``max_queue``): a
+job that would pass the bound is refused at once (:class:`Full`: the server answers 503
+with Retry-After), so memory stays bounded under overload and every accepted job is
+answered. A job whose client has gone (its future cancelled) before its batch starts is
+dropped at once, freeing its place; a worker never stops for a client, and a batch that
+fails is decoded again job by job, so that one job's error is its own.
+:meth:`Batcher.close` stops taking jobs and lets the workers finish those accepted (a
+server's drain on SIGTERM).
 """
 
 from __future__ import annotations
@@ -49,6 +60,7 @@ class Job:
     key: tuple = ()
     extra: dict = dataclasses.field(default_factory=dict)  # per-sentence lists (prefixes)
     alone: bool = False
+    tokens: int = 1  # its longest sentence's source tokens (what a batch pads to)
     future: Any = None  # asyncio.Future, set on the event loop's thread
     loop: Any = None
     queued_at: float = 0.0
@@ -56,8 +68,9 @@ class Job:
 
 @dataclasses.dataclass
 class Stats:
-    """What the worker did: batches run, sentences decoded, jobs dropped (client gone),
-    jobs refused (queue full), the largest batch and its wait."""
+    """What the workers did: batches run, sentences decoded, jobs dropped (client gone),
+    jobs refused (queue full), the largest batch, the seconds spent decoding (summed over
+    the workers), and how many batches waited for company."""
 
     batches: int = 0
     sentences: int = 0
@@ -65,14 +78,17 @@ class Stats:
     refused: int = 0
     largest: int = 0
     decode_seconds: float = 0.0
+    waited: int = 0
 
 
 class Batcher:
-    """The queue and its worker thread. ``run(jobs) -> [result per job]`` decodes a
-    batch: jobs of one key, whose sentences it decodes in one call (engines.run_jobs).
-    ``max_batch``: most sentences in one batch;
-    ``wait_ms``: how long the worker waits for more jobs after the first; ``max_queue``:
-    most sentences waiting or being decoded."""
+    """The queue and its worker threads. ``run(jobs) -> [result per job]`` decodes a
+    batch: jobs of one key, whose sentences it decodes in one call (engines.run_jobs); the
+    workers call it at once from their threads, so it must be thread-safe.
+    ``max_batch``: most sentences in one batch; ``max_tokens``: most padded source tokens
+    in one (0: no bound; a job larger than that alone still goes, by itself);
+    ``wait_ms``: the most a job waits for company (see the module); ``max_queue``: most
+    sentences waiting or being decoded; ``workers``: the decoding threads."""
 
     def __init__(
         self,
@@ -80,17 +96,25 @@ class Batcher:
         max_batch: int = 64,
         wait_ms: float = 5.0,
         max_queue: int = 1024,
+        workers: int = 1,
+        max_tokens: int = 0,
     ):
         self.run, self.max_batch, self.wait = run, max(1, max_batch), wait_ms / 1000.0
-        self.max_queue = max(1, max_queue)
+        self.max_queue, self.max_tokens = max(1, max_queue), max(0, max_tokens)
         self.jobs: collections.deque[Job] = collections.deque()
         self.queued = 0  # sentences waiting or being decoded
+        self.busy = 0  # workers decoding a batch
         self.cond = threading.Condition()
         self.closed = False
         self.stats = Stats()
         self.recent = collections.deque(maxlen=32)  # (sentences, seconds) of the last batches
-        self.thread = threading.Thread(target=self._work, name="batcher", daemon=True)
-        self.thread.start()
+        self.arrivals = collections.deque(maxlen=16)  # when the last jobs were queued
+        self.threads = [
+            threading.Thread(target=self._work, name=f"batcher-{k}", daemon=True)
+            for k in range(max(1, workers))
+        ]
+        for thread in self.threads:
+            thread.start()
 
     # ------------------------------------------------------------------ the event loop side
     def submit(self, job: Job) -> asyncio.Future:
@@ -106,6 +130,7 @@ class Batcher:
                 raise Full(self.retry_after())
             self.queued += len(job.sentences)
             self.jobs.append(job)
+            self.arrivals.append(job.queued_at)
             self.cond.notify()
         # a client that goes (its future cancelled) frees its place now, not when the
         # worker reaches its job, so that the queue's bound counts live jobs only
@@ -120,13 +145,20 @@ class Batcher:
         return max(1, int(self.queued / max(rate, 1e-3) + 0.999))
 
     def close(self, timeout: float | None = None) -> bool:
-        """Take no new job; the worker finishes the accepted ones and stops. Returns
-        whether it stopped within ``timeout`` seconds."""
+        """Take no new job; the workers finish the accepted ones and stop. Returns
+        whether they stopped within ``timeout`` seconds."""
         with self.cond:
             self.closed = True
             self.cond.notify_all()
-        self.thread.join(timeout)
-        return not self.thread.is_alive()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for thread in self.threads:
+            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return not self.alive
+
+    @property
+    def alive(self) -> bool:
+        """Whether a worker still runs (a batch still decoding after close's timeout)."""
+        return any(thread.is_alive() for thread in self.threads)
 
     @property
     def pending(self) -> int:
@@ -149,9 +181,10 @@ class Batcher:
 
     # ------------------------------------------------------------------ the worker side
     def _take(self) -> list[Job] | None:
-        """The next batch: the first job waiting and, within ``wait_ms`` of it, the jobs
-        of its key up to ``max_batch`` sentences (an ``alone`` job goes by itself); None
-        once closed and empty. Jobs whose client has gone are dropped on the way."""
+        """The next batch (see the module): the oldest job waiting and the jobs of its key
+        closest to it in length, within ``max_batch`` and ``max_tokens``, after a wait for
+        company where it can pay off (an ``alone`` job goes by itself); None once closed
+        and empty. Jobs whose client has gone are dropped on the way."""
         with self.cond:
             while True:
                 while not self.jobs and not self.closed:
@@ -161,32 +194,68 @@ class Batcher:
                     break
                 if self.closed and not self.jobs:
                     return None
-            batch, size = [first], len(first.sentences)
+            batch = [first]
             if first.alone:
+                self.busy += 1
                 return batch
             deadline = time.monotonic() + self.wait
-            while size < self.max_batch:
-                i = next(
-                    (
-                        k
-                        for k, job in enumerate(self.jobs)
-                        if job.key == first.key
-                        and not job.alone
-                        and size + len(job.sentences) <= self.max_batch
-                    ),
-                    None,
-                )
-                if i is not None:
-                    job = self._pop_live(i)
-                    if job is not None:
-                        batch.append(job)
-                        size += len(job.sentences)
-                    continue
+            waited = False
+            while True:
+                self._gather(batch)
                 left = deadline - time.monotonic()
-                if left <= 0 or self.closed:
+                if self._full(batch) or left <= 0 or not self._company_expected(left):
                     break
+                waited = True
                 self.cond.wait(left)
+            self.stats.waited += waited
+            self.busy += 1  # under the lock: another worker's wait rule sees it at once
             return batch
+
+    def _full(self, batch: list[Job]) -> bool:
+        return sum(len(job.sentences) for job in batch) >= self.max_batch
+
+    def _fits(self, batch: list[Job], job: Job) -> bool:
+        """Whether ``job`` joins ``batch`` within ``max_batch`` and ``max_tokens``."""
+        sentences = sum(len(j.sentences) for j in batch) + len(job.sentences)
+        if sentences > self.max_batch:
+            return False
+        longest = max(job.tokens, *(j.tokens for j in batch))
+        return not self.max_tokens or longest * sentences <= self.max_tokens
+
+    def _gather(self, batch: list[Job]) -> None:
+        """Add to ``batch`` the waiting jobs of its key that fit, those closest in length
+        to its first job first (the queue's order among equals)."""
+        first = batch[0]
+        candidates = sorted(
+            (abs(job.tokens - first.tokens), k)
+            for k, job in enumerate(self.jobs)
+            if job.key == first.key and not job.alone
+        )
+        taken = []
+        for _, k in candidates:
+            job = self.jobs[k]
+            if job.future.cancelled():  # its client has gone: dropped, its place freed
+                self.queued -= len(job.sentences)
+                self.stats.dropped += 1
+                taken.append(k)
+            elif self._fits(batch, job):
+                batch.append(job)
+                taken.append(k)
+        for k in sorted(taken, reverse=True):  # from the end: the indices stay valid
+            del self.jobs[k]
+
+    def _company_expected(self, left: float) -> bool:
+        """Whether waiting ``left`` seconds more can pay off: another worker is
+        mid-batch (a job arriving now could not start anyway) and the recent arrivals, at
+        their rate over the last jobs, predict at least one more job within ``left``."""
+        if self.closed or self.busy == 0 or len(self.arrivals) < 2:
+            return False
+        now = time.monotonic()
+        span = now - self.arrivals[0]
+        if span <= 0:
+            return True
+        rate = (len(self.arrivals) - 1) / span  # jobs per second, up to now
+        return rate * left >= 1.0
 
     def _pop_live(self, i: int) -> Job | None:
         """Remove the i-th job waiting; None (its place freed) if its client has gone."""
@@ -224,6 +293,7 @@ class Batcher:
             outcome = self._decode(batch)
             seconds = time.monotonic() - t0
             with self.cond:
+                self.busy -= 1
                 self.queued -= size
                 self.stats.batches += 1
                 self.stats.sentences += size

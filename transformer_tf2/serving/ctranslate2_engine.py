@@ -9,13 +9,30 @@ CTranslate2's (its length penalty normalises it its own way); samples come from
 CTranslate2's random generator, so a seed repeats CTranslate2's draws, not the
 TensorFlow engine's (CTranslate2 seeds a thread's generator once, at the thread's first
 draw: a request with a seed is decoded by a translator of its own, whose fresh threads
-draw from that seed). CTranslate2 takes one decoding budget per call, so the sentences of a
-batch are decoded in one call per budget (its source + 1 + max_len_extra tokens, at most
-max_len, and room for its prefix): each sentence gets its own budget, as in the TensorFlow
-engine, and its translation does not depend on the requests it shares a batch with. As the
-TensorFlow engine, it cuts a source to the model's longest (greedy_search.source_limit,
-</S> included); a budget is at most that long too (CTranslate2's table of absolute
-positions has that many rows), where the TensorFlow engine's is not for sinusoids.
+draw from that seed).
+
+The layout is CTranslate2's fastest on a CPU: ``workers`` translators' worth of replicas
+(``inter_threads`` = the server's decoding workers, ``intra_threads`` 1), so that each
+batcher worker's batch decodes on a core of its own at the same time; one worker alone
+gets the cores' threads instead (at most 4, CTranslate2's default).
+
+Each sentence gets its own decoding budget, as in the TensorFlow engine (its source + 1 +
+max_len_extra tokens, at most max_len, and room for its prefix), so that its translation
+does not depend on the requests it shares a batch with:
+
+* greedy search and sampling decode the whole batch in one ``translate_batch`` call, at
+  the batch's largest budget, and CTranslate2's step callback ends each sentence at its
+  own: a greedy token depends only on the tokens before it, so the sentence's output and
+  score are those of a call with its budget alone (padding beside longer sources moves
+  a score in its last bits at most: tests/test_ctranslate.py);
+* beam search takes one call per budget (the sentences of one budget together): a beam
+  cut at a shorter length would not be the beam of that length, whose hypotheses are
+  forced to finish by then.
+
+As the TensorFlow engine, it cuts a source to the model's longest
+(greedy_search.source_limit, </S> included); a budget is at most that long too
+(CTranslate2's table of absolute positions has that many rows), where the TensorFlow
+engine's is not for sinusoids.
 """
 
 from __future__ import annotations
@@ -39,7 +56,7 @@ class CTranslate2Engine(Engine):
     name = "ctranslate2"
     alignments = False
 
-    def __init__(self, model_dir: str, hp: hparams.Hparams, overrides: dict):
+    def __init__(self, model_dir: str, hp: hparams.Hparams, overrides: dict, workers: int = 1):
         # CTranslate2's OpenMP threads wait passively unless the environment says otherwise
         # (read when ctranslate2 first loads its OpenMP runtime): threads that spin on cores
         # shared with the server's event loop, its clients or other processes slowed a
@@ -62,9 +79,11 @@ class CTranslate2Engine(Engine):
         self.tok = data_load.load_tokenizer(self.hp)
         self.model_dir = model_dir
         self.ct2 = ctranslate2
-        # CTranslate2's default of 4 threads, never more than the cores this process has
+        # W workers: W replicas of one thread each; one worker: CTranslate2's default of
+        # 4 threads, never more than the cores this process has
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-        self.threads = min(4, cores or os.cpu_count() or 1)
+        self.workers = max(1, workers)
+        self.threads = 1 if self.workers > 1 else min(4, cores or os.cpu_count() or 1)
         self.translator = self._load()
         self.sampling = self.hp.sampling_topk != 1
         self.max_n_best = 64 if self.sampling else max(1, self.hp.beam_size)
@@ -73,7 +92,9 @@ class CTranslate2Engine(Engine):
         self.lock = threading.Lock()  # the random seed is CTranslate2's, for the process
 
     def _load(self):
-        return self.ct2.Translator(self.model_dir, device="cpu", intra_threads=self.threads)
+        return self.ct2.Translator(
+            self.model_dir, device="cpu", inter_threads=self.workers, intra_threads=self.threads
+        )
 
     def _budget(self, source: int, prefix: int) -> int:
         """A sentence's decoding budget in tokens (the TensorFlow engine's,
@@ -115,36 +136,53 @@ class CTranslate2Engine(Engine):
         forced = None
         if prefixes is not None:  # a prefix and a token after it within the limit
             forced = [row[: self.limit - 1] for row in self.tok.encode_tgt(list(prefixes))]
+        live = [i for i, row in enumerate(ids) if row]
+        budgets = {
+            i: self._budget(len(ids[i]), len(forced[i]) if forced is not None else 0) for i in live
+        }
+        if self.hp.beam_size > 1 and not self.sampling:
+            groups: dict[int, list[int]] = {}  # budget -> the sentences of that budget
+            for i in live:
+                groups.setdefault(budgets[i], []).append(i)
+            calls = [(budget, rows) for budget, rows in sorted(groups.items())]
+        else:  # one call, each sentence ended at its own budget by the step callback
+            calls = [(max(budgets.values()), live)] if live else []
         out: list[list[Hypothesis]] = [[] for _ in sentences]
-        groups: dict[int, list[int]] = {}  # budget -> the live sentences of that budget
-        for i, row in enumerate(ids):
-            if row:
-                prefix = len(forced[i]) if forced is not None else 0
-                groups.setdefault(self._budget(len(row), prefix), []).append(i)
-        with self.lock:
+        if seed is None:
             translator = self.translator
-            if seed is not None:
-                # set_random_seed seeds only the generators of threads yet to draw (each
-                # thread seeds its own at its first draw): a new translator's threads
-                self.ct2.set_random_seed(int(seed))
-                translator = self._load()
-            for budget, rows in sorted(groups.items()):
-                tokens = ctranslate.source_tokens(self.tok, [ids[i] for i in rows])
-                options = self._options(
-                    n_best, budget, None if forced is None else [forced[i] for i in rows]
-                )
-                results = translator.translate_batch(tokens, **options)
-                for i, result in zip(rows, results):
-                    out[i] = [
-                        Hypothesis(
-                            self.tok.decode_tgt(ctranslate.target_ids(self.tok, hyp)),
-                            float(score),
-                            None,
-                            len(hyp) >= budget,
-                        )
-                        for hyp, score in zip(result.hypotheses, result.scores)
-                    ]
+            for budget, rows in calls:
+                self._decode(translator, ids, forced, n_best, budget, rows, budgets, out)
+            return out
+        with self.lock:  # CTranslate2's random seed is the process's
+            # set_random_seed seeds only the generators of threads yet to draw (each
+            # thread seeds its own at its first draw): a new translator's threads
+            self.ct2.set_random_seed(int(seed))
+            translator = self._load()
+            for budget, rows in calls:
+                self._decode(translator, ids, forced, n_best, budget, rows, budgets, out)
         return out
+
+    def _decode(self, translator, ids, forced, n_best, budget, rows, budgets, out) -> None:
+        """One translate_batch call for the sentences ``rows`` at ``budget`` tokens;
+        with a beam of 1, each sentence stops at its own (``budgets``)."""
+        tokens = ctranslate.source_tokens(self.tok, [ids[i] for i in rows])
+        options = self._options(
+            n_best, budget, None if forced is None else [forced[i] for i in rows]
+        )
+        if options["beam_size"] == 1:
+            own = [budgets[i] for i in rows]
+            options["callback"] = lambda step: step.step + 1 >= own[step.batch_id]
+        results = translator.translate_batch(tokens, **options)
+        for i, result in zip(rows, results):
+            out[i] = [
+                Hypothesis(
+                    self.tok.decode_tgt(ctranslate.target_ids(self.tok, hyp)),
+                    float(score),
+                    None,
+                    len(hyp) >= budgets[i],
+                )
+                for hyp, score in zip(result.hypotheses, result.scores)
+            ]
 
     def score(self, sources, targets) -> list[Score]:
         ids = [row[: self.limit - 1] for row in self.tok.encode_src(list(sources))]

@@ -32,8 +32,17 @@ class Engine:
     alignments = True
 
     def translate(self, sentences, n_best=1, prefixes=None, alignments=False, seed=None):
-        """Per sentence its hypotheses (api.Hypothesis), best first."""
+        """Per sentence its hypotheses (api.Hypothesis), best first. Called from several
+        batcher workers at once: it must be thread-safe."""
         raise NotImplementedError
+
+    def longest(self, sentences) -> int:
+        """The longest of ``sentences`` in source tokens, </S> included (what a batch
+        pads to: the batcher's ``max_tokens``): the engine's tokenizer where it has one."""
+        tok = getattr(self, "tok", None)
+        if tok is None:
+            return max((len(s.split()) + 1 for s in sentences), default=1)
+        return max((len(ids) + 1 for ids in tok.encode_src(list(sentences))), default=1)
 
     def score(self, sources, targets) -> list[Score]:
         raise NotImplementedError
@@ -67,6 +76,7 @@ class TensorFlowEngine(Engine):
 
     def __init__(self, translator: Translator, warm_seeds: int = 4):
         self.translator = translator
+        self.tok = translator.tok
         hp = translator.hparams
         self.sampling = translator.decoder.sampling
         self.max_n_best = 64 if self.sampling else max(1, hp.beam_size)
