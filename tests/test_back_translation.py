@@ -16,8 +16,10 @@ import pytest
 from helpers import ROOT
 
 PAGE = os.path.join(ROOT, "docs", "back_translation.md")
+# the sizes cut, and no attention figures (seconds of each train.py that nothing reads)
 TINY = (
     "--vocab_size 200 --d_model 16 --d_ff 32 --num_blocks 1 --num_heads 2 "
+    "--attention_layers none "
     "--dev_bleu_sents 20 --max_len 10 --precision float32 --average 1"
 )
 

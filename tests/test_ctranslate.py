@@ -272,3 +272,56 @@ def test_scores_of_given_translations_are_ctranslate2s_score_batch(tmp_path):
     )
     for mine, result in zip(ours, theirs):
         np.testing.assert_allclose(mine, result.log_probs, atol=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("max_len_extra", [10, 2])
+def test_the_servers_engine_is_ctranslate2s_own_output_at_each_sentences_budget(
+    run, tmp_path, max_len_extra
+):
+    """The server's CTranslate2 engine, greedy, on the run's 1,000 test and dev sentences
+    in batches of 64 in their order (what a full server decodes: one translate_batch call
+    a batch, at its largest budget, each sentence ended at its own by the step callback):
+    each sentence's tokens, score and runaway flag are CTranslate2's own for that sentence
+    decoded beside the sentences of its own budget alone (max_decoding_length = its
+    budget), so padding beside longer sources changes nothing but a score's last bits.
+    With max_len_extra 2, many sentences run away (reach their budget): their cut
+    hypotheses keep their own scores and flags. And the same beside the batch: a
+    sentence's output does not depend on its batch mates."""
+    from transformer_tf2.serving.ctranslate2_engine import CTranslate2Engine
+
+    hp = run[0]
+    out = str(tmp_path / "ct2")
+    export.export_ctranslate2(hp.logdir, out, {}, "", "none")
+    sentences = data_load.read_raw(hp, "test")[0] + data_load.read_raw(hp, "dev")[0]
+    assert len(sentences) == 1000
+    settings = {"beam_size": 1, "max_len_extra": max_len_extra}
+    engine = CTranslate2Engine(out, hp, settings, workers=2)
+    assert (engine.workers, engine.threads) == (2, 1)  # one thread per replica
+    got = [h for k in range(0, 1000, 64) for h in engine.translate(sentences[k : k + 64])]
+    # CTranslate2's own: the sentences of each budget decoded together at that budget
+    ids = engine.tok.encode_src(sentences)
+    budgets = [engine._budget(len(row), 0) for row in ids]
+    own: list = [None] * 1000
+    for budget in sorted(set(budgets)):
+        rows = [i for i, b in enumerate(budgets) if b == budget]
+        results = engine.translator.translate_batch(
+            ctranslate.source_tokens(engine.tok, [ids[i] for i in rows]),
+            beam_size=1,
+            max_decoding_length=budget,
+            min_decoding_length=0,
+            length_penalty=0.0,
+            return_scores=True,
+        )
+        for i, r in zip(rows, results):
+            text = engine.tok.decode_tgt(ctranslate.target_ids(engine.tok, r.hypotheses[0]))
+            own[i] = (text, r.scores[0], len(r.hypotheses[0]) >= budget)
+    assert [h[0].text for h in got] == [o[0] for o in own]
+    assert [h[0].runaway for h in got] == [o[2] for o in own]
+    np.testing.assert_allclose([h[0].score for h in got], [o[1] for o in own], atol=1e-4)
+    assert len(set(budgets)) > 5  # batches of many budgets, each sentence cut at its own
+    if max_len_extra == 2:
+        assert sum(o[2] for o in own) > 100
+    # a sentence alone decodes as in its batch
+    alone = [engine.translate([sentences[i]])[0][0] for i in range(0, 1000, 97)]
+    assert [h.text for h in alone] == [got[i][0].text for i in range(0, 1000, 97)]

@@ -22,8 +22,11 @@ import pytest
 
 from helpers import ROOT
 
+# the sizes cut, and no attention figures (matplotlib at every dev evaluation: seconds of
+# each train.py that no test here reads)
 TINY = (
     "--vocab_size 200 --d_model 16 --d_ff 32 --num_blocks 1 --num_heads 2 "
+    "--attention_layers none "
     "--dev_bleu_sents 8 --max_len 10 --precision float32 --average 1"
 )
 # the sentences the decoding examples read (each file one sentence a line)

@@ -20,7 +20,7 @@ import average_checkpoints
 import export
 import train
 import translate
-from eval import evaluate
+from eval import evaluate, source_tag
 from helpers import ROOT, tiny
 from test_files import read_only_mount, unprivileged
 from transformer_tf2.config import cli, hparams
@@ -335,7 +335,9 @@ def test_damaged_checkpoint_names_the_file_and_the_previous_one(quick_run, tmp_p
         src.write_text("Die Frau liest ein Buch.\n", encoding="utf-8")
         ref.write_text("The woman reads a book.\n", encoding="utf-8")
         result = evaluate(hp.logdir, {"results_dir": hp.results_dir}, previous, str(src), str(ref))
-        assert result["results"].endswith("log_ckpt-2")
+        # named after the checkpoint and the source it decoded (eval.source_tag)
+        tag = source_tag(str(src), ["Die Frau liest ein Buch."])  # test-<digest>
+        assert result["results"].endswith("log_ckpt-2_" + tag)
 
 
 @pytest.mark.slow
@@ -516,7 +518,10 @@ def full_disk(quick_run, demo_prepro, tmp_path_factory):
         "events": str(tmp / "events"),
         "average": str(tmp / "avg" / "avg-last2"),
         "export": str(tmp / "exported"),
-        "results": str(tmp / "results" / "log_ckpt-3"),
+        # eval.py names a --test_src file's results after it (eval.source_tag)
+        "results": str(
+            tmp / "results" / ("log_ckpt-3_" + source_tag("input.de", ["Die Frau liest ein Buch."]))
+        ),
         "input": str(tmp / "input.de"),
         "png": str(tmp / "attention.png"),
         "npz": str(tmp / "p2" / "prepro" / "train.npz"),
@@ -558,12 +563,17 @@ def full_disk(quick_run, demo_prepro, tmp_path_factory):
 
 
 def snapshot(folder):
-    """{path: bytes} of every file under folder."""
+    """{path: bytes} of every file under folder; a symbolic link as its target, never
+    read (a /dev/full link the fault left behind would read zeros without end)."""
     out = {}
     for root, _, names in os.walk(folder):
         for name in names:
-            with open(os.path.join(root, name), "rb") as f:
-                out[os.path.join(root, name)] = f.read()
+            path = os.path.join(root, name)
+            if os.path.islink(path):
+                out[path] = ("link to", os.readlink(path))
+                continue
+            with open(path, "rb") as f:
+                out[path] = f.read()
     return out
 
 

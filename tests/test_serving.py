@@ -38,6 +38,7 @@ MAX_CHARS = 2000
 MAX_QUEUE = 64
 STARTUP = 180  # seconds a server may take to answer /health (TensorFlow's import, loaded CPUs)
 ENGINES = ["tensorflow", "ctranslate2"]
+WORKERS = 2  # the shared servers' decoding workers (--workers), whatever the cores
 
 
 def free_port() -> int:
@@ -164,7 +165,7 @@ def server(request, run, tmp_path_factory):
     args = engine_args(request.param, run, request) + [
         *("--beam_size", str(BEAM), "--max_sentences", str(MAX_SENTENCES)),
         *("--max_chars", str(MAX_CHARS), "--max_queue", str(MAX_QUEUE)),
-        *("--max_batch", "32", "--wait_ms", "5"),
+        *("--max_batch", "32", "--wait_ms", "5", "--workers", str(WORKERS)),
     ]
     log = str(tmp_path_factory.mktemp("serve") / f"{request.param}.log")
     with serving(args, log) as s:
@@ -399,9 +400,10 @@ def long_sentences(sentences, n: int, chars: int) -> list[str]:
 
 def test_clients_that_disconnect_free_their_places_and_the_worker_goes_on(server, sentences):
     """A client that leaves while its batch decodes (httpx with a short timeout) does not
-    stop the worker; one that leaves while its job waits (httpx, and a raw socket closed
-    after sending) frees its place at once and is never decoded; then the queue is empty
-    and a later request is answered."""
+    stop its worker; one that leaves while its job waits behind busy workers (httpx, and a
+    raw socket closed after sending) frees its place at once and is never decoded; then
+    the queue is empty and a later request is answered."""
+    assert server.get("/info")["limits"]["workers"] == WORKERS
     blocker = long_sentences(sentences, MAX_SENTENCES, 1400)  # seconds of decoding
     before = server.get("/info")["batches"]
 
@@ -415,12 +417,19 @@ def test_clients_that_disconnect_free_their_places_and_the_worker_goes_on(server
             assert time.monotonic() < deadline, f"{what}: {server.get('/health')}"
             time.sleep(0.02)
 
-    blocking = threading.Thread(target=leave, args=({"q": blocker, "n_best": 3}, 0.5))
-    blocking.start()
-    queued_becomes(MAX_SENTENCES, "the blocker was not queued")
-    # while the blocker decodes: a client waiting behind it leaves (another key: n_best 1)
+    # a blocker for each worker, each of its own key (n_best 3, 2) so that none shares
+    # another's batch: every worker is busy
+    blocking = [
+        threading.Thread(target=leave, args=({"q": blocker, "n_best": 3 - k}, 0.5))
+        for k in range(WORKERS)
+    ]
+    for k, thread in enumerate(blocking):
+        thread.start()
+        queued_becomes(MAX_SENTENCES * (k + 1), "the blocker was not queued")
+    busy = MAX_SENTENCES * WORKERS
+    # while the blockers decode: a client waiting behind them leaves (another key: n_best 1)
     leave({"q": sentences[:3]}, 0.3)
-    queued_becomes(MAX_SENTENCES, "the place of a client gone was not freed")
+    queued_becomes(busy, "the place of a client gone was not freed")
     # and one that sends its request on a raw socket and closes it
     body = b'{"q": ["%s", "%s"]}' % (sentences[3].encode(), sentences[4].encode())
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
@@ -428,17 +437,18 @@ def test_clients_that_disconnect_free_their_places_and_the_worker_goes_on(server
             b"POST /v1/translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json"
             b"\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
         )
-        queued_becomes(MAX_SENTENCES + 2, "the raw request was not queued")
-    queued_becomes(MAX_SENTENCES, "the place of a closed socket was not freed")
+        queued_becomes(busy + 2, "the raw request was not queued")
+    queued_becomes(busy, "the place of a closed socket was not freed")
     during = server.get("/info")["batches"]
-    assert during["batches"] == before["batches"], "the blocker ended too soon for this test"
+    assert during["batches"] == before["batches"], "a blocker ended too soon for this test"
     assert during["dropped"] == before["dropped"] + 2
-    blocking.join(60)
+    for thread in blocking:
+        thread.join(60)
     server.wait_idle()
     after = server.get("/info")["batches"]
-    # the blocker was decoded although its client left; the two others never were
-    assert after["batches"] == before["batches"] + 1
-    assert after["sentences"] == before["sentences"] + MAX_SENTENCES
+    # the blockers were decoded although their clients left; the two others never were
+    assert after["batches"] == before["batches"] + WORKERS
+    assert after["sentences"] == before["sentences"] + busy
     with server.client() as c:
         got = c.post("/translate", json=translate_body(sentences[5])).json()
     assert got["translatedText"] == server.reference.translate([sentences[5]])[0][0].text
@@ -553,9 +563,10 @@ def test_a_thousand_concurrent_requests_each_get_their_own_translation(server, s
 def test_overload_every_request_gets_its_answer_or_503_and_memory_stays_flat(
     server, sentences, expected
 ):
-    """128 clients, each sending its next single-sentence request as soon as it has an
-    answer, for 10 s, against a queue of 64 sentences (twice what it takes): every request
-    gets its own translation or a 503 with Retry-After; the server's RSS after it is within
+    """128 clients, each sending its next request of 4 sentences as soon as it has an
+    answer, for 10 s, against a queue of 64 sentences (8 times what it takes, so that
+    the queue stays full however fast the engine's workers decode): every request gets
+    its own translations or a 503 with Retry-After; the server's RSS after it is within
     10% of its RSS after a 3 s warm-up of the same load."""
 
     async def load(seconds: float, concurrency: int = 2 * MAX_QUEUE) -> dict:
@@ -571,18 +582,19 @@ def test_overload_every_request_gets_its_answer_or_503_and_memory_stays_flat(
             async def worker(k: int) -> None:
                 i = k
                 while time.monotonic() < stop:
-                    s = sentences[i % len(sentences)]
-                    i += concurrency
-                    r = await client.post("/translate", json=translate_body(s))
+                    q = [sentences[(i + j) % len(sentences)] for j in range(4)]
+                    i += 4 * concurrency
+                    r = await client.post("/translate", json=translate_body(q))
                     counts["sent"] += 1
                     if r.status_code == 200:
                         counts["answered"] += 1
-                        if r.json()["translatedText"] != expected[s].text:
-                            differ.add((s, r.json()["translatedText"]))
+                        for s, text in zip(q, r.json()["translatedText"], strict=True):
+                            if text != expected[s].text:
+                                differ.add((s, text))
                     elif r.status_code == 503 and int(r.headers["retry-after"]) >= 1:
                         counts["503"] += 1
                     else:
-                        bad.append((s, r.status_code, r.text))
+                        bad.append((q, r.status_code, r.text))
 
             await asyncio.gather(*(worker(k) for k in range(concurrency)))
         assert not bad, bad[:5]

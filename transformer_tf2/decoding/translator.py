@@ -154,6 +154,17 @@ class Translator:
     def sampling(self) -> bool:
         return self.strategy is not argmax
 
+    @property
+    def traces(self) -> int:
+        """How many times this translator's compiled functions have traced (each of its
+        decoders once per input signature: a count that grows under load re-traces)."""
+        functions = [self.decode, *self._compiled.values()]
+        return sum(
+            f.experimental_get_tracing_count()
+            for f in functions
+            if hasattr(f, "experimental_get_tracing_count")
+        )
+
     def _decoder(self, prefix: bool, n: int = 1):
         """The compiled search; a beam gives its ``n`` best hypotheses."""
         if self.k > 1:

@@ -111,6 +111,8 @@ class TensorFlowEngine(Engine):
             "checkpoints": t.checkpoints,
             "decoding": t.settings,
             "languages": {"source": self.source, "target": self.target},
+            # the compiled decoders' traces (the warm seeds' too): constant under load
+            "traces": sum(seeded.decoder.traces for seeded in list(self.seeds.values())),
         }
 
 
