@@ -8,9 +8,9 @@ Loads the run's own hparams from ``<logdir>/hparams.json``, decodes autoregressi
 (greedy, batched, each sentence stopping at </S>) and writes ``results/<model_name>``
 in the legacy format: ``- source:``, ``- expected:``, ``- got:`` blocks, then
 ``Bleu Score = X``, plus ``results/<model_name>.json`` with every figure. The results of
-a ``--test_src`` file are named after it as well (``<model_name>_my-1a2b3c4d``: the
-file's name and a digest of its lines), so that they never replace the test set's or
-another file's. The figures:
+a ``--test_src`` file are named after it as well (``<model_name>_my-<digest>``: the
+file's name and the first 8 hex digits of a digest of its lines), so that they never
+replace the test set's or another file's. The figures:
 
 * ``Bleu Score`` (legacy): nltk ``corpus_bleu`` (4-gram, uniform weights, no smoothing)
   x 100 over whitespace tokens of the legacy-cleaned text (``[^\\s\\p{Latin}']`` removed),

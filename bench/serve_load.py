@@ -447,7 +447,7 @@ def report(args, rows, refs_of, exits, engines, beams, settings, levels, n) -> N
     levels = levels + [f"open {f:g}" for f in args.open_shares]
     columns = ("engine", "beam", "wait_ms", "clients", "sent/s", "p50 ms", "p99 ms", "503s")
     columns += ("batch", "busy", "client cpu")
-    widths = (12, 5, 8, 8, 9, 9, 9, 6, 7, 6, 11)
+    widths = (12, 5, 8, 10, 9, 9, 9, 6, 7, 6, 11)
     variants = any(extra for _, extra in settings)
     print(
         "".join(f"{c:>{w}}" for c, w in zip(columns, widths)) + ("  serve_args" if variants else "")

@@ -742,7 +742,21 @@ def test_profile_reads_the_ops_of_a_real_trace(tmp_path):
 # --- bench/common.py: the import path, the child protocol, medians, the plan guard ------
 
 BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
-SCRIPTS = sorted(n[:-3] for n in os.listdir(BENCH) if n.endswith(".py") and n != "common.py")
+
+
+def is_script(name: str) -> bool:
+    """A bench script runs as ``python bench/NAME.py``; the other modules (common.py,
+    load_clients.py, serve_references.py) are the scripts' shared parts."""
+    with open(os.path.join(BENCH, name), encoding="utf-8") as f:
+        return 'if __name__ == "__main__":' in f.read()
+
+
+SCRIPTS = sorted(n[:-3] for n in os.listdir(BENCH) if n.endswith(".py") and is_script(n))
+
+
+def test_the_bench_scripts_are_told_from_their_shared_modules():
+    assert {"serve_load", "decode", "startup"} <= set(SCRIPTS)
+    assert not {"common", "load_clients", "serve_references"} & set(SCRIPTS)
 
 
 def documented_commands(name: str) -> list[list[str]]:

@@ -157,7 +157,9 @@ def test_the_decoding_options_end_to_end(quick_run, tmp_path, monkeypatch, capsy
         runs=[hp.logdir, copy],
     )
     name = os.path.basename(out["results"])
-    assert "+copy_" in name and name.endswith("_sample5_p1_t1")
+    # the runs, the search, then the source decoded (eval.source_tag)
+    tag = eval_script.source_tag(str(src), [line.rstrip("\n") for line in open(src)])
+    assert "+copy_" in name and name.endswith("_sample5_p1_t1_" + tag)
     with open(out["results"] + ".json", encoding="utf-8") as f:
         assert json.load(f)["decoding"]["search"] == "sampling"
 
