@@ -250,16 +250,7 @@ def closed_pass(server: Server, sentences: list[str], level: int, args) -> dict:
         got = load_clients.wrk_closed(
             args.wrk, server.url, args.src_file, level, args.seconds, args.request_seconds
         )
-        answers = got["answers"]
-        return dict(
-            rate=answers.get(200, 0) / got["wall"],
-            p50=got["p50"],
-            p99=got["p99"],
-            s503=answers.get(503, 0),
-            failed=got["failed"] + sum(n for c, n in answers.items() if c not in (200, 503)),
-            client_cpu=got["client_cpu"] / got["wall"],
-            wall=got["wall"],
-        )
+        return client_row(got)
     got = asyncio.run(
         load_pass(server.url, sentences, level, args.pass_seconds, args.request_seconds)
     )
@@ -280,6 +271,11 @@ def open_pass(server: Server, sentences: list[str], rate: float, args) -> dict:
     got = load_clients.open_loop(
         server.url, sentences, rate, args.seconds, args.request_seconds, seed=1
     )
+    return client_row(got)
+
+
+def client_row(got: dict) -> dict:
+    """A row's figures from a load_clients pass (wrk's or the open loop's)."""
     answers = got["answers"]
     return dict(
         rate=answers.get(200, 0) / got["wall"],

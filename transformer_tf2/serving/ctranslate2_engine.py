@@ -37,6 +37,7 @@ engine's is not for sinusoids.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 
@@ -144,20 +145,18 @@ class CTranslate2Engine(Engine):
             groups: dict[int, list[int]] = {}  # budget -> the sentences of that budget
             for i in live:
                 groups.setdefault(budgets[i], []).append(i)
-            calls = [(budget, rows) for budget, rows in sorted(groups.items())]
+            calls = sorted(groups.items())
         else:  # one call, each sentence ended at its own budget by the step callback
             calls = [(max(budgets.values()), live)] if live else []
         out: list[list[Hypothesis]] = [[] for _ in sentences]
-        if seed is None:
-            translator = self.translator
-            for budget, rows in calls:
-                self._decode(translator, ids, forced, n_best, budget, rows, budgets, out)
-            return out
-        with self.lock:  # CTranslate2's random seed is the process's
-            # set_random_seed seeds only the generators of threads yet to draw (each
-            # thread seeds its own at its first draw): a new translator's threads
-            self.ct2.set_random_seed(int(seed))
-            translator = self._load()
+        translator = self.translator
+        # the lock only for a seed: CTranslate2's random seed is the process's
+        with self.lock if seed is not None else contextlib.nullcontext():
+            if seed is not None:
+                # set_random_seed seeds only the generators of threads yet to draw (each
+                # thread seeds its own at its first draw): a new translator's threads
+                self.ct2.set_random_seed(int(seed))
+                translator = self._load()
             for budget, rows in calls:
                 self._decode(translator, ids, forced, n_best, budget, rows, budgets, out)
         return out
