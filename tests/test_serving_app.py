@@ -65,8 +65,14 @@ def test_libretranslate_shapes(client):
     got = client.post("/translate", json={**body, "source": "auto", "q": ["a", "b"]}).json()
     detected = {"confidence": 100.0, "language": "de"}
     assert got == {"translatedText": ["a", "b"], "detectedLanguage": [detected, detected]}
-    # a urlencoded form, as libretranslatepy posts it
+    # a urlencoded form, as libretranslatepy posts it: each value a string
     assert client.post("/translate", data={**body, "q": "xy"}).json() == {"translatedText": "yx"}
+    got = client.post("/translate", data={**body, "q": "xy", "alternatives": "1"}).json()
+    assert got == {"translatedText": "yx", "alternatives": ["yx"]}
+    # LibreTranslate's api_key is taken and not checked
+    assert client.post("/translate", json={**body, "api_key": "k"}).json() == {
+        "translatedText": "cba"
+    }
     langs = client.get("/languages").json()
     assert langs[0] == {"code": "de", "name": "German", "targets": ["en"]}
 
@@ -81,14 +87,19 @@ def test_own_endpoints_shapes(client):
             ]
         ]
     }
-    got = client.post("/v1/translate", json={"q": ["ab"], "alignments": "true"}).json()
+    got = client.post("/v1/translate", json={"q": ["ab"], "alignments": True}).json()
     assert got["translations"][0][0]["alignment"] == "0-0"
+    # one prefix string is every sentence's; one target string too
+    got = client.post("/v1/translate", json={"q": ["ab", "cd"], "prefix": "X"}).json()
+    assert [t[0]["text"] for t in got["translations"]] == ["Xba", "Xdc"]
+    got = client.post("/v1/score", json={"q": ["a", "b"], "targets": "xy"}).json()
+    assert [s["score"] for s in got["scores"]] == [-2.0, -2.0]
     got = client.post("/v1/score", json={"q": ["a", "b"], "targets": ["xyz", "x"]}).json()
     assert [s["score"] for s in got["scores"]] == [-3.0, -1.0]
     assert client.get("/health").json() == {"status": "ok", "queued": 0}
     info = client.get("/info").json()
     assert info["engine"] == "fake" and info["limits"]["max_sentences"] == 4
-    assert info["batches"]["batches"] == 3
+    assert info["batches"]["batches"] == 5
 
 
 REFUSED = [
@@ -151,6 +162,57 @@ REFUSED = [
         400,
         "send JSON or a urlencoded form",
     ),  # noqa: E501
+    # the schema's types are JSON's: a number or a boolean in a string is refused (a form's
+    # values are strings); null is no value; a field the endpoint does not take is refused
+    (
+        "/translate",
+        {"q": "a", "source": "de", "target": "en", "alternatives": "1"},
+        None,
+        400,
+        "alternatives parameter is not a number",
+    ),
+    (
+        "/translate",
+        {"q": "a", "source": "de", "target": "en", "format": ""},
+        None,
+        400,
+        "is not supported: use format text",
+    ),
+    (
+        "/translate",
+        {"q": "a", "source": "de", "target": "en", "api_key": 5},
+        None,
+        400,
+        "api_key must be a string",
+    ),
+    (
+        "/translate",
+        {"q": "a", "source": "de", "target": "en", "alternative": 1},
+        None,
+        400,
+        "unknown field 'alternative' (this endpoint takes alternatives, api_key, format, q, "
+        "source, target)",
+    ),
+    (
+        "/translate",
+        b"q=a&q=b&source=de&target=en",
+        "application/x-www-form-urlencoded",
+        400,
+        "the form gives q 2 times: a form field is given once (send a list of sentences as JSON)",
+    ),
+    (
+        "/v1/translate",
+        {"q": ["a"], "alignments": "true"},
+        None,
+        400,
+        "alignments must be true or false",
+    ),
+    ("/v1/translate", {"q": ["a"], "n_best": "2"}, None, 400, "n_best parameter is not a number"),
+    ("/v1/translate", {"q": None}, None, 400, "q must be a string or a list of strings"),
+    ("/v1/translate", {"q": ["a"], "prefix": None}, None, 400, "prefix must be a string"),
+    ("/v1/translate", {"q": ["a"], "seed": None}, None, 400, "seed parameter is not a number"),
+    ("/v1/translate", {"q": ["a"], "nbest": 2}, None, 400, "unknown field 'nbest'"),
+    ("/v1/score", {"q": ["a"], "targets": ["x"], "n_best": 2}, None, 400, "unknown field 'n_best'"),
     ("/v1/translate", {"q": "a"}, None, 200, None),  # one string is one sentence
     ("/v1/translate", {"q": 5}, None, 400, "q must be a string or a list of strings"),
     ("/v1/translate", {}, None, 400, "missing q parameter"),
@@ -217,6 +279,36 @@ def test_a_refused_request_gets_its_status_and_message_and_nothing_is_decoded(
     assert set(response.json()) == {"error"}
     assert client.engine.calls == []  # nothing decoded for it
     assert client.get("/info").json()["batches"]["batches"] == 0
+
+
+def test_an_unknown_path_or_method_is_refused_in_libretranslates_shape(client):
+    response = client.get("/nowhere")
+    assert response.status_code == 404 and response.json() == {"error": "Not Found"}
+    response = client.get("/translate")
+    assert response.status_code == 405 and response.json() == {"error": "Method Not Allowed"}
+    assert response.headers["allow"] == "POST"
+
+
+def test_the_schema_states_the_limits_and_the_engines_options(client):
+    """The OpenAPI schema of serving/schema.py: what the checks of app.py refuse."""
+    spec = client.get("/openapi.json").json()
+    translate = spec["paths"]["/translate"]["post"]
+    assert translate["requestBody"]["required"] is True
+    fields = translate["requestBody"]["content"]["application/json"]["schema"]
+    assert fields["additionalProperties"] is False
+    q = fields["properties"]["q"]["oneOf"]
+    assert q[0] == {"type": "string", "maxLength": 20, "minLength": 1}
+    assert q[1]["maxItems"] == 4 and q[1]["minItems"] == 1
+    assert fields["properties"]["alternatives"]["maximum"] == 2  # FakeEngine: 3 at most
+    form = translate["requestBody"]["content"]["application/x-www-form-urlencoded"]["schema"]
+    assert form["properties"]["q"] == q[0]  # a form holds one sentence
+    assert set(translate["responses"]) == {"200", "400", "413", "503"}
+    own = spec["paths"]["/v1/translate"]["post"]["requestBody"]["content"]["application/json"]
+    own = own["schema"]
+    assert "seed" not in own["properties"]  # FakeEngine does not sample
+    assert own["then"] == {"properties": {"n_best": {"const": 1}}}  # alignments: n_best 1
+    assert own["properties"]["prefix"]["oneOf"][1]["minItems"] == 0
+    assert spec["paths"]["/health"]["get"]["responses"]["503"]["content"]
 
 
 def test_a_body_past_what_the_limits_allow_is_refused_unread(client):

@@ -13,8 +13,10 @@ cannot say, health and information, and a page to try it (docs/serving.md).
     GET  /docs          the API in OpenAPI (FastAPI's own)
 
 Every request's sentences go through one Batcher (batcher.py), so concurrent requests
-are decoded together. Errors have LibreTranslate's shape, ``{"error": "..."}``: 400 for a
-malformed request (bad JSON, a wrong type, a missing field, an unsupported language), 413
+are decoded together. The OpenAPI schema of each route (schema.py) is the contract: the
+checks here refuse what it calls invalid, and nothing it calls valid. Errors have
+LibreTranslate's shape, ``{"error": "..."}``: 400 for a malformed request (bad JSON, a
+wrong type, a missing field or one the route does not take, an unsupported language), 413
 for one over the size limits (nothing is decoded for it; a body past what the limits allow
 is not even read), 503 with Retry-After when the queue is full or the server drains (a
 request still waiting when the drain's time is up gets it too). The server has no
@@ -35,12 +37,13 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from transformer_tf2.serving import engines
+from transformer_tf2.serving import engines, schema
 from transformer_tf2.serving.batcher import Batcher, Closed, Full, Job
 from transformer_tf2.utils.errors import UserError
 
-SEED_MAX = 2**32 - 1  # the largest seed a request may give
+SEED_MAX = schema.SEED_MAX
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,8 +101,28 @@ async def read_body(request: Request, limits: Limits) -> bytes:
     return b"".join(chunks)
 
 
-async def read_fields(request: Request, limits: Limits) -> dict:
-    """A request's fields: a JSON object, or a form (libretranslatepy posts one)."""
+class Fields(dict):
+    """A request's fields; ``form``: they came in a urlencoded form, where every value is
+    a string (a number its digits, a boolean "true" or "false")."""
+
+    form = False
+
+
+async def read_fields(request: Request, limits: Limits, names: set[str]) -> Fields:
+    """A request's fields: a JSON object, or a form (libretranslatepy posts one); 400
+    for a field not in ``names`` (the route's schema: schema.fields)."""
+    fields = await parse_fields(request, limits)
+    unknown = sorted(set(fields) - names)
+    if unknown:
+        raise RequestError(
+            400,
+            f"Invalid request: unknown field {unknown[0]!r} (this endpoint takes "
+            f"{', '.join(sorted(names))})",
+        )
+    return fields
+
+
+async def parse_fields(request: Request, limits: Limits) -> Fields:
     kind = request.headers.get("content-type", "")
     body = await read_body(request, limits)
     if kind.startswith("application/x-www-form-urlencoded"):
@@ -110,28 +133,38 @@ async def read_fields(request: Request, limits: Limits) -> dict:
             )
         except UnicodeDecodeError:
             raise RequestError(400, "Invalid request: the form is not UTF-8") from None
-        return {k: v if len(v) > 1 else v[0] for k, v in form.items()}
+        repeated = sorted(k for k, v in form.items() if len(v) > 1)
+        if repeated:  # as LibreTranslate: a list of sentences is JSON's
+            raise RequestError(
+                400,
+                f"Invalid request: the form gives {repeated[0]} {len(form[repeated[0]])} "
+                "times: a form field is given once (send a list of sentences as JSON)",
+            )
+        fields = Fields({k: v[0] for k, v in form.items()})
+        fields.form = True
+        return fields
     if kind.startswith("multipart/"):
         raise RequestError(400, "Invalid request: send JSON or a urlencoded form")
     if not body.strip():
-        return {}
+        return Fields()
     try:
         fields = json.loads(body)
     except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: deep nesting
         raise RequestError(400, "Invalid JSON format") from None
     if not isinstance(fields, dict):
         raise RequestError(400, "Invalid request: the body must be a JSON object")
-    return fields
+    return Fields(fields)
 
 
 def texts(fields: dict, name: str, limits: Limits, required: bool = True) -> tuple[list, bool]:
     """Field ``name`` as a list of strings and whether it was one string; 400 for a
-    missing field or a wrong type, 413 past the size limits."""
-    value = fields.get(name)
-    if value is None or value == "" or value == []:
+    missing field or a wrong type (null too), 413 past the size limits. A required field
+    holds a sentence at least (not "" nor []), an optional one may be empty."""
+    if name not in fields or (required and fields[name] in ("", [])):
         if required:
             raise RequestError(400, f"Invalid request: missing {name} parameter")
         return [], False
+    value = fields[name]
     single = isinstance(value, str)
     values = [value] if single else value
     if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
@@ -152,9 +185,11 @@ def texts(fields: dict, name: str, limits: Limits, required: bool = True) -> tup
     return values, single
 
 
-def integer(fields: dict, name: str, default: int, low: int = 0, high: int | None = None) -> int:
+def integer(fields: Fields, name: str, default: int, low: int = 0, high: int | None = None) -> int:
+    """An integer field: a JSON number of no fraction (not a boolean, nor a string), or a
+    form's decimal digits."""
     value = fields.get(name, default)
-    if isinstance(value, bool):
+    if isinstance(value, bool) or (isinstance(value, str) and not fields.form):
         value = None
     try:
         number = int(value)
@@ -167,9 +202,10 @@ def integer(fields: dict, name: str, default: int, low: int = 0, high: int | Non
     return number
 
 
-def flag(fields: dict, name: str) -> bool:
+def flag(fields: Fields, name: str) -> bool:
+    """A boolean field: JSON's true or false, or a form's "true", "false", "1", "0"."""
     value = fields.get(name, False)
-    if isinstance(value, str) and value.lower() in ("true", "false", "1", "0"):
+    if fields.form and isinstance(value, str) and value.lower() in ("true", "false", "1", "0"):
         return value.lower() in ("true", "1")
     if not isinstance(value, bool):
         raise RequestError(400, f"Invalid request: {name} must be true or false")
@@ -225,6 +261,12 @@ def create_app(
     @app.exception_handler(RequestError)
     async def refused(request: Request, e: RequestError):
         return error(e.status, e.message, e.headers)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, e: StarletteHTTPException):
+        """Starlette's own refusals (404 for an unknown path, 405 for a method a route
+        does not take, with its Allow header) in LibreTranslate's shape too."""
+        return error(e.status_code, str(e.detail), dict(e.headers or {}))
 
     @app.exception_handler(UserError)
     async def user_error(request: Request, e: UserError):
@@ -328,42 +370,21 @@ def check_languages(fields: dict, engine: engines.Engine) -> bool:
 def add_libretranslate_routes(app: FastAPI, engine: engines.Engine, limits: Limits, decode) -> None:
     """LibreTranslate's endpoints: POST /translate and GET /languages."""
 
-    @app.post(
-        "/translate",
-        openapi_extra={
-            "requestBody": {
-                "content": {
-                    "application/json": {
-                        "schema": {
-                            "type": "object",
-                            "required": ["q", "source", "target"],
-                            "properties": {
-                                "q": {
-                                    "oneOf": [
-                                        {"type": "string"},
-                                        {"type": "array", "items": {"type": "string"}},
-                                    ]
-                                },
-                                "source": {"type": "string", "example": "de"},
-                                "target": {"type": "string", "example": "en"},
-                                "format": {"type": "string", "enum": ["text"]},
-                                "alternatives": {"type": "integer", "minimum": 0},
-                            },
-                        }
-                    }
-                }
-            }
-        },
-    )
+    contract = schema.libretranslate_translate(limits, engine)
+    names = schema.fields(contract)
+
+    @app.post("/translate", openapi_extra=contract)
     async def translate(request: Request):
         """LibreTranslate's translate: ``translatedText`` (a string, or a list for a
         list ``q``), ``alternatives`` when asked, ``detectedLanguage`` for "auto"."""
-        fields = await read_fields(request, limits)
+        fields = await read_fields(request, limits, names)
         sentences, single = texts(fields, "q", limits)
         auto = check_languages(fields, engine)
-        if fields.get("format", "text") not in ("text", None, ""):
+        if fields.get("format", "text") != "text":
             raise RequestError(400, f"{fields['format']} is not supported: use format text")
         alternatives = integer(fields, "alternatives", 0)
+        if not isinstance(fields.get("api_key", ""), str):  # accepted, not checked
+            raise RequestError(400, "Invalid request: api_key must be a string")
         engine.check(alternatives + 1, False, None)
         key = ("translate", alternatives + 1, False, None)
         results = await decode(
@@ -381,7 +402,7 @@ def add_libretranslate_routes(app: FastAPI, engine: engines.Engine, limits: Limi
             body["detectedLanguage"] = detected if single else [detected] * len(sentences)
         return body
 
-    @app.get("/languages")
+    @app.get("/languages", openapi_extra=schema.languages())
     async def languages():
         """LibreTranslate's languages: the model's source, with its one target."""
         name = engines.LANGUAGE_NAMES
@@ -398,43 +419,28 @@ def add_libretranslate_routes(app: FastAPI, engine: engines.Engine, limits: Limi
 def add_own_routes(app: FastAPI, engine: engines.Engine, limits: Limits, decode) -> None:
     """The own endpoints: /v1/translate and /v1/score."""
 
-    @app.post(
-        "/v1/translate",
-        openapi_extra={
-            "requestBody": {
-                "content": {
-                    "application/json": {
-                        "schema": {
-                            "type": "object",
-                            "required": ["q"],
-                            "properties": {
-                                "q": {"type": "array", "items": {"type": "string"}},
-                                "n_best": {"type": "integer", "minimum": 1, "default": 1},
-                                "alignments": {"type": "boolean", "default": False},
-                                "prefix": {"type": "array", "items": {"type": "string"}},
-                                "seed": {"type": "integer"},
-                            },
-                        }
-                    }
-                }
-            }
-        },
-    )
+    contract = schema.own_translate(limits, engine)
+    # a seed on an engine that does not sample: engine.check's refusal says why
+    names = schema.fields(contract) | {"seed"}
+
+    @app.post("/v1/translate", openapi_extra=contract)
     async def translate_v1(request: Request):
         """Per sentence its ``n_best`` hypotheses: text, score, Pharaoh alignment (with
         ``alignments``), runaway; ``prefix``: per sentence the text its translations
         start with; ``seed``: the draws of a sampling server."""
-        fields = await read_fields(request, limits)
+        fields = await read_fields(request, limits, names)
         sentences, _ = texts(fields, "q", limits)
         n_best = integer(fields, "n_best", 1, low=1)
         alignments = flag(fields, "alignments")
-        prefixes, _ = texts(fields, "prefix", limits, required=False)
+        prefixes, one = texts(fields, "prefix", limits, required=False)
+        if one:  # one string: every sentence's prefix
+            prefixes = prefixes * len(sentences)
         if prefixes and len(prefixes) != len(sentences):
             raise RequestError(
                 400, f"Invalid request: {len(prefixes)} prefixes for {len(sentences)} sentences"
             )
         # a seed of 32 bits: the TensorFlow engine's draws key on those, CTranslate2 takes no more
-        seed = integer(fields, "seed", 0, high=SEED_MAX) if fields.get("seed") is not None else None
+        seed = integer(fields, "seed", 0, high=SEED_MAX) if "seed" in fields else None
         engine.check(n_best, alignments, seed)
         key = ("translate", n_best, alignments, seed)
         job = Job(
@@ -449,12 +455,17 @@ def add_own_routes(app: FastAPI, engine: engines.Engine, limits: Limits, decode)
             return JSONResponse({}, status_code=499)
         return {"translations": [[dataclasses.asdict(h) for h in r] for r in results]}
 
-    @app.post("/v1/score")
+    score_contract = schema.own_score(limits)
+    score_names = schema.fields(score_contract)
+
+    @app.post("/v1/score", openapi_extra=score_contract)
     async def score_v1(request: Request):
         """The summed log-probability of each target given its source, and each token's."""
-        fields = await read_fields(request, limits)
+        fields = await read_fields(request, limits, score_names)
         sentences, _ = texts(fields, "q", limits)
-        targets, _ = texts(fields, "targets", limits)
+        targets, one = texts(fields, "targets", limits)
+        if one:  # one string: every sentence's target
+            targets = targets * len(sentences)
         if len(targets) != len(sentences):
             raise RequestError(
                 400, f"Invalid request: {len(targets)} targets for {len(sentences)} sentences"
@@ -473,13 +484,13 @@ def add_status_routes(
 ) -> None:
     """/health, /info and the page at /."""
 
-    @app.get("/health")
+    @app.get("/health", openapi_extra=schema.health())
     async def health():
         if state["draining"]:
             return error(503, "The server is shutting down")
         return {"status": "ok", "queued": state["batcher"].pending}
 
-    @app.get("/info")
+    @app.get("/info", openapi_extra=schema.info())
     async def info():
         return {
             **engine.info(),
