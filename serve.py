@@ -151,7 +151,14 @@ def main() -> None:
     # a handler that returns makes a drained server's exit status 0
     signal.signal(signal.SIGTERM, lambda signum, frame: None)
     Server(config, application).run()
-    print("serve: stopped", file=sys.stderr, flush=True)
+    counts = application.state.counts
+    unanswered = counts.unanswered()
+    print(
+        f"serve: stopped; requests {counts.summary()}"
+        + (f"; {unanswered} read and not answered" if unanswered else ""),
+        file=sys.stderr,
+        flush=True,
+    )
     if application.state.batcher.alive:
         # a batch still decoding at the drain's deadline (nobody waits for it now): the
         # process ends without waiting for it, as at exit Python would (its decoding
@@ -161,16 +168,39 @@ def main() -> None:
 
 
 class Server(uvicorn.Server):
-    """uvicorn's server, which starts the application's drain (app.create_app) when it
-    is told to stop, so that the drain's time counts from the signal."""
+    """uvicorn's server with the application's drain (serving/drain.py): the first
+    SIGTERM or Ctrl-C starts it, and the listening socket closes at once; the open
+    connections are kept until every accepted request is answered (or the drain's time
+    is up), so that a request already sent on one gets its answer (503 for a new one,
+    with Connection: close), not a closed connection. Then uvicorn's own shutdown. A
+    second Ctrl-C stops at once."""
 
     def __init__(self, config: uvicorn.Config, application):
         super().__init__(config)
         self.application = application
+        self.draining = self.listening_closed = False
 
     def handle_exit(self, sig, frame) -> None:
+        if self.draining:  # a second signal: uvicorn's (Ctrl-C: stop now)
+            super().handle_exit(sig, frame)
+            return
+        self.draining = True
         self.application.state.drain()
-        super().handle_exit(sig, frame)
+        print(
+            f"serve: draining ({signal.Signals(sig).name}): no new connection, new "
+            "requests get 503, the accepted ones are answered",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    async def on_tick(self, counter: int) -> bool:
+        if self.draining and not self.listening_closed:
+            self.listening_closed = True
+            for server in self.servers:
+                server.close()
+        if self.draining and self.application.state.drained():
+            self.should_exit = True
+        return await super().on_tick(counter)
 
 
 if __name__ == "__main__":

@@ -758,3 +758,69 @@ def test_sigterm_answers_the_requests_in_flight_refuses_new_ones_and_exits_0(
         if response.status_code == 503:
             assert response.headers["retry-after"] == "5"
             assert "did not finish within its drain time" in response.json()["error"]
+
+
+def test_a_drain_under_load_answers_every_request_it_read(run, request, sentences, tmp_path):
+    """32 keep-alive clients send single sentences as fast as they are answered; SIGTERM
+    after 3 s. Each request's outcome is counted on both sides: the client's 200s and
+    503s are exactly the answers the server counts for /translate as it stops (serve.py's
+    last line), and every request it read was answered (none "read and not answered"): a
+    request the client sent and got no answer to ("cut") is one the server never read.
+    New decoding gets 503 with Connection: close, the exit status is 0."""
+    args = engine_args("tensorflow", run, request) + [
+        *("--workers", str(WORKERS), "--drain_seconds", str(DRAIN_SECONDS)),
+    ]
+    server = Server(args, str(tmp_path / "serve.log"))
+    outcomes: collections.Counter = collections.Counter()
+    closing = collections.Counter()  # the answers that said Connection: close, by status
+
+    async def load() -> float:
+        limits = httpx.Limits(max_connections=32, max_keepalive_connections=32)
+        async with httpx.AsyncClient(
+            base_url=server.url, timeout=60, trust_env=False, limits=limits
+        ) as client:
+
+            async def one_client(k: int) -> None:
+                for n in range(10**6):
+                    body = {"q": sentences[(k * 31 + n) % len(sentences)], "source": "de"}
+                    try:
+                        response = await client.post("/translate", json={**body, "target": "en"})
+                    except httpx.ConnectError:  # no connection: nothing sent
+                        outcomes["refused"] += 1
+                        return
+                    except httpx.HTTPError:  # sent, and the connection closed unanswered
+                        outcomes["cut"] += 1
+                        continue
+                    outcomes[response.status_code] += 1
+                    if response.headers.get("connection") == "close":
+                        closing[response.status_code] += 1
+
+            clients = [asyncio.ensure_future(one_client(k)) for k in range(32)]
+            await asyncio.sleep(3)
+            signalled = time.monotonic()
+            server.proc.send_signal(signal.SIGTERM)
+            await asyncio.wait_for(asyncio.gather(*clients), DRAIN_SECONDS + 30)
+            return signalled
+
+    try:
+        signalled = run_async(load(), DRAIN_SECONDS + 60)
+        rc = server.proc.wait(DRAIN_SECONDS + 30)
+        took = time.monotonic() - signalled
+    finally:
+        server.stop()
+    log = server.output()
+    print(f"drain under load: {dict(outcomes)}, Connection: close on {dict(closing)}; {took:.1f} s")
+    assert rc == 0, log
+    assert took <= DRAIN_SECONDS + EXIT_SLACK, took
+    stopped = re.search(r"serve: stopped; requests (.*)", log)
+    assert stopped and "read and not answered" not in stopped[1], log
+    counted = re.search(r"/translate: (\d+) read, answered ([^;]*)", stopped[1])
+    answered = {int(k): int(v) for k, v in re.findall(r"(\d+) x(\d+)", counted[2])}
+    assert answered == {code: outcomes[code] for code in (200, 503) if outcomes[code]}, log
+    assert int(counted[1]) == sum(answered.values())
+    # each client ends on a refused connection: the listening socket closed at the signal
+    assert outcomes[200] > 100 and outcomes["refused"] == 32
+    # the drain's 503s say close (so do its translations: those in flight at the signal,
+    # when there are any; test_serving_app.py's drain test holds them to it)
+    assert closing[503] == outcomes[503]
+    assert set(outcomes) <= {200, 503, "refused", "cut"}

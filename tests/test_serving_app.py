@@ -370,3 +370,33 @@ def test_health_is_503_once_the_server_drains():
         application.state.drain()  # what serve.py does on SIGTERM
         response = client.get("/health")
         assert response.status_code == 503 and "shutting down" in response.json()["error"]
+
+
+def test_a_drain_refuses_new_decoding_says_close_and_counts_every_answer():
+    """From the drain on: new decoding gets 503 with Retry-After, every answer says
+    Connection: close, and drained() (serve.py's cue to close the connections) holds once
+    nothing accepted is left. The counts name each path read and each status answered;
+    a path the server has not counts as "other"."""
+    engine = FakeEngine()
+    application = serving.create_app(engine, LIMITS, drain_seconds=5)
+    with TestClient(application) as client:
+        body = {"q": "ab", "source": "de", "target": "en"}
+        response = client.post("/translate", json=body)
+        assert response.status_code == 200 and "connection" not in response.headers
+        client.get("/nowhere")
+        client.get("/also/nowhere")
+        assert not application.state.drained()
+        application.state.drain()
+        assert application.state.drained()  # nothing was accepted and left
+        response = client.post("/translate", json=body)
+        assert response.status_code == 503 and response.headers["retry-after"] == "5"
+        assert response.json() == {"error": "The server is shutting down"}
+        assert response.headers["connection"] == "close"
+        assert client.get("/languages").headers["connection"] == "close"
+        counts = application.state.counts
+        assert counts.summary() == (
+            "/languages: 1 read, answered 200 x1; /translate: 2 read, answered 200 x1, "
+            "503 x1; other: 2 read, answered 404 x2"
+        )
+        assert counts.unanswered() == 0
+    assert len(engine.calls) == 1

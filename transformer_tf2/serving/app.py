@@ -30,7 +30,6 @@ import contextlib
 import dataclasses
 import functools
 import json
-import time
 import urllib.parse
 from importlib import resources
 from typing import Any
@@ -41,9 +40,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from transformer_tf2.serving import engines, schema
 from transformer_tf2.serving.batcher import Batcher, Closed, Full, Job
+from transformer_tf2.serving.drain import Counts, Drain, Middleware
 from transformer_tf2.utils.errors import UserError
 
 SEED_MAX = schema.SEED_MAX
+# the paths the request counts name (any other is counted as "other")
+PATHS = {"/", "/translate", "/languages", "/v1/translate", "/v1/score", "/health", "/info"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,17 +219,8 @@ def create_app(
 ) -> FastAPI:
     """The application serving ``engine`` under ``limits``; its batcher starts with the
     application and drains (at most ``drain_seconds``) when the server stops."""
-    state: dict[str, Any] = {"draining": False, "deadline": None, "drain": None}
-
-    def drain() -> None:
-        """The server stops (SIGTERM; serve.py calls it from its signal handler, on the
-        event loop): the requests accepted have until ``drain_seconds`` from now, then get
-        503; the requests waiting hear of it at once (``state["drain"]``, an event)."""
-        if state["deadline"] is None:
-            state["deadline"] = time.monotonic() + drain_seconds
-        state["draining"] = True
-        if state["drain"] is not None:
-            state["drain"].set()
+    state: dict[str, Any] = {"drain": Drain(drain_seconds)}
+    counts = Counts(PATHS)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -240,14 +233,12 @@ def create_app(
             max_tokens=limits.max_tokens,
         )
         state["batcher"] = app.state.batcher = batcher
-        state["drain"] = asyncio.Event()
-        if state["draining"]:
-            state["drain"].set()
+        state["drain"].bind()
         yield
-        drain()
+        state["drain"].start()
         # the requests are answered (or given 503 at the deadline, their jobs dropped):
         # what is left is at most the batch being decoded, given what the time allows
-        left = max(0.0, state["deadline"] - time.monotonic())
+        left = state["drain"].left()
         await asyncio.get_running_loop().run_in_executor(None, batcher.close, left)
 
     app = FastAPI(
@@ -255,8 +246,11 @@ def create_app(
         description=__doc__.split("\n\n")[0],
         lifespan=lifespan,
     )
-    app.state.drain = drain
-    app.add_middleware(CloseWhileDraining, state=state)
+    # serve.py's signal handling: start the drain, see when it is done, the counts
+    app.state.drain = state["drain"].start
+    app.state.drained = functools.partial(drained, state)
+    app.state.counts = counts
+    app.add_middleware(Middleware, drain=state["drain"], counts=counts)
 
     @app.exception_handler(RequestError)
     async def refused(request: Request, e: RequestError):
@@ -279,25 +273,13 @@ def create_app(
     return app
 
 
-class CloseWhileDraining:
-    """ASGI middleware: once the server drains, every answer says ``Connection: close``,
-    so that a client sends its next request on a new connection (to a server that takes
-    it) instead of on one that is closing."""
-
-    def __init__(self, app, state: dict):
-        self.app, self.state = app, state
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-
-        async def send_closing(message):
-            if message["type"] == "http.response.start" and self.state["draining"]:
-                headers = [(k, v) for k, v in message.get("headers", []) if k != b"connection"]
-                message = {**message, "headers": headers + [(b"connection", b"close")]}
-            await send(message)
-
-        await self.app(scope, receive, send_closing)
+def drained(state: dict) -> bool:
+    """Whether a drain that started is done: every accepted sentence decoded (or the
+    drain's time up). Then serve.py closes the connections and stops."""
+    drain = state["drain"]
+    if not drain.draining or "batcher" not in state:
+        return False
+    return state["batcher"].pending == 0 or drain.left() == 0
 
 
 async def client_gone(request: Request) -> None:
@@ -312,7 +294,10 @@ async def decode_job(state: dict, request: Request, job: Job):
     server drains past its deadline; None if the client went away meanwhile (its place
     is freed). It waits on events (the result, the client's departure, the drain), never
     on a timer, but for the drain's deadline."""
+    drain = state["drain"]
     try:
+        if drain.draining:  # no new decoding: only the accepted requests are answered
+            raise Closed
         future = state["batcher"].submit(job)
     except Full as e:
         raise RequestError(
@@ -323,12 +308,11 @@ async def decode_job(state: dict, request: Request, job: Job):
     except Closed:
         raise RequestError(503, "The server is shutting down", {"Retry-After": "5"}) from None
     gone = asyncio.ensure_future(client_gone(request))
-    draining = asyncio.ensure_future(state["drain"].wait())
+    draining = asyncio.ensure_future(drain.wait())
     try:
         while True:
-            timeout = None
-            if state["deadline"] is not None:
-                timeout = state["deadline"] - time.monotonic()
+            timeout = drain.left()
+            if timeout is not None:
                 if timeout <= 0:  # the drain's time is up: the job is dropped
                     future.cancel()
                     raise RequestError(
@@ -486,8 +470,8 @@ def add_status_routes(
 
     @app.get("/health", openapi_extra=schema.health())
     async def health():
-        if state["draining"]:
-            return error(503, "The server is shutting down")
+        if state["drain"].draining:
+            return error(503, "The server is shutting down", {"Retry-After": "5"})
         return {"status": "ok", "queued": state["batcher"].pending}
 
     @app.get("/info", openapi_extra=schema.info())
