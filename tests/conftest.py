@@ -71,6 +71,10 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     threads = max(1, (os.cpu_count() or 1) // workers)
     tensorflow.config.threading.set_intra_op_parallelism_threads(threads)
     tensorflow.config.threading.set_inter_op_parallelism_threads(threads)
+    # and so do the processes the tests start (scripts, servers, the doc commands), unless
+    # they set their own: a pool per core in each would spin on the cores the others use
+    os.environ.setdefault("TF_NUM_INTRAOP_THREADS", str(threads))
+    os.environ.setdefault("TF_NUM_INTEROP_THREADS", str(threads))
 
 import prepro
 import train

@@ -17,7 +17,7 @@ import plot_logs
 import prepro
 import train
 import translate
-from helpers import ROOT
+from helpers import ROOT, run_json_script
 from transformer_tf2.config import cli, hparams, presets
 from transformer_tf2.config.hparams import UserError
 
@@ -507,3 +507,26 @@ def test_the_shipped_hparams_py_sets_nothing_the_defaults_do_not():
     """The repository's hparams.py is the user's file: as shipped, every script runs the
     declared defaults (the demo), so --help and the docs' figures hold."""
     assert cli.user_values() == {}
+
+
+PYPLOT = """
+import json, sys
+import transformer_tf2, keras
+from transformer_tf2.decoding import plots
+loaded = [name for name in ("matplotlib.figure", "matplotlib.backend_bases") if name in sys.modules]
+fig, ax = plots.pyplot().subplots()
+import matplotlib
+from matplotlib.pyplot import close
+close(fig)
+print(json.dumps([loaded, type(sys.modules["matplotlib.pyplot"]).__name__,
+                  matplotlib.get_backend(), keras.visualization.plot_image_gallery.__name__]))
+"""
+
+
+@pytest.mark.slow
+def test_keras_loads_without_pyplot_and_pyplot_loads_at_the_first_figure():
+    """Keras imports matplotlib.pyplot as it loads (0.35 s of every script's start):
+    after the package, it finds a module that loads pyplot only when something reads from
+    it, so nothing of pyplot is loaded with Keras; the first figure loads the real one, on
+    the Agg backend the figures choose."""
+    assert run_json_script(PYPLOT) == [[], "module", "Agg", "plot_image_gallery"]
