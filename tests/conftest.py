@@ -10,6 +10,7 @@ import pickle
 import shutil
 import sys
 import tempfile
+import threading
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow is imported
 # The native kernels (native.py) are built into a temporary folder of the test session,
@@ -118,6 +119,16 @@ def once(tmp_path_factory, name, build):
     return pickle.loads(done.read_bytes())
 
 
+# Whether a test selected for this session uses the ``mirrored`` fixture: its minute-long
+# process then starts in the background as soon as the demo's prepro exists (below), so
+# that no worker waits for it when the first such test comes
+MIRRORED_WANTED = []
+
+
+def pytest_collection_finish(session):
+    MIRRORED_WANTED[:] = [any("mirrored" in item.fixturenames for item in session.items)]
+
+
 @pytest.fixture(scope="session")
 def demo_prepro(tmp_path_factory):
     """Hparams of a tiny run whose 300-pair demo corpus is preprocessed; nothing trained."""
@@ -127,7 +138,11 @@ def demo_prepro(tmp_path_factory):
         prepro.preprocess(hp)
         return hp
 
-    return once(tmp_path_factory, "demo", build)
+    hp = once(tmp_path_factory, "demo", build)
+    if MIRRORED_WANTED == [True]:
+        MIRRORED_WANTED[:] = [False]  # once per worker; the first worker there builds it
+        threading.Thread(target=build_mirrored, args=(hp, tmp_path_factory), daemon=True).start()
+    return hp
 
 
 @pytest.fixture(scope="session")
@@ -170,7 +185,12 @@ def run(demo_prepro, tmp_path_factory):
 @pytest.fixture(scope="session")
 def mirrored(demo_prepro, tmp_path_factory):
     """The cases of mirrored_cases.py (MirroredStrategy steps on 2 logical CPUs), run once
-    in one fresh process on the demo's prepro: {case: result}."""
+    in one fresh process on the demo's prepro: {case: result}. Started in the background
+    by demo_prepro: this waits for it (or builds it, if nothing had started it)."""
+    return build_mirrored(demo_prepro, tmp_path_factory)
+
+
+def build_mirrored(demo_prepro, tmp_path_factory) -> dict:
     keys = ("prepro_dir", "vocab_size", "d_model", "d_ff", "num_blocks", "num_heads", "position")
     values = {k: getattr(demo_prepro, k) for k in keys + ("tokens_per_batch",)}
     values["dropout_rate"] = 0.0
