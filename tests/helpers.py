@@ -3,6 +3,7 @@
 import io
 import json
 import os
+import socket
 import subprocess
 import sys
 import tarfile
@@ -20,6 +21,13 @@ from transformer_tf2.models.model import Transformer
 from transformer_tf2.utils import devices
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def free_port() -> int:
+    """A port of 127.0.0.1 that no process listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def tiny(tmp, **kw):

@@ -12,7 +12,6 @@ import contextlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -28,7 +27,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
 
-from helpers import ROOT
+from helpers import ROOT, free_port
 from transformer_tf2 import Translator
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
@@ -46,12 +45,6 @@ SENTENCES = ["Die Frau liest ein Buch.", "Ein Mann geht in den Park."]
 MAX_CHARS = 120  # the server's --max_chars: a longer sentence gets 413
 # no proxy for 127.0.0.1, whatever the environment says
 OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def post(port: int, path: str, fields: dict) -> tuple[int, dict]:

@@ -13,7 +13,6 @@ one rule JSON Schema cannot say (a list of prefixes or targets, one per sentence
 
 import os
 import re
-import socket
 import subprocess
 import sys
 import threading
@@ -22,7 +21,7 @@ import time
 import httpx
 import pytest
 
-from helpers import ROOT
+from helpers import ROOT, free_port
 from transformer_tf2.api import Translator
 from transformer_tf2.serving import app as serving
 from transformer_tf2.serving import engines
@@ -37,12 +36,6 @@ EXAMPLES = 25  # cases per operation and phase
 CONFIG = """[checks.negative_data_rejection]
 expected-statuses = [400, 401, 403, 404, 405, 406, 409, 413, 415, 422, 428, 429, "5xx"]
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def engine_of(kind: str, hp, tmp_path) -> engines.Engine:

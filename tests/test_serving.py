@@ -25,7 +25,7 @@ import pytest
 
 import export
 import translate
-from helpers import ROOT
+from helpers import ROOT, free_port
 from transformer_tf2.api import Hypothesis, Translator
 from transformer_tf2.data import data_load
 from transformer_tf2.serving import engines
@@ -39,12 +39,6 @@ MAX_QUEUE = 64
 STARTUP = 180  # seconds a server may take to answer /health (TensorFlow's import, loaded CPUs)
 ENGINES = ["tensorflow", "ctranslate2"]
 WORKERS = 2  # the shared servers' decoding workers (--workers), whatever the cores
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Server:

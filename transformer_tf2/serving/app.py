@@ -44,8 +44,6 @@ from transformer_tf2.serving.drain import Counts, Drain, Middleware
 from transformer_tf2.utils.errors import UserError
 
 SEED_MAX = schema.SEED_MAX
-# the paths the request counts name (any other is counted as "other")
-PATHS = {"/", "/translate", "/languages", "/v1/translate", "/v1/score", "/health", "/info"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -220,7 +218,7 @@ def create_app(
     """The application serving ``engine`` under ``limits``; its batcher starts with the
     application and drains (at most ``drain_seconds``) when the server stops."""
     state: dict[str, Any] = {"drain": Drain(drain_seconds)}
-    counts = Counts(PATHS)
+    counts = Counts()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -270,6 +268,7 @@ def create_app(
     add_libretranslate_routes(app, engine, limits, decode)
     add_own_routes(app, engine, limits, decode)
     add_status_routes(app, engine, limits, state, drain_seconds)
+    counts.known = {route.path for route in app.routes}  # any other path is "other"
     return app
 
 

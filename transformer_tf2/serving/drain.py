@@ -57,12 +57,13 @@ class Drain:
 
 
 class Counts:
-    """Per path of ``known`` (any other counts as "other", so that a client cannot grow
-    the table), the requests read (their headers reached the application) and the
-    statuses of the answers sent in full."""
+    """Per path of ``known`` (the application's routes, set once they are; any other
+    path counts as "other", so that a client cannot grow the table), the requests read
+    (their headers reached the application) and the statuses of the answers sent in
+    full."""
 
-    def __init__(self, known: set[str]):
-        self.known = known
+    def __init__(self):
+        self.known: set[str] = set()
         self.paths: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
 
     def of(self, path: str) -> collections.Counter:
