@@ -512,7 +512,10 @@ def test_the_shipped_hparams_py_sets_nothing_the_defaults_do_not():
 PYPLOT = """
 import json, sys
 import transformer_tf2, keras
-from transformer_tf2.decoding import plots
+import tensorflow as tf
+from transformer_tf2.decoding import greedy_search, plots
+# a function AutoGraph converts: it reads every module's __file__ in sys.modules
+tf.function(greedy_search.argmax)(tf.zeros([1, 3]), 0, None)
 loaded = [name for name in ("matplotlib.figure", "matplotlib.backend_bases") if name in sys.modules]
 fig, ax = plots.pyplot().subplots()
 import matplotlib
@@ -527,6 +530,7 @@ print(json.dumps([loaded, type(sys.modules["matplotlib.pyplot"]).__name__,
 def test_keras_loads_without_pyplot_and_pyplot_loads_at_the_first_figure():
     """Keras imports matplotlib.pyplot as it loads (0.35 s of every script's start):
     after the package, it finds a module that loads pyplot only when something reads from
-    it, so nothing of pyplot is loaded with Keras; the first figure loads the real one, on
+    it, so nothing of pyplot is loaded with Keras, nor as AutoGraph converts a function
+    (it reads every module's ``__file__``); the first figure loads the real one, on
     the Agg backend the figures choose."""
     assert run_json_script(PYPLOT) == [[], "module", "Agg", "plot_image_gallery"]

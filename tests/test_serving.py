@@ -664,6 +664,7 @@ def test_a_seed_repeats_a_sampling_servers_draws(engine, run, request, sentences
 # ---------------------------------------------------------------------------- SIGTERM
 DRAIN_SECONDS = 8  # --drain_seconds of the SIGTERM test
 EXIT_SLACK = 3  # seconds past it for the process to end (the interpreter's exit)
+QUEUE_WAIT = 120  # seconds for each phase of its requests to reach the queue
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -701,18 +702,24 @@ def test_sigterm_answers_the_requests_in_flight_refuses_new_ones_and_exits_0(
             threads.append(threading.Thread(target=send, args=(f"heavy{k}", body)))
         for t in threads[:4]:
             t.start()
-        deadline = time.monotonic() + 30
-        while server.get("/health")["queued"] < 8 * 4:
-            assert time.monotonic() < deadline
+        # a generous wait: on 2 busy cores the server reads and tokenizes 40 requests of
+        # 24,000 characters while its workers decode on every core
+        deadline = time.monotonic() + QUEUE_WAIT
+        while (queued := server.get("/health")["queued"]) < 8 * 4:
+            assert time.monotonic() < deadline, f"{queued} of {8 * 4} small sentences queued"
             time.sleep(0.01)
         for t in threads[4:]:
             t.start()
         # until every heavy request is queued (the small ones still counted, 8 sentences
         # each, until their answers are in)
-        while server.get("/health")["queued"] - 8 * sum(
-            f"small{k}" not in results for k in range(4)
+        deadline = time.monotonic() + QUEUE_WAIT
+        while (
+            heavy_queued := server.get("/health")["queued"]
+            - 8 * sum(f"small{k}" not in results for k in range(4))
         ) < 16 * len(heavy):
-            assert time.monotonic() < deadline
+            assert time.monotonic() < deadline, (
+                f"{heavy_queued} of {16 * len(heavy)} heavy sentences queued"
+            )
             time.sleep(0.01)
         in_flight = sum(f"small{k}" not in results for k in range(4))
         signalled = time.monotonic()

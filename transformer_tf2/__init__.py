@@ -29,6 +29,10 @@ class _OnFirstUse(types.ModuleType):
     matplotlib.pyplot import figure``)."""
 
     def __getattr__(self, name: str):
+        if name.startswith("__") and name.endswith("__"):
+            # a module's own attributes (``__file__``, ``__path__``), read as sys.modules
+            # is walked (AutoGraph does it for every function it converts): not a use
+            raise AttributeError(name)
         if sys.modules.get(self.__name__) is self:
             del sys.modules[self.__name__]
         return getattr(importlib.import_module(self.__name__), name)
