@@ -1133,3 +1133,69 @@ def test_serve_load_runs_the_server_and_both_references_on_a_tiny_run(quick_run,
         lines[10],
     )
     assert len(lines) == 11, proc.stdout
+
+
+def test_the_decoding_profile_counts_the_ops_of_a_graph_and_its_functions():
+    """bench/profile_decode.py's op count: the nodes of a step's graph and of the
+    functions it calls; the computing ones leave out constants, identities, arguments,
+    weight reads and the calls themselves."""
+    import tensorflow as tf
+
+    import profile_decode
+
+    w = tf.Variable(tf.ones((3, 3)))
+
+    @tf.function(autograph=False)
+    def inner(x):
+        return tf.nn.relu(tf.matmul(x, w)) + 1.0
+
+    @tf.function(autograph=False)
+    def step(x):
+        return tf.reduce_sum(inner(x) * 2.0)
+
+    graph = step.get_concrete_function(tf.TensorSpec((1, 3))).graph.as_graph_def()
+    every, computing = profile_decode.graph_ops(graph)
+    ops = [n.op for n in graph.node] + [n.op for f in graph.library.function for n in f.node_def]
+    assert every == len(ops)
+    # MatMul, Relu, AddV2 inside; Mul, Sum outside
+    assert computing == 5, sorted(ops)
+
+
+@pytest.mark.slow
+def test_the_decoding_profile_runs_on_a_trained_run_beside_ctranslate2(
+    quick_run, capsys, monkeypatch
+):
+    """``python bench/profile_decode.py`` on a trained run, one sentence at a time: the
+    tokens it counts are those our greedy decoder writes (</S> included), each step runs
+    its ops, the narrowest model's step is the faster, and CTranslate2's rows give a
+    time per token for both weights and both searches."""
+    pytest.importorskip("ctranslate2")
+    import tensorflow as tf
+
+    import profile_decode
+    from transformer_tf2.data import data_load
+    from transformer_tf2.decoding import greedy_search
+    from transformer_tf2.models import checkpoints
+
+    hp, _ = quick_run
+    argv = ["profile_decode.py", "--logdir", hp.logdir, "--prepro_dir", hp.prepro_dir]
+    argv += ["--data_dir", hp.data_dir, "--sents", "3", "--beams", "1,2"]
+    monkeypatch.setattr("sys.argv", argv)
+    profile_decode.main()
+    out = capsys.readouterr().out.splitlines()
+    _, tok, model, _ = checkpoints.load_run(hp.logdir, {}, who="test")
+    sources, _ = data_load.read_raw(hp, "test")
+    greedy = greedy_search.greedy_decoder(model)
+    extra = tf.constant(hp.max_len_extra, tf.int32)
+    tokens = 0
+    for _, b in data_load.eval_batches(tok.encode_src(sources[:3]), 1, 1 << 30):
+        tokens += int((greedy(tf.constant(b), extra).numpy() != data_load.PAD_ID).sum())
+    (line,) = [x for x in out if x.startswith("greedy:")]
+    assert f" ms per token ({tokens} tokens); the step alone " in line, out
+    every, computing = [int(x) for x in re.findall(r"(\d+) ops \((\d+) computing\)", line)[0]]
+    assert every > computing > 20, line
+    share = int(re.findall(r"dispatch (\d+)% of the step", line)[0])
+    assert 0 < share <= 100, line
+    assert sum(x.startswith("beam 2:") for x in out) == 1
+    ct2 = [x for x in out if x.startswith("CTranslate2 ")]
+    assert len(ct2) == 4 and all(" ms per token (" in x for x in ct2), out
