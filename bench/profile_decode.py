@@ -37,13 +37,18 @@ import time
 
 import numpy as np
 
-import common  # noqa: F401  (first: the project root on the import path)
+import common
 
 from transformer_tf2.config import cli
 
 OPTIONS = {"sents": 50, "beams": "1,4", "ctranslate2": True}
 POSITION = 10  # the cache's length when the step alone is timed
 NOT_COMPUTING = ("Const", "Identity", "NoOp", "_Arg", "_Retval", "ReadVariableOp", "Placeholder")
+
+
+def parser(preset: str = "demo"):
+    """The command line's parser (``--help``), built without TensorFlow."""
+    return common.hparams_parser(OPTIONS, preset)
 
 
 def graph_ops(graph_def) -> tuple[int, int]:
