@@ -75,9 +75,8 @@ def step_parts(model, src, beam: int):
     memory, mask = model.encode(src)
     cache = model.init_cache(tf.repeat(memory, beam, axis=0), tf.repeat(mask, beam, axis=0))
     tokens = tf.fill((rows,), data_load.BOS_ID)
-    logits = None
     for _ in range(POSITION):
-        logits, cache = model.decode_step(tokens, cache)
+        _, cache = model.decode_step(tokens, cache)
     if beam == 1:
         return lambda: tf.argmax(model.decode_step(tokens, cache)[0], -1)
     # the state of bench/decode.py's profile_beam: every slot live
