@@ -3,7 +3,7 @@ ops a step runs, its time, the share of that time the ops' own arithmetic takes,
 CTranslate2's time per token on the same sentences.
 
     python bench/profile_decode.py --preset multi30k --logdir RUN [--sents 50]
-        [--beams 1,4] [--ctranslate2 false]
+        [--beams 1,4] [--repeats 200] [--ctranslate2 false]
 
 For each beam size (1: greedy), as translate.py decodes (translator.decoding_process:
 one stream, no Grappler; length penalty 0.6 for a beam):
@@ -12,10 +12,10 @@ one stream, no Grappler; length penalty 0.6 for a beam):
   untimed pass), the wall time over the tokens written (</S> included);
 * the step alone: one step of the loop (greedy: the decoder's step and its argmax; a
   beam: bench/decode.py's "whole step", decoder, search and cache reorder) as its own
-  tf.function on one sentence, the cache filled to 10 positions, median of 200 calls,
-  and the ops its graph holds (every node of it and of the functions it calls, then
-  those that compute: not Const, Identity, NoOp, the arguments and the reads of the
-  weights);
+  tf.function on one sentence, the cache filled to 10 positions, median of ``--repeats``
+  calls, and the ops its graph holds (every node of it and of the functions it calls,
+  then those that compute: not Const, Identity, NoOp, the arguments and the reads of
+  the weights);
 * dispatch: the same step of a model of the run's kind and depth, the same vocabulary,
   at the smallest width (d_model = d_ff = 2 x num_heads: its arithmetic next to nothing),
   so its time is what the ops cost to run at all; the arithmetic is the rest of the
@@ -41,7 +41,7 @@ import common
 
 from transformer_tf2.config import cli
 
-OPTIONS = {"sents": 50, "beams": "1,4", "ctranslate2": True}
+OPTIONS = {"sents": 50, "beams": "1,4", "repeats": 200, "ctranslate2": True}
 POSITION = 10  # the cache's length when the step alone is timed
 NOT_COMPUTING = ("Const", "Identity", "NoOp", "_Arg", "_Retval", "ReadVariableOp", "Placeholder")
 
@@ -223,8 +223,8 @@ def main() -> None:
     for beam in beams:
         name = "greedy" if beam == 1 else f"beam {beam}"
         ms_token, tokens = per_token(model, hp, batches, beam)
-        ms, every, computing = time_step(step_parts(model, one, beam))
-        ms_small, _, _ = time_step(step_parts(small, one, beam))
+        ms, every, computing = time_step(step_parts(model, one, beam), opts["repeats"])
+        ms_small, _, _ = time_step(step_parts(small, one, beam), opts["repeats"])
         print(
             f"{name}: {ms_token:.3f} ms per token ({tokens} tokens); the step alone "
             f"{ms:.3f} ms, {every} ops ({computing} computing); at the smallest width "

@@ -1179,7 +1179,7 @@ def test_the_decoding_profile_runs_on_a_trained_run_beside_ctranslate2(
 
     hp, _ = quick_run
     argv = ["profile_decode.py", "--logdir", hp.logdir, "--prepro_dir", hp.prepro_dir]
-    argv += ["--data_dir", hp.data_dir, "--sents", "3", "--beams", "1,2"]
+    argv += ["--data_dir", hp.data_dir, "--sents", "2", "--beams", "1,2", "--repeats", "3"]
     monkeypatch.setattr("sys.argv", argv)
     profile_decode.main()
     out = capsys.readouterr().out.splitlines()
@@ -1188,7 +1188,7 @@ def test_the_decoding_profile_runs_on_a_trained_run_beside_ctranslate2(
     greedy = greedy_search.greedy_decoder(model)
     extra = tf.constant(hp.max_len_extra, tf.int32)
     tokens = 0
-    for _, b in data_load.eval_batches(tok.encode_src(sources[:3]), 1, 1 << 30):
+    for _, b in data_load.eval_batches(tok.encode_src(sources[:2]), 1, 1 << 30):
         tokens += int((greedy(tf.constant(b), extra).numpy() != data_load.PAD_ID).sum())
     (line,) = [x for x in out if x.startswith("greedy:")]
     assert f" ms per token ({tokens} tokens); the step alone " in line, out
