@@ -14,6 +14,8 @@ training, evaluation, export.
 """
 
 import importlib
+import importlib.machinery
+import importlib.util
 import sys
 import types
 
@@ -28,14 +30,30 @@ class _OnFirstUse(types.ModuleType):
     replaces it, the moment anything reads from it (``plt.subplots``, ``from
     matplotlib.pyplot import figure``)."""
 
+    def _load(self) -> types.ModuleType:
+        """The real module, in sys.modules in place of this one."""
+        if sys.modules.get(self.__name__) is self:
+            del sys.modules[self.__name__]
+        return importlib.import_module(self.__name__)
+
+    @property
+    def __spec__(self):
+        """The real module's spec, found without importing anything: every import
+        statement that finds this module reads it (``_initializing``), and so does
+        ``importlib.util.find_spec``."""
+        if "_spec" not in self.__dict__:
+            parent, _, child = self.__name__.rpartition(".")
+            where = importlib.util.find_spec(parent).submodule_search_locations
+            found = importlib.machinery.PathFinder.find_spec(self.__name__, where)
+            self.__dict__["_spec"] = found
+        return self.__dict__["_spec"]
+
     def __getattr__(self, name: str):
         if name.startswith("__") and name.endswith("__"):
             # a module's own attributes (``__file__``, ``__path__``), read as sys.modules
             # is walked (AutoGraph does it for every function it converts): not a use
             raise AttributeError(name)
-        if sys.modules.get(self.__name__) is self:
-            del sys.modules[self.__name__]
-        return getattr(importlib.import_module(self.__name__), name)
+        return getattr(self._load(), name)
 
 
 if "matplotlib.pyplot" not in sys.modules and "keras" not in sys.modules:
