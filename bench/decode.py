@@ -197,130 +197,6 @@ def keras_hub_decoder(model, extra: int):
     return decode
 
 
-def profile_step(model, src, steps_done: int, repeats: int = 200) -> list[tuple[str, float]]:
-    """Where one greedy decoding step's time goes: each part of ``model.decode_step`` run
-    alone as a tf.function on a cache filled to ``steps_done`` positions of the batch
-    ``src`` (N, T1), in milliseconds (median of ``repeats`` calls; each part returns one
-    number of its result, so that no copy to numpy is timed)."""
-    import tensorflow as tf
-
-    from transformer_tf2.data import data_load
-
-    memory, mask = model.encode(src)
-    cache = model.init_cache(memory, mask)
-    tokens = tf.fill((src.shape[0],), data_load.BOS_ID)
-    for _ in range(steps_done):
-        _, cache = model.decode_step(tokens, cache)
-    step = cache["step"]
-    layer, layer_cache = model.decoder_layers[0], cache["layers"][0]
-    x = tf.random.normal((src.shape[0], 1, model.d_model))
-    attn = layer.self_attn
-
-    def append(c):
-        k, v = attn.keys_values(x, offset=step)
-        return tf.concat([c["k"], k], axis=2), tf.concat([c["v"], v], axis=2)
-
-    parts = {
-        "whole step (every layer, logits)": lambda: model.decode_step(tokens, cache)[0],
-        "one decoder layer": lambda: layer.step(x, layer_cache, step, mask)[0],
-        "  self-attention: q/k/v of the new position": lambda: attn.keys_values(x, step),
-        "  self-attention: appending k, v to the cache": lambda: append(layer_cache),
-        "  self-attention: attend over the cache": lambda: attn.attend_step(
-            x, layer_cache["k"], layer_cache["v"], None, offset=step
-        ),
-        "  cross-attention (keys/values cached)": lambda: layer.cross_attn.attend_step(
-            x, layer_cache["cross_k"], layer_cache["cross_v"], mask
-        ),
-        "  feed-forward": lambda: layer.ffn(x),
-        "  one LayerNorm + residual": lambda: layer.res3(x, fn=lambda h: h),
-        "output projection (logits) + argmax": lambda: tf.argmax(
-            model.logits(x[:, 0], cache["output"] if model.tie_softmax else None), -1
-        ),
-    }
-    return time_parts(parts, repeats)
-
-
-def profile_beam(model, src, steps_done: int, k: int = 4, repeats: int = 100):
-    """Where one beam-search step's time goes (``--profile``): the parts of
-    beam_search.beam_loop's body run alone as tf.functions on the batch ``src`` (N, T1), its
-    N * k hypotheses' caches filled to ``steps_done`` positions, in milliseconds (median of
-    ``repeats`` calls)."""
-    import tensorflow as tf
-
-    from transformer_tf2.data import data_load
-    from transformer_tf2.decoding import beam_search
-
-    n = src.shape[0]
-    memory, mask = model.encode(src)
-    cache = model.init_cache(tf.repeat(memory, k, axis=0), tf.repeat(mask, k, axis=0))
-    tokens = tf.fill((n * k,), data_load.BOS_ID)
-    for _ in range(steps_done):
-        logits, cache = model.decode_step(tokens, cache)
-    longest = steps_done + 20
-    alive_logp = tf.tile(tf.constant([[0.0] + [beam_search.NEG] * (k - 1)]), (n, 1))
-    seqs = tf.zeros((n, k, longest), tf.int32)
-    live = tf.range(n * k)  # every slot live: N * k rows
-    search = beam_search.BeamState(
-        tf.range(n), tf.fill((n,), longest), live, tokens, seqs, alive_logp, seqs, alive_logp
-    )
-    rows = live[::-1]
-    i = tf.constant(steps_done)
-
-    def pick(index):
-        return model.select_rows(cache, index)
-
-    def whole():
-        step_logits, new_cache = model.decode_step(tokens, cache)
-        state, cache_rows = beam_search.beam_step(i, step_logits, search, 0.6)
-        return model.select_rows(new_cache, cache_rows)["layers"][0]["k"], state.alive_seq
-
-    parts = {
-        "whole step (decoder, search, cache reorder)": whole,
-        "decoder step, N * k rows (every layer, logits)": lambda: model.decode_step(tokens, cache)[
-            0
-        ],
-        "search bookkeeping (top-k, sequences, finished set)": lambda: (
-            beam_search.beam_step(i, logits, search, 0.6)[0].alive_seq
-        ),
-        "  the k best extensions (top-k of top-k)": lambda: beam_search.best_extensions(
-            logits, alive_logp, live
-        )[0],
-        "  for comparison: log-softmax + top-k over k * V": lambda: tf.math.top_k(
-            tf.reshape(
-                alive_logp[:, :, None] + tf.reshape(tf.nn.log_softmax(logits), (n, k, -1)),
-                (n, -1),
-            ),
-            k,
-        )[0],
-        "cache rows (every layer's self-attention k, v)": lambda: pick(rows)["layers"][0]["k"],
-    }
-    return time_parts(parts, repeats)
-
-
-def time_parts(parts: dict, repeats: int) -> list[tuple[str, float]]:
-    """Each part as a function traced as the decoders are (fast_ops.decoding_function:
-    the decoding kernels where they are on) that returns one number of each of its
-    results (so that no copy to numpy is timed): (name, median milliseconds of
-    ``repeats`` calls)."""
-    import tensorflow as tf
-
-    from transformer_tf2.kernels import fast_ops
-
-    out = []
-    for name, fn in parts.items():
-        first = fast_ops.decoding_function(
-            lambda fn=fn: [tf.reshape(t, [-1])[0] for t in tf.nest.flatten(fn())]
-        )
-        first()
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            [t.numpy() for t in first()]
-            times.append(time.perf_counter() - t0)
-        out.append((name, 1000 * common.median(times)))
-    return out
-
-
 def ctranslate2_rows(model, tok, hp, batches, repeats: int, out_dir: str, beams=(4,)) -> list[dict]:
     """CTranslate2 (the anchor, ctranslate.py's conversion of this model) on the same
     batches: greedy and each of ``beams``, float32 and int8, in two layouts of the
@@ -590,12 +466,14 @@ def main() -> None:
     )
 
     if opts["profile"]:
+        import profile_decode
+
         src = tf.constant(batches[len(batches) // 2][1])
         print(f"one greedy step, batch of {src.shape[0]} at position 10 (ms, median of 200):")
-        for name, ms in profile_step(model, src, 10):
+        for name, ms in profile_decode.profile_step(model, src, 10):
             print(f"  {name:<55}{ms:>8.3f}")
         print(f"one beam-4 step, {src.shape[0]} sentences at position 10 (ms, median of 100):")
-        for name, ms in profile_beam(model, src, 10):
+        for name, ms in profile_decode.profile_beam(model, src, 10):
             print(f"  {name:<55}{ms:>8.3f}")
     greedy = greedy_search.greedy_decoder(model)
     t_greedy, g_out = timed(lambda b: greedy(tf.constant(b), extra).numpy(), batches, reps)

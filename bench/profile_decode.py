@@ -21,6 +21,9 @@ one stream, no Grappler; length penalty 0.6 for a beam):
   so its time is what the ops cost to run at all; the arithmetic is the rest of the
   step's time. Per op: the dispatch time over the step's ops.
 
+The parts of one greedy and one beam step that ``bench/decode.py --profile`` times at
+its batch size (:func:`profile_step`, :func:`profile_beam`) live here too.
+
 With CTranslate2 (``pip install -e ".[bench]"``; the run's model must convert:
 ctranslate.py), its float32 and int8 conversions decode the same sentences one at a
 time with 1 thread and with every core, the better of the two a row: its wall per
@@ -62,52 +65,188 @@ def graph_ops(graph_def) -> tuple[int, int]:
     return len(nodes), len(computing)
 
 
-def step_parts(model, src, beam: int):
-    """The step of a decoder of ``beam`` on the batch ``src``: a function of no arguments,
-    as bench/decode.py's profile times it."""
+def profile_step(model, src, steps_done: int, repeats: int = 200) -> list[tuple[str, float]]:
+    """Where one greedy decoding step's time goes: each part of ``model.decode_step`` run
+    alone as a tf.function on a cache filled to ``steps_done`` positions of the batch
+    ``src`` (N, T1), in milliseconds (median of ``repeats`` calls; each part returns one
+    number of its result, so that no copy to numpy is timed)."""
+    import tensorflow as tf
+
+    from transformer_tf2.data import data_load
+
+    memory, mask = model.encode(src)
+    cache = model.init_cache(memory, mask)
+    tokens = tf.fill((src.shape[0],), data_load.BOS_ID)
+    for _ in range(steps_done):
+        _, cache = model.decode_step(tokens, cache)
+    step = cache["step"]
+    layer, layer_cache = model.decoder_layers[0], cache["layers"][0]
+    x = tf.random.normal((src.shape[0], 1, model.d_model))
+    attn = layer.self_attn
+
+    def append(c):
+        k, v = attn.keys_values(x, offset=step)
+        return tf.concat([c["k"], k], axis=2), tf.concat([c["v"], v], axis=2)
+
+    parts = {
+        "whole step (every layer, logits)": lambda: model.decode_step(tokens, cache)[0],
+        "one decoder layer": lambda: layer.step(x, layer_cache, step, mask)[0],
+        "  self-attention: q/k/v of the new position": lambda: attn.keys_values(x, step),
+        "  self-attention: appending k, v to the cache": lambda: append(layer_cache),
+        "  self-attention: attend over the cache": lambda: attn.attend_step(
+            x, layer_cache["k"], layer_cache["v"], None, offset=step
+        ),
+        "  cross-attention (keys/values cached)": lambda: layer.cross_attn.attend_step(
+            x, layer_cache["cross_k"], layer_cache["cross_v"], mask
+        ),
+        "  feed-forward": lambda: layer.ffn(x),
+        "  one LayerNorm + residual": lambda: layer.res3(x, fn=lambda h: h),
+        "output projection (logits) + argmax": lambda: tf.argmax(
+            model.logits(x[:, 0], cache["output"] if model.tie_softmax else None), -1
+        ),
+    }
+    return time_parts(parts, repeats)
+
+
+def beam_state(model, src, steps_done: int, k: int = 4) -> dict:
+    """A beam-search step's inputs on the batch ``src`` (N, T1): its N * k hypotheses'
+    caches filled to ``steps_done`` positions, every slot live. Keys: n, tokens, cache,
+    logits (of the last step), alive_logp, live, search (beam_search.BeamState), i."""
     import tensorflow as tf
 
     from transformer_tf2.data import data_load
     from transformer_tf2.decoding import beam_search
 
     n = src.shape[0]
-    rows = n * beam
     memory, mask = model.encode(src)
-    cache = model.init_cache(tf.repeat(memory, beam, axis=0), tf.repeat(mask, beam, axis=0))
-    tokens = tf.fill((rows,), data_load.BOS_ID)
-    for _ in range(POSITION):
-        _, cache = model.decode_step(tokens, cache)
-    if beam == 1:
-        return lambda: tf.argmax(model.decode_step(tokens, cache)[0], -1)
-    # the state of bench/decode.py's profile_beam: every slot live
-    longest = POSITION + 20
-    alive = tf.tile(tf.constant([[0.0] + [beam_search.NEG] * (beam - 1)]), (n, 1))
-    seqs = tf.zeros((n, beam, longest), tf.int32)
-    live = tf.range(rows)
+    cache = model.init_cache(tf.repeat(memory, k, axis=0), tf.repeat(mask, k, axis=0))
+    tokens = tf.fill((n * k,), data_load.BOS_ID)
+    logits = None
+    for _ in range(steps_done):
+        logits, cache = model.decode_step(tokens, cache)
+    longest = steps_done + 20
+    alive_logp = tf.tile(tf.constant([[0.0] + [beam_search.NEG] * (k - 1)]), (n, 1))
+    seqs = tf.zeros((n, k, longest), tf.int32)
+    live = tf.range(n * k)  # every slot live: N * k rows
     search = beam_search.BeamState(
-        tf.range(n), tf.fill((n,), longest), live, tokens, seqs, alive, seqs, alive
+        tf.range(n), tf.fill((n,), longest), live, tokens, seqs, alive_logp, seqs, alive_logp
     )
-    i = tf.constant(POSITION)
+    return dict(
+        n=n,
+        tokens=tokens,
+        cache=cache,
+        logits=logits,
+        alive_logp=alive_logp,
+        live=live,
+        search=search,
+        i=tf.constant(steps_done),
+    )
+
+
+def whole_beam_step(model, state: dict):
+    """One whole beam-search step of :func:`beam_state`'s ``state``: decoder, search and
+    cache reorder (a function of no arguments)."""
+    from transformer_tf2.decoding import beam_search
 
     def whole():
-        step_logits, new_cache = model.decode_step(tokens, cache)
-        state, cache_rows = beam_search.beam_step(i, step_logits, search, 0.6)
-        return model.select_rows(new_cache, cache_rows)["layers"][0]["k"], state.alive_seq
+        step_logits, new_cache = model.decode_step(state["tokens"], state["cache"])
+        search, cache_rows = beam_search.beam_step(state["i"], step_logits, state["search"], 0.6)
+        return model.select_rows(new_cache, cache_rows)["layers"][0]["k"], search.alive_seq
 
     return whole
 
 
-def time_step(fn, repeats: int = 200) -> tuple[float, int, int]:
-    """(median ms of a call, every op of its graph, the computing ones) of ``fn`` traced
-    as the decoders are (bench/decode.py's time_parts: fast_ops.decoding_function)."""
+def profile_beam(model, src, steps_done: int, k: int = 4, repeats: int = 100):
+    """Where one beam-search step's time goes (``--profile``): the parts of
+    beam_search.beam_loop's body run alone as tf.functions on the batch ``src`` (N, T1), its
+    N * k hypotheses' caches filled to ``steps_done`` positions, in milliseconds (median of
+    ``repeats`` calls)."""
     import tensorflow as tf
 
-    import decode
+    from transformer_tf2.decoding import beam_search
+
+    state = beam_state(model, src, steps_done, k)
+    n, tokens, cache, logits = state["n"], state["tokens"], state["cache"], state["logits"]
+    alive_logp, live, search, i = state["alive_logp"], state["live"], state["search"], state["i"]
+    rows = live[::-1]
+
+    def pick(index):
+        return model.select_rows(cache, index)
+
+    parts = {
+        "whole step (decoder, search, cache reorder)": whole_beam_step(model, state),
+        "decoder step, N * k rows (every layer, logits)": lambda: model.decode_step(tokens, cache)[
+            0
+        ],
+        "search bookkeeping (top-k, sequences, finished set)": lambda: (
+            beam_search.beam_step(i, logits, search, 0.6)[0].alive_seq
+        ),
+        "  the k best extensions (top-k of top-k)": lambda: beam_search.best_extensions(
+            logits, alive_logp, live
+        )[0],
+        "  for comparison: log-softmax + top-k over k * V": lambda: tf.math.top_k(
+            tf.reshape(
+                alive_logp[:, :, None] + tf.reshape(tf.nn.log_softmax(logits), (n, k, -1)),
+                (n, -1),
+            ),
+            k,
+        )[0],
+        "cache rows (every layer's self-attention k, v)": lambda: pick(rows)["layers"][0]["k"],
+    }
+    return time_parts(parts, repeats)
+
+
+def time_parts(parts: dict, repeats: int) -> list[tuple[str, float]]:
+    """Each part as a function traced as the decoders are (fast_ops.decoding_function:
+    the decoding kernels where they are on) that returns one number of each of its
+    results (so that no copy to numpy is timed): (name, median milliseconds of
+    ``repeats`` calls)."""
+    import tensorflow as tf
+
+    from transformer_tf2.kernels import fast_ops
+
+    out = []
+    for name, fn in parts.items():
+        first = fast_ops.decoding_function(
+            lambda fn=fn: [tf.reshape(t, [-1])[0] for t in tf.nest.flatten(fn())]
+        )
+        first()
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            [t.numpy() for t in first()]
+            times.append(time.perf_counter() - t0)
+        out.append((name, 1000 * common.median(times)))
+    return out
+
+
+def step_parts(model, src, beam: int):
+    """The step of a decoder of ``beam`` on the batch ``src``, as :func:`profile_step`
+    and :func:`profile_beam` time it: a function of no arguments."""
+    import tensorflow as tf
+
+    if beam > 1:
+        return whole_beam_step(model, beam_state(model, src, POSITION, beam))
+    from transformer_tf2.data import data_load
+
+    memory, mask = model.encode(src)
+    cache = model.init_cache(memory, mask)
+    tokens = tf.fill((src.shape[0],), data_load.BOS_ID)
+    for _ in range(POSITION):
+        _, cache = model.decode_step(tokens, cache)
+    return lambda: tf.argmax(model.decode_step(tokens, cache)[0], -1)
+
+
+def time_step(fn, repeats: int = 200) -> tuple[float, int, int]:
+    """(median ms of a call, every op of its graph, the computing ones) of ``fn`` traced
+    as the decoders are (:func:`time_parts`: fast_ops.decoding_function)."""
+    import tensorflow as tf
+
     from transformer_tf2.kernels import fast_ops
 
     traced = fast_ops.decoding_function(lambda: tf.nest.flatten(fn()))
     every, computing = graph_ops(traced.get_concrete_function().graph.as_graph_def())
-    ((_, ms),) = decode.time_parts({"step": fn}, repeats)
+    ((_, ms),) = time_parts({"step": fn}, repeats)
     return ms, every, computing
 
 

@@ -947,7 +947,7 @@ def test_profile_times_each_part_of_a_greedy_and_a_beam_step(quick_run):
     trained run's cache filled to 3 positions, in milliseconds."""
     import tensorflow as tf
 
-    import decode
+    import profile_decode
     from transformer_tf2.data import data_load
     from transformer_tf2.models import checkpoints
 
@@ -958,8 +958,8 @@ def test_profile_times_each_part_of_a_greedy_and_a_beam_step(quick_run):
         [np.asarray(s + [data_load.EOS_ID]) for s in tok.encode_src(sources[:3])]
     )
     for parts, first in (
-        (decode.profile_step(model, tf.constant(src), 3, repeats=2), "whole step"),
-        (decode.profile_beam(model, tf.constant(src), 3, repeats=2), "whole step"),
+        (profile_decode.profile_step(model, tf.constant(src), 3, repeats=2), "whole step"),
+        (profile_decode.profile_beam(model, tf.constant(src), 3, repeats=2), "whole step"),
     ):
         names = [name for name, _ in parts]
         assert names[0].startswith(first) and len(names) >= 5
