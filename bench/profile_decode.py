@@ -16,6 +16,9 @@ one stream, no Grappler; length penalty 0.6 for a beam):
   calls, and the ops its graph holds (every node of it and of the functions it calls,
   then those that compute: not Const, Identity, NoOp, the arguments and the reads of
   the weights);
+* the encoder and the cache's start (the cross-attention keys/values of every decoder
+  layer), what a decoder runs once per sentence before its first step: its wall per
+  sentence, and its share of a sentence's greedy decoding;
 * dispatch: the same step of a model of the run's kind and depth, the same vocabulary,
   at the smallest width (d_model = d_ff = 2 x num_heads: its arithmetic next to nothing),
   so its time is what the ops cost to run at all; the arithmetic is the rest of the
@@ -287,6 +290,33 @@ def per_token(model, hp, batches, beam: int) -> tuple[float, int]:
     return 1000 * wall / tokens, tokens
 
 
+def encode_per_sentence(model, batches) -> float:
+    """Wall ms per sentence of what a decoder does once per sentence before its first step,
+    on ``batches`` (one sentence each): the encoder and the decoding cache's start (the
+    cross-attention keys/values of every decoder layer), traced as the decoders are
+    (fast_ops.decoding_function), after an untimed pass."""
+    import tensorflow as tf
+
+    from transformer_tf2.decoding import greedy_search
+    from transformer_tf2.kernels import fast_ops
+
+    def start(src):
+        memory, mask = model.encode(src)
+        cache = greedy_search.init_cache(model, memory, mask)
+        return [tf.reduce_sum(t) for t in tf.nest.flatten(cache["layers"])]
+
+    fn = fast_ops.decoding_function(start, input_signature=[tf.TensorSpec([None, None], tf.int32)])
+
+    def run():
+        for b in batches:
+            fn(b)[0].numpy()
+
+    run()
+    t0 = time.perf_counter()
+    run()
+    return 1000 * (time.perf_counter() - t0) / len(batches)
+
+
 def ctranslate2_per_token(model, tok, hp, batches, beams, out_dir: str) -> list[dict]:
     """CTranslate2's wall per output token (</S> counted) on the same batches, float32
     and int8, the better of 1 thread and every core."""
@@ -362,6 +392,14 @@ def main() -> None:
     for beam in beams:
         name = "greedy" if beam == 1 else f"beam {beam}"
         ms_token, tokens = per_token(model, hp, batches, beam)
+        if beam == 1:
+            start = encode_per_sentence(model, batches)
+            whole = ms_token * tokens / len(batches)
+            print(
+                f"encoder and the cache's start: {start:.3f} ms per sentence, "
+                f"{100 * min(start / whole, 1):.0f}% of a sentence's greedy decoding "
+                f"({whole:.3f} ms)"
+            )
         ms, every, computing = time_step(step_parts(model, one, beam), opts["repeats"])
         ms_small, _, _ = time_step(step_parts(small, one, beam), opts["repeats"])
         print(

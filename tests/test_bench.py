@@ -1167,7 +1167,8 @@ def test_the_decoding_profile_runs_on_a_trained_run_beside_ctranslate2(
 ):
     """``python bench/profile_decode.py`` on a trained run, one sentence at a time: the
     tokens it counts are those our greedy decoder writes (</S> included), each step runs
-    its ops, the narrowest model's step is the faster, and CTranslate2's rows give a
+    its ops, the narrowest model's step is the faster, the encoder's start takes a share of
+    a sentence's decoding, and CTranslate2's rows give a
     time per token for both weights and both searches."""
     pytest.importorskip("ctranslate2")
     import tensorflow as tf
@@ -1197,5 +1198,8 @@ def test_the_decoding_profile_runs_on_a_trained_run_beside_ctranslate2(
     share = int(re.findall(r"dispatch (\d+)% of the step", line)[0])
     assert 0 < share <= 100, line
     assert sum(x.startswith("beam 2:") for x in out) == 1
+    (start,) = [x for x in out if x.startswith("encoder and the cache's start: ")]
+    ms, share = re.findall(r": ([\d.]+) ms per sentence, (\d+)% of a sentence's", start)[0]
+    assert float(ms) > 0 and 0 < int(share) <= 100, start
     ct2 = [x for x in out if x.startswith("CTranslate2 ")]
     assert len(ct2) == 4 and all(" ms per token (" in x for x in ct2), out
