@@ -1167,9 +1167,8 @@ def test_the_decoding_profile_runs_on_a_trained_run_beside_ctranslate2(
 ):
     """``python bench/profile_decode.py`` on a trained run, one sentence at a time: the
     tokens it counts are those our greedy decoder writes (</S> included), each step runs
-    its ops, the narrowest model's step is the faster, the encoder's start takes a share of
-    a sentence's decoding, and CTranslate2's rows give a
-    time per token for both weights and both searches."""
+    its ops, the encoder's start takes a share of a sentence's decoding, and CTranslate2's
+    rows give a time per token for both weights and both searches."""
     pytest.importorskip("ctranslate2")
     import tensorflow as tf
 
