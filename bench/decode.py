@@ -291,6 +291,7 @@ def layout_worker(cfg: dict) -> None:
     from transformer_tf2.models import checkpoints
 
     hp, tok, model, _ = checkpoints.load_run(cfg["logdir"], {}, who="bench")
+    model.pin_output()  # the output matrix transposed once, as translator.Translator does
     src_txt, _ = data_load.read_raw(hp, "test")
     ids = tok.encode_src(src_txt[: cfg["sents"]])
     batches = [tf.constant(b) for _, b in data_load.eval_batches(ids, cfg["batch"], 1 << 30)]
@@ -454,6 +455,7 @@ def main() -> None:
             f"{', '.join(fast_ops.SWITCHES)}, and {BEAM_STOP} (the beam's early stop)"
         )
     hp, tok, model, path = checkpoints.load_run(hp.logdir, {}, who="bench")
+    model.pin_output()  # the output matrix transposed once, as translator.Translator does
     differ = pinned_mismatch(hp)
     src_txt, refs = data_load.read_raw(hp, "test")
     src_txt, refs = src_txt[: opts["sents"]], refs[: opts["sents"]]

@@ -42,6 +42,7 @@ from transformer_tf2.decoding import greedy_search
 from transformer_tf2.models import checkpoints
 from tensorflow.python.util import _pywrap_util_port
 hp, tok, model, _ = checkpoints.load_run(sys.argv[1], {}, who="bench")
+model.pin_output()  # the output matrix transposed once, as translator.Translator does
 src_txt, _ = data_load.read_raw(hp, "test")
 ids = tok.encode_src(src_txt[: int(sys.argv[2])])
 batches = [b for _, b in data_load.eval_batches(ids, 64, 1 << 30)]

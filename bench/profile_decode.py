@@ -376,6 +376,7 @@ def main() -> None:
 
     hp, opts = cli.parse_args(extra=OPTIONS)
     hp, tok, model, path = checkpoints.load_run(hp.logdir, {}, who="bench")
+    model.pin_output()  # the output matrix transposed once, as translator.Translator does
     translator.decoding_process(hp, 1)
     import tensorflow as tf
 

@@ -60,6 +60,8 @@ if hasattr(translator, "decoding_process"):  # translate.py's set-up (a checkout
     translator.decoding_process(hparams.load(sys.argv[1] + "/hparams.json"), 1)
 hp, tok, model, _ = checkpoints.load_run(sys.argv[1], {}, who="bench")
 t2 = time.perf_counter()
+if hasattr(model, "pin_output"):  # as translator.Translator does (a checkout that has it)
+    model.pin_output()
 greedy = greedy_search.greedy_decoder(model)
 src = tf.constant([tok.encode_src([sys.argv[2]])[0] + [data_load.EOS_ID]], tf.int32)
 extra = tf.constant(hp.max_len_extra, tf.int32)

@@ -1,7 +1,8 @@
 """translator.py's translate_ids, one mode at a time: the plan of its rows (plan.py: which
 sentence each row is, sampling's draws, the TF1 protocol's empty sources, the forced
 prefixes padded, the rows regrouped per sentence) and the Translator's steps that fill it
-in (the batches, the decoder of each mode, a batch's inputs), each alone with real numbers."""
+in (the batches, the decoder of each mode, a batch's inputs), each alone with real numbers;
+and the output matrix its decoders read, transposed once (embeddings.pin_transposed)."""
 
 import doctest
 
@@ -12,6 +13,7 @@ import tensorflow as tf
 from helpers import tiny_model
 from transformer_tf2.config import hparams
 from transformer_tf2.decoding import plan as plan_module
+from transformer_tf2.decoding.greedy_search import decoder_signature
 from transformer_tf2.decoding.plan import (
     Plan,
     draw_ids,
@@ -212,3 +214,62 @@ def test_a_model_with_document_memory_refuses_a_prefix_before_decoding():
     t = Translator(model, None, settings())
     with pytest.raises(hparams.UserError, match="a target prefix is not for a model with"):
         t._translate_documents([[5, 6]], False, None, [[4]])
+
+
+# ---------------------------------------------------------------------------------------
+# The output matrix, transposed once
+# ---------------------------------------------------------------------------------------
+def output_transposes(fn, model) -> int:
+    """How many ops of fn's traced graph (outside the loop's body) transpose the output
+    matrix (V8, d_model) to (d_model, V8)."""
+    shape = [model.d_model, model.tgt_embedding.rows]
+    graph = fn.get_concrete_function(*decoder_signature()).graph
+    return sum(
+        op.type == "Transpose" and op.outputs[0].shape.as_list() == shape
+        for op in graph.get_operations()
+    )
+
+
+def decoded(outs):
+    return [None if o is None else (o[0].tolist(), o[1].tolist()) for o in outs]
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_a_translator_transposes_the_output_matrix_once_with_the_same_outputs(beam):
+    model = tiny_model(V, V, seed=5)
+    hp = settings(beam_size=beam)
+    before = Translator(model, None, hp)
+    model.tgt_embedding.__dict__.pop("_pinned")  # the decoder of before: a transpose a call
+    unpinned = before._decoder(prefix=False)
+    assert output_transposes(unpinned, model) == 1
+    before.decode = unpinned
+    want = before.translate_ids(SOURCES)
+    t = Translator(model, None, hp)
+    assert output_transposes(t.decode, model) == 0
+    assert decoded(t.translate_ids(SOURCES)) == decoded(want)  # bit for bit
+
+
+def test_pinning_adds_no_weight_and_nothing_to_a_checkpoint(tmp_path):
+    model = tiny_model(V, V, seed=5)
+    names = [v.path for v in model.weights]
+    path = tf.train.Checkpoint(model=model).write(str(tmp_path / "before"))
+    model.pin_output()
+    model.pin_output()  # a second pin refreshes the same variable
+    assert [v.path for v in model.weights] == names
+    after = tf.train.Checkpoint(model=model).write(str(tmp_path / "after"))
+    assert tf.train.list_variables(after) == tf.train.list_variables(path)
+
+
+def test_a_dev_translator_decodes_the_weights_its_model_has_now():
+    """The decoders of a model in training read the pinned matrix of the weights of the
+    decoding, not of the translator's making: DevTranslator pins before each decoding."""
+    from transformer_tf2.evaluation.dev import DevTranslator
+
+    model, other = tiny_model(V, V, seed=5), tiny_model(V, V, seed=6)
+    dev = DevTranslator(model, None, settings())
+    before = decoded(dev.translate_ids(SOURCES))
+    for w, o in zip(model.weights, other.weights, strict=True):
+        w.assign(o)
+    after = decoded(dev.translate_ids(SOURCES))
+    assert after != before
+    assert after == decoded(Translator(other, None, settings()).translate_ids(SOURCES))

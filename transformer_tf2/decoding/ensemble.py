@@ -52,6 +52,11 @@ class Ensemble:
     def init_cache(self, memories, masks):
         return tuple(m.init_cache(x, k) for m, x, k in zip(self.models, memories, masks))
 
+    def pin_output(self) -> None:
+        """Each run's output matrix transposed once (model.Transformer.pin_output)."""
+        for m in self.models:
+            m.pin_output()
+
     def decode_step(self, tokens, caches):
         """tokens (R,) -> (the mixture's log-probabilities (R, V) float32, new caches)."""
         log_probs, new = [], []

@@ -141,14 +141,19 @@ class Translator:
                     "target_memory_sentences): drop --sampling_topk"
                 )
             self.documents = DocumentTranslation(model, hp, self.k, self.multiple, chunk)
+        # the output matrix transposed once for every decoding of this translator (the
+        # weights are those of now: a subclass whose model trains pins again before
+        # each decoding, evaluation.dev.DevTranslator)
+        model.pin_output()
         self.decode = self._decoder(prefix=False)
         self._compiled: dict = {}  # prefixed and n-best decoders, the scorer, the aligner
         self._building = threading.Lock()  # threads decoding at once (serve.py's workers)
 
     def before_decoding(self) -> None:
         """Runs first in every decoding entry point (:meth:`translate_ids`,
-        :meth:`score_ids`, :meth:`align_ids`): nothing here; a subclass that decodes a
-        copy of a model refreshes the copy (evaluation.dev.DevTranslator)."""
+        :meth:`score_ids`, :meth:`align_ids`): nothing here; a subclass whose model's
+        weights change between decodings refreshes what it keeps of them
+        (evaluation.dev.DevTranslator)."""
 
     @property
     def sampling(self) -> bool:

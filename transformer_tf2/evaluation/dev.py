@@ -63,8 +63,10 @@ class DevTranslator(Translator):
         super().__init__(model, tok, hp)
 
     def before_decoding(self) -> None:
-        """The source model's weights, as they are now, into the float32 copy: every
-        decoding entry point (translate, score, align) runs this first."""
+        """The source model's weights, as they are now, into the float32 copy, and the
+        output matrix transposed from them (model.Transformer.pin_output): every decoding
+        entry point (translate, score, align) runs this first."""
         if self.model is not self.source:
             for copy, weight in zip(self.model.weights, self.source.weights, strict=True):
                 copy.assign(weight)
+        self.model.pin_output()

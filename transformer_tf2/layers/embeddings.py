@@ -7,6 +7,7 @@ own, the sinusoid or learned position table. Shapes: N (batch), T (length), V
 from __future__ import annotations
 
 import math
+import threading
 
 import keras
 import tensorflow as tf
@@ -60,7 +61,7 @@ class TokenEmbedding(keras.layers.Layer):
         """Pre-softmax linear transformation with the shared weights; float32 output
         (accumulated in float32: fast_ops.logits_product). ``transposed``: the matrix
         already transposed to (d_model, V8) (:meth:`transposed`), which a decoding loop
-        makes once for all its steps: a product with a transposed operand runs at about
+        reads once for all its steps: a product with a transposed operand runs at about
         2/3 of the speed on CPU."""
         w, flip = (self.embeddings.value, True) if transposed is None else (transposed, False)
         z = fast_ops.logits_product(
@@ -69,8 +70,33 @@ class TokenEmbedding(keras.layers.Layer):
         return z if self.rows == self.vocab_size else z[..., : self.vocab_size]
 
     def transposed(self):
-        """The matrix as (d_model, V8), for :meth:`logits`."""
+        """The matrix as (d_model, V8), for :meth:`logits`: in a decoder
+        (fast_ops.Kernels' ``decoding``) the copy :meth:`pin_transposed` made, where it made
+        one, else transposed now."""
+        pinned = self.__dict__.get("_pinned")
+        if pinned is not None and fast_ops.kernels().decoding:
+            return pinned.matrix.read_value()
         return tf.transpose(self.embeddings.value)
+
+    def pin_transposed(self) -> None:
+        """Keeps the matrix transposed (d_model, V8) in a variable of its own, made or
+        refreshed from the embeddings now, which the decoders traced from then on read in
+        place of a transpose at each call: the (V8, d_model) matrix is the largest a
+        decoder reads, and its transpose (2 x 8 MB of memory traffic on the ``multi30k``
+        preset) cost about as much as a sentence's decoding at batch 1. The decoders then
+        decode the weights of the last pin: call it again after the weights change
+        (decoding.translator.Translator does, when it is made and, for a model in
+        training, before each decoding: evaluation.dev.DevTranslator). The variable is
+        the layer's alone, outside its weights, checkpoints and SavedModels."""
+        with _PIN_LOCK, tf.init_scope():  # eagerly, whatever traces or scopes are open
+            value = tf.transpose(self.embeddings.value)
+            pinned = self.__dict__.get("_pinned")
+            if pinned is None:
+                matrix = tf.Variable(value, trainable=False, name="transposed_output")
+                # a plain object: Keras and tf.train.Checkpoint track no variable inside
+                object.__setattr__(self, "_pinned", _Pinned(matrix))
+            else:
+                pinned.matrix.assign(value)
 
     def get_config(self):
         return {
@@ -79,6 +105,19 @@ class TokenEmbedding(keras.layers.Layer):
             "d_model": self.d_model,
             "init": self.init,
         }
+
+
+_PIN_LOCK = threading.Lock()  # one variable per layer, however many threads pin at once
+
+
+class _Pinned:
+    """The holder of :meth:`TokenEmbedding.pin_transposed`'s variable, an object that no
+    tracking looks into."""
+
+    __slots__ = ("matrix",)
+
+    def __init__(self, matrix):
+        self.matrix = matrix
 
 
 def xavier_uniform(fan_in: int, fan_out: int):

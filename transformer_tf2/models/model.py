@@ -481,6 +481,13 @@ class Transformer(keras.Model):
             cache["memory_rows"] = tf.range(n)
         return cache
 
+    def pin_output(self) -> None:
+        """The tied output matrix transposed once, for the decoders traced from now on
+        (embeddings.TokenEmbedding.pin_transposed; nothing with a projection of its own,
+        ``tie_softmax`` False, whose matrix is already (d_model, V))."""
+        if self.tie_softmax:
+            self.tgt_embedding.pin_transposed()
+
     def lazy_reorder(self) -> bool:
         """Whether the decoding step traced now gathers the rows of the self-attention
         keys/values as it appends a position (fast_ops.gather_append: one copy, where the
