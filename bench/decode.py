@@ -34,7 +34,9 @@ of the best layouts. ``--ablate NAME`` (a switch of fast_ops.SWITCHES) adds our 
 that switch off, decoded in the same process as the rows with it on, pass for pass in
 turn, and prints the ratio of each pair; ``--ablate beam_stop`` so adds beams that search
 until all k hypotheses are final (``n_best`` k) beside ours, which stop once the best
-is. ``--profile`` first prints where one greedy step's and one beam-4 step's time go.
+is, and ``--ablate pin_output`` decoders that transpose the tied output matrix at each
+call (traced before ``model.pin_output``) beside ours, which read it transposed once.
+``--profile`` first prints where one greedy step's and one beam-4 step's time go.
 """
 
 import json
@@ -51,6 +53,10 @@ from transformer_tf2.config import cli
 # --ablate's name for the beam's stop once its best is final (beam_search.beam_loop's
 # n_best 1): ablated, each beam searches until all k are final, as before it
 BEAM_STOP = "beam_stop"
+# --ablate's name for the output matrix transposed once per translator (model.pin_output):
+# ablated, a decoder traced before the pin transposes it at each call, as before it
+PIN_OUTPUT = "pin_output"
+ABLATIONS = (BEAM_STOP, PIN_OUTPUT)  # the names of --ablate that are not fast_ops switches
 
 # The model the keras-hub row mirrors (its TransformerDecoder: sinusoidal positions added
 # at the embedding, post- or pre-norm, ReLU FFN, no attention biases): the multi30k
@@ -291,14 +297,13 @@ def layout_worker(cfg: dict) -> None:
     from transformer_tf2.models import checkpoints
 
     hp, tok, model, _ = checkpoints.load_run(cfg["logdir"], {}, who="bench")
-    model.pin_output()  # the output matrix transposed once, as translator.Translator does
     src_txt, _ = data_load.read_raw(hp, "test")
     ids = tok.encode_src(src_txt[: cfg["sents"]])
     batches = [tf.constant(b) for _, b in data_load.eval_batches(ids, cfg["batch"], 1 << 30)]
     extra = tf.constant(hp.max_len_extra, tf.int32)
 
     def decoder(off=()):  # traced on its first call (one trace: the signature has free sizes)
-        kernels = fast_ops.Kernels.resolve([x for x in off if x != BEAM_STOP], decoding=True)
+        kernels = fast_ops.Kernels.resolve([x for x in off if x not in ABLATIONS], decoding=True)
         if cfg["beam"] > 1:
             n_best = cfg["beam"] if BEAM_STOP in off else 1
             beam = beam_search.beam_decoder(model, cfg["beam"], 0.6, kernels=kernels, n_best=n_best)
@@ -309,8 +314,12 @@ def layout_worker(cfg: dict) -> None:
         fn(batches[0])
         return fn
 
-    fns = {"": decoder()}
-    if cfg["ablate"]:
+    fns = {}
+    if cfg["ablate"] == PIN_OUTPUT:  # traced (on its first call) before the pin
+        fns[PIN_OUTPUT] = decoder([PIN_OUTPUT])
+    model.pin_output()  # the output matrix transposed once, as translator.Translator does
+    fns = {"": decoder(), **fns}
+    if cfg["ablate"] and cfg["ablate"] != PIN_OUTPUT:
         fns[cfg["ablate"]] = decoder([cfg["ablate"]])
     times = {name: [] for name in fns}
     outs = {}
@@ -449,10 +458,11 @@ def main() -> None:
         layout_worker(json.loads(opts["worker"]))
         return
     reps = opts["repeats"]
-    if opts["ablate"] and opts["ablate"] not in fast_ops.SWITCHES + (BEAM_STOP,):
+    if opts["ablate"] and opts["ablate"] not in fast_ops.SWITCHES + ABLATIONS:
         sys.exit(
             f"bench: --ablate {opts['ablate']}: no such switch; fast_ops.py's switches are "
-            f"{', '.join(fast_ops.SWITCHES)}, and {BEAM_STOP} (the beam's early stop)"
+            f"{', '.join(fast_ops.SWITCHES)}, and {BEAM_STOP} (the beam's early stop) and "
+            f"{PIN_OUTPUT} (the output matrix transposed once per translator)"
         )
     hp, tok, model, path = checkpoints.load_run(hp.logdir, {}, who="bench")
     model.pin_output()  # the output matrix transposed once, as translator.Translator does

@@ -923,12 +923,13 @@ def test_ctranslate2_outputs_are_cut_at_our_budget_and_the_anchor_ratios(capsys)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("switch", ["native_decode", "beam_stop"])
+@pytest.mark.parametrize("switch", ["native_decode", "beam_stop", "pin_output"])
 def test_the_ablated_switch_takes_turns_with_the_decoder_that_has_it(switch, quick_run, capsys):
     """``--ablate native_decode``: one worker decodes with the switch on and with it off,
     pass by pass (each decoder built with its own fast_ops.Kernels), and answers both
     rows, which decode the same; so does ``--ablate beam_stop``, the beam that searches
-    until all its k hypotheses are final."""
+    until all its k hypotheses are final, and ``--ablate pin_output``, the decoder that
+    transposes the output matrix at each call."""
     import decode
 
     hp, _ = quick_run
