@@ -439,6 +439,7 @@ def test_dev_bleu_subset_has_one_length_limit(demo_prepro):
         target_memory_sentences=0,
         reads_documents=False,
         compute_dtype="float32",
+        pin_output=lambda: None,
     )
     translator = dev.translator(model, tok, demo_prepro)
     assert translator.hp.max_len == dev.max_len
