@@ -60,10 +60,9 @@ import sentencepiece as spm
 
 from demo import corpus as demo_corpus
 from demo import documents as demo_documents
+from transformer_tf2.config import parents
 from transformer_tf2.config.hparams import UserError
 from transformer_tf2.data import data_load, download
-from transformer_tf2.models import model as _model  # noqa: F401  (registers the checks)
-from transformer_tf2.training import finetune
 from transformer_tf2.utils import files
 
 SPLITS = ("train", "dev", "test")
@@ -382,13 +381,11 @@ def parent_vocabulary(
     one in the prepro_dir it names, whose fingerprint must match the one the run
     recorded) or a prepro_dir. A command-line vocabulary setting (``explicit``) that
     differs, or ``prepro_dir`` being the source's own, is one UserError line."""
-    parent = finetune.read_parent(source, "vocab_from")
+    parent = parents.read_parent(source, "vocab_from")
     here = hparams.apply(parent, {"prepro_dir": source})
     if all(os.path.isfile(p) for p in data_load.vocab_files(here)):
         parent = here  # a prepro_dir
-    hp = finetune.taken_from(
-        hp, parent, finetune.VOCAB_KEYS, explicit, f"the vocabulary of {source}"
-    )
+    hp = parents.taken_from(hp, parent, parents.VOCAB_KEYS, explicit, f"the vocabulary of {source}")
     paths, fingerprint = data_load.vocab_files(parent), data_load.vocab_fingerprint(parent)
     recorded = os.path.join(source, "vocab.sha256")
     if parent is not here and os.path.isfile(recorded):

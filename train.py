@@ -53,6 +53,7 @@ import numpy as np
 import tensorflow as tf
 from tqdm import tqdm
 
+from transformer_tf2.config import parents
 from transformer_tf2.config.hparams import UserError
 from transformer_tf2.data import data_load
 from transformer_tf2.evaluation.dev import Dev
@@ -110,7 +111,7 @@ def train(hp: hparams.Hparams, ckpt: str = "") -> dict:
     if hp.init_from:
         finetune.check_vocabulary(hp)
         hparams.check_same(
-            finetune.read_parent(hp.init_from, "init_from"),
+            parents.read_parent(hp.init_from, "init_from"),
             hp,
             hparams.MODEL_KEYS,
             f"the model of {hp.init_from}",

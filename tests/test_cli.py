@@ -290,7 +290,14 @@ def test_help_and_option_errors_come_before_tensorflow():
         "print(json.dumps(out))\n"
     )
     bad = [["--d_modle", "3"], ["--lr", "nan"], ["--adam_beta1", "1.5"], ["--clip_norm", "-1"]]
-    cases = [[name, ["--help"]] for name in SCRIPTS] + [["train", argv] for argv in bad]
+    # the checks of a combination (config/families.py) come before TensorFlow too
+    combined = [
+        ["prepro", ["--position", "sinusoid", "--memory_sentences", "1"]],
+        ["train", ["--position", "alibi_dir", "--num_heads", "1"]],
+        ["eval", ["--position", "rotary", "--d_model", "12", "--num_heads", "4"]],
+        ["translate", ["--position", "learned", "--position_add_absolute"]],
+    ]
+    cases = [[name, ["--help"]] for name in SCRIPTS] + [["train", argv] for argv in bad] + combined
     proc = subprocess.run(
         [sys.executable, "-c", code, json.dumps(cases)],
         cwd=ROOT,
@@ -303,12 +310,22 @@ def test_help_and_option_errors_come_before_tensorflow():
     assert result == {
         **{f"{name}--help": [0, False] for name in SCRIPTS},
         **{"train" + " ".join(argv): [2, False] for argv in bad},
+        **{name + " ".join(argv): [2, False] for name, argv in combined},
     }
+    relative = "pick one of shaw, t5, xl, alibi, alibi_dir, rotary"
     assert proc.stderr.strip().splitlines() == [
         "error: unknown option --d_modle; did you mean --d_model?",
         "error: --lr must be a finite number; got nan",
         "error: --adam_beta1 must be in [0, 1); got 1.5",
         "error: --clip_norm must not be negative; got -1",
+        "error: memory_sentences=1 places the earlier sentences at negative relative "
+        f"positions; position=sinusoid is absolute: {relative}",
+        "error: position=alibi_dir splits the encoder's heads into left- and right-looking "
+        "halves: it needs num_heads >= 2; got 1",
+        "error: position=rotary rotates pairs of dimensions: d_model / num_heads (12 / 4) "
+        "must be even",
+        "error: --position_add_absolute adds the sinusoid to a relative family; "
+        f"position=learned is absolute already: drop it or {relative}",
     ]
 
 

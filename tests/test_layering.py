@@ -426,3 +426,28 @@ def test_no_module_over_600_lines_and_no_class_over_300_code_lines():
         )
         == 4
     )
+
+
+def reached(graph, start):
+    """Every module ``start`` imports, directly or through others."""
+    seen, todo = set(), [start]
+    while todo:
+        for nxt in graph.get(todo.pop(), ()):
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+def test_prepro_reaches_no_model_code():
+    """prepro.py builds vocabularies and encodes corpora: it imports nothing of the layers,
+    the models, decoding or training, directly or through another module (the checks of a
+    model's settings live in config: config/families.py)."""
+    modules = reached(import_graph(TREES), "prepro")
+    layers = {subpackage(m) for m in modules if m.startswith(PACKAGE + ".")}
+    assert {"config", "data", "utils"} <= layers
+    assert layers.isdisjoint({"layers", "models", "decoding", "training", "evaluation"}), layers
+    # the same reading finds train.py's model code
+    assert {"layers", "models", "training"} <= {
+        subpackage(m) for m in reached(import_graph(TREES), "train")
+    }

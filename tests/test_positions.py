@@ -27,7 +27,7 @@ from helpers import (
     tiny_model,
     translate_lines,
 )
-from transformer_tf2.config import hparams
+from transformer_tf2.config import families, hparams
 from transformer_tf2.config.hparams import UserError
 from transformer_tf2.decoding import greedy_search
 from transformer_tf2.layers import positions
@@ -399,7 +399,10 @@ class Sides(positions.Encoding):
 
 
 @pytest.fixture
-def sides():
+def sides(monkeypatch):
+    """The toy family registered, with its row in config's table (as a new family adds
+    one to config/families.py)."""
+    monkeypatch.setitem(families.POSITIONS, Sides.name, families.Position(relative=True))
     positions.register(Sides)
     yield Sides
     del positions.REGISTRY[Sides.name]

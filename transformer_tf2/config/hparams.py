@@ -27,9 +27,10 @@ import dataclasses
 import difflib
 import json
 import os
+from collections.abc import Collection
 from typing import Any
 
-from transformer_tf2.config import checks
+from transformer_tf2.config import checks, families
 from transformer_tf2.config.presets import PRESETS
 from transformer_tf2.utils import files
 from transformer_tf2.utils.errors import (
@@ -63,7 +64,7 @@ def setting(
     help: str,
     *,
     section: str,
-    choices: tuple[str, ...] = (),
+    choices: Collection[str] = (),
     at_least: float | None = None,
     above: float | None = None,
     at_most: float | None = None,
@@ -101,7 +102,7 @@ def setting(
     metadata = dict(
         help=help,
         section=section,
-        choices=tuple(choices),
+        choices=choices,  # a tuple, or a live view of a table's names (families.py)
         range=checks.Range(**limits, negative=negative, note=note) if limits else None,
         groups=tuple(groups),
         order=dict(order or {}),
@@ -168,7 +169,7 @@ class Hparams:
     # ---- model (paper section 3) ----------------------------------------------------
     model_type: str = setting("transformer",
         "transformer | weighted (Ahmed 2017) | universal (Dehghani 2018)", section="model",
-        choices=("transformer", "weighted", "universal"), groups=("model",))
+        choices=families.MODEL_TYPES.keys(), groups=("model",))
     d_model: int = setting(128, "width of every layer's input and output (3.1)",
         section="model", at_least=1, groups=("model",))
     d_ff: int = setting(512, "inner width of the position-wise feed-forward networks (3.3)",
@@ -192,12 +193,10 @@ class Hparams:
     attention_dropout: float = setting(0.0, "on attention weights (Kyubyong; not in the paper)",
         section="model", at_least=0, below=1, groups=("training_only",),
         order={"training_only": 2})
-    # the choices are positions.REGISTRY's names, for a --help before TensorFlow loads;
-    # importing positions.py makes CHOICES["position"] a live view of its registry
+    # the choices are a live view of families.POSITIONS (positions.REGISTRY agrees)
     position: str = setting("xl",
         "xl | sinusoid (3.5) | learned | shaw | t5 | alibi[_dir] | rotary", section="model",
-        choices=("sinusoid", "learned", "shaw", "t5", "xl", "alibi", "alibi_dir", "rotary"),
-        groups=("model",))
+        choices=families.POSITIONS.keys(), groups=("model",))
     max_position: int = setting(1024, "rows of the learned position table (TF1: maxlen)",
         section="model", at_least=1, groups=("model",))
     max_relative_position: int = setting(16, "shaw: distances clipped at +-k (Shaw et al. 2018)",
@@ -397,7 +396,7 @@ def members(group: str, cls: type = Hparams) -> tuple[str, ...]:
     return tuple(f.name for f in _ordered(_declared(cls), group) if group in f.metadata["groups"])
 
 
-def declared_choices(cls: type = Hparams) -> dict[str, tuple[str, ...]]:
+def declared_choices(cls: type = Hparams) -> dict[str, Collection[str]]:
     """Each field of ``cls`` with choices -> its choices."""
     with_choices = [f for f in _declared(cls) if f.metadata["choices"]]
     return {f.name: f.metadata["choices"] for f in _ordered(with_choices, "choices")}
@@ -470,8 +469,8 @@ MODEL_KEYS = members("checkpoint") + tuple(
     if not f.metadata.get("training_only") and f.name not in ("src_vocab_size", "tgt_vocab_size")
 )
 
-# Each string setting with a fixed set of values -> those values (importing positions.py
-# makes CHOICES["position"] a live view of its registry), and each numeric setting's range.
+# Each string setting with a fixed set of values -> those values (position's and
+# model_type's: live views of the tables of families.py), and each numeric setting's range.
 CHOICES = declared_choices()
 RANGES = declared_ranges()
 
@@ -525,16 +524,10 @@ def apply(hp: Hparams, overrides: dict[str, Any]) -> Hparams:
         if values[key] not in allowed:
             raise UserError(f"--{key} must be one of {', '.join(allowed)}; got {values[key]!r}")
     checks.check(values, RANGES)
-    for check in CHECKS:
-        check(values)
+    families.check(values)
     if values["vocab_type"] == "word":
         values["share_embeddings"] = False  # two vocabularies cannot share one matrix
     return Hparams(**values)
-
-
-# Checks of a whole set of values that modules above this one add (positions.py adds
-# each position family's): each raises UserError.
-CHECKS: list = []
 
 
 def eval_folder(hp: Hparams) -> str:

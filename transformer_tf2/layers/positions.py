@@ -13,12 +13,13 @@ The model, attention, decoding and the Universal Transformer ask a family (an
   Queries and keys get position vectors of their own, so keys may start before the
   queries' segment (a cache, or a memory of earlier segments);
 * the longest length it allows (:meth:`Encoding.max_length`: a learned table's rows), which
-  bounds decoding;
-* its settings' checks (:meth:`Encoding.check`), which hparams.apply runs.
+  bounds decoding.
 
-A new family is one subclass with :func:`register` (its name then becomes a valid
-``--position``; ``tests/test_positions.py`` adds one inside the test file and trains a step
-with it). Cross-attention stays plain content attention in every family.
+A new family is one subclass with :func:`register` and its row in config's table
+(``families.POSITIONS``: its name, which becomes a valid ``--position``, whether it is
+relative, and its check of the settings, which hparams.apply runs before TensorFlow loads);
+``tests/test_positions.py`` adds one inside the test file and trains a step with it.
+Cross-attention stays plain content attention in every family.
 
 The families:
 * sinusoid (Vaswani et al. 2017, 3.5): PE(pos, 2i) = sin(pos / 10000^(2i/d_model)),
@@ -63,7 +64,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from transformer_tf2.config import hparams
+from transformer_tf2.config import families
 from transformer_tf2.kernels import fast_ops
 from transformer_tf2.utils.errors import UserError
 
@@ -202,10 +203,6 @@ class Encoding:
     relative = False
 
     @classmethod
-    def check(cls, values: dict) -> None:
-        """Raise UserError for settings (an Hparams as a dict) this family cannot run."""
-
-    @classmethod
     def max_length(cls, config) -> int | None:
         """The longest sequence it can place (None: any), for a model config."""
         return None
@@ -250,8 +247,15 @@ REGISTRY: dict[str, type[Encoding]] = {}
 
 
 def register(family: type[Encoding]) -> type[Encoding]:
-    """Add a family under its ``name`` (a class decorator); the name becomes a valid
-    ``--position`` value (hparams.CHOICES['position'] is the registry's keys)."""
+    """Add a family under its ``name`` (a class decorator). Config's table of families
+    (``families.POSITIONS``, the ``--position`` values and their checks) must have its row,
+    saying as the class does whether it is relative: else a ValueError."""
+    row = families.POSITIONS.get(family.name)
+    if row is None or row.relative != family.relative:
+        raise ValueError(
+            f"position family {family.name!r} (relative={family.relative}) needs its row in "
+            f"transformer_tf2/config/families.py POSITIONS, with relative={family.relative}"
+        )
     REGISTRY[family.name] = family
     return family
 
@@ -263,19 +267,6 @@ def get(name: str) -> Encoding:
         hint = f"; did you mean '{close[0]}'?" if close else ""
         raise UserError(f"unknown position '{name}'{hint} (known: {', '.join(REGISTRY)})")
     return REGISTRY[name]()
-
-
-def check(values: dict) -> None:
-    """The position settings of ``values`` (an Hparams as a dict): its family's own
-    checks, and position_add_absolute only where the family adds no absolute encoding."""
-    family = REGISTRY[values["position"]]
-    if values["position_add_absolute"] and not family.relative:
-        raise UserError(
-            f"--position_add_absolute adds the sinusoid to a relative family; "
-            f"position={family.name} is absolute already: drop it or pick one of "
-            f"{', '.join(n for n, f in REGISTRY.items() if f.relative)}"
-        )
-    family.check(values)
 
 
 # ---------------------------------------------------------------------------------------
@@ -371,11 +362,6 @@ class XL(Encoding):
 
     name, relative = "xl", True
 
-    @classmethod
-    def check(cls, values: dict) -> None:
-        if values["d_model"] % 2:
-            raise UserError(f"position=xl needs an even d_model; got {values['d_model']}")
-
     def build_stack(self, stack) -> None:
         shape = (stack.num_heads, stack.d_model // stack.num_heads)
         stack.u = stack.add_weight(name="u", shape=shape, initializer="zeros")
@@ -420,14 +406,6 @@ class AlibiDir(Alibi):
 
     name = "alibi_dir"
 
-    @classmethod
-    def check(cls, values: dict) -> None:
-        if values["num_heads"] < 2:
-            raise UserError(
-                "position=alibi_dir splits the encoder's heads into left- and right-looking "
-                f"halves: it needs num_heads >= 2; got {values['num_heads']}"
-            )
-
     def terms(self, layer, q, q_pos, k_pos, div):
         if layer.stack.causal:
             return super().terms(layer, q, q_pos, k_pos, div)
@@ -440,20 +418,8 @@ class Rotary(Encoding):
 
     name, relative = "rotary", True
 
-    @classmethod
-    def check(cls, values: dict) -> None:
-        if values["d_model"] // values["num_heads"] % 2:
-            raise UserError(
-                f"position=rotary rotates pairs of dimensions: d_model / num_heads "
-                f"({values['d_model']} / {values['num_heads']}) must be even"
-            )
-
     def rotate(self, layer, x, positions):
         return rotate(x, positions)
-
-
-hparams.CHOICES["position"] = REGISTRY.keys()  # a live view: registering adds a choice
-hparams.CHECKS.append(check)
 
 
 # ---------------------------------------------------------------------------------------

@@ -13,54 +13,16 @@ import dataclasses
 import keras
 import tensorflow as tf
 
-from transformer_tf2.config import hparams
+from transformer_tf2.config import families, hparams
 from transformer_tf2.kernels import fast_ops
 from transformer_tf2.layers import attention, embeddings, modules, positions, recurrence
 from transformer_tf2.models import universal, variants, weighted
 
-# model_type -> its hook (variants.Variant); a new variant adds an entry here and its name to
-# hparams.CHOICES['model_type']
+# model_type -> its hook (variants.Variant); a new variant adds an entry here and its row to
+# config's families.MODEL_TYPES (document_memory as the variant says: tests/test_model.py)
 VARIANTS = {v.name: v for v in (variants.Variant(), weighted.Variant(), universal.Variant())}
 # the keyword arguments of Transformer that are model settings
 CONFIG_FIELDS = frozenset(f.name for f in dataclasses.fields(hparams.ModelConfig))
-
-
-def memory_problem(values: dict) -> str | None:
-    """Why settings (an Hparams or ModelConfig as a dict) cannot have ``memory_sentences``
-    or ``target_memory_sentences`` > 0, or None: the earlier sentences' keys sit at
-    negative positions, which only a relative family places, and the variant's layers
-    must take a memory."""
-    wanted = [k for k in ("memory_sentences", "target_memory_sentences") if values.get(k, 0) > 0]
-    if not wanted:
-        return None
-    setting = f"{wanted[0]}={values[wanted[0]]}"
-    family, variant = positions.get(values["position"]), VARIANTS[values["model_type"]]
-    if not family.relative:
-        relative = ", ".join(n for n, f in positions.REGISTRY.items() if f.relative)
-        return (
-            f"{setting} places the earlier sentences at negative relative positions; "
-            f"position={values['position']} is absolute: pick one of {relative}"
-        )
-    if values["key_mask_defect"]:
-        return (
-            "key_mask_defect=true attends to padding, and the memory is padded: use "
-            f"{wanted[0]}=0 with it"
-        )
-    if not variant.document_memory:
-        return (
-            f"model_type={variant.name} has no document memory; use {wanted[0]}=0 or "
-            "another model_type"
-        )
-    return None
-
-
-def check_memory(values: dict) -> None:
-    problem = memory_problem(values)
-    if problem:
-        raise hparams.UserError(problem)
-
-
-hparams.CHECKS.append(check_memory)
 
 
 def check_config(c: hparams.ModelConfig) -> None:
@@ -69,7 +31,7 @@ def check_config(c: hparams.ModelConfig) -> None:
         raise ValueError("share_embeddings needs one joint vocabulary")
     if c.model_type not in VARIANTS:
         raise ValueError(f"model_type must be one of {', '.join(VARIANTS)}, got {c.model_type!r}")
-    problem = memory_problem(dataclasses.asdict(c))
+    problem = families.memory_problem(dataclasses.asdict(c))
     if problem:
         raise ValueError(problem)
 
@@ -217,7 +179,7 @@ class Transformer(keras.Model):
     Example:
 
     >>> import tensorflow as tf
-    >>> from transformer_tf2.config import hparams
+    >>> from transformer_tf2.config import families, hparams
     >>> from transformer_tf2.models.model import Transformer
     >>> sizes = {"d_model": 16, "num_heads": 4, "d_ff": 32, "num_blocks": 2}
     >>> hp = hparams.apply(hparams.Hparams(), sizes)  # the demo's model, smaller
