@@ -18,6 +18,8 @@ replace the test set's or another file's. The figures:
   TF1 eval.py's formula, here over the whole test set;
 * ``sacreBLEU``: the standard figure, cased, detokenized text, tokenizer 13a, with its
   signature;
+* ``sacreBLEU, lowercased``: the same on lowercased text (``sacrebleu -lc``, signature
+  ``case:lc``), the figure most published Multi30k results give;
 * ``BLEU (tokenize=none)``: cased raw text split on whitespace, which equals
   multi-bleu.perl on untokenized text, the figure of the 2019 Kyubyong README;
 * ``chrF``: sacreBLEU's chrF2.
@@ -94,6 +96,8 @@ def write_results(path: str, sources, refs, hyps, figures: dict, settings: dict)
     tail = (
         f"Bleu Score = {figures['legacy_bleu']}\n"
         f"sacreBLEU = {figures['sacrebleu']:.2f} ({figures['sacrebleu_signature']})\n"
+        f"sacreBLEU, lowercased = {figures['sacrebleu_lc']:.2f} "
+        f"({figures['sacrebleu_lc_signature']})\n"
         f"BLEU (tokenize=none, as multi-bleu.perl on raw text) = "
         f"{figures['bleu_tokenize_none']:.2f}\n"
         f"chrF = {figures['chrf']:.2f} ({figures['chrf_signature']})\n"
@@ -264,6 +268,7 @@ def evaluate(
     )
     print(f"Bleu Score = {figures['legacy_bleu']:.2f} (legacy nltk)")
     print(f"sacreBLEU = {figures['sacrebleu']:.2f} ({figures['sacrebleu_signature']})")
+    print(f"sacreBLEU, lowercased = {figures['sacrebleu_lc']:.2f} (case:lc)")
     print(f"BLEU (tokenize=none) = {figures['bleu_tokenize_none']:.2f}")
     print(f"chrF = {figures['chrf']:.2f}")
     lines = ", ".join(map(str, figures["runaway_lines"][:10]))

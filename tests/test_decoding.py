@@ -263,11 +263,20 @@ def test_scores_of_translations():
     assert figures["chrf"] == pytest.approx(100.0)
     assert figures["legacy_bleu"] == pytest.approx(100.0)
     assert "tok:13a" in figures["sacrebleu_signature"]
+    assert "case:mixed" in figures["sacrebleu_signature"]
+    assert "case:lc" in figures["sacrebleu_lc_signature"]
+    assert "tok:13a" in figures["sacrebleu_lc_signature"]
     assert "tok:none" in figures["bleu_tokenize_none_signature"]
     hyps = ["The dog sleeps in the house today.", "A dog.", "My sister finds an apple."]
     worse = metrics.scores(hyps, refs)
-    for key in ("sacrebleu", "bleu_tokenize_none", "chrf", "legacy_bleu"):
+    for key in ("sacrebleu", "sacrebleu_lc", "bleu_tokenize_none", "chrf", "legacy_bleu"):
         assert 0.0 < worse[key] < 100.0, key
+    # case: the lowercased score forgives what the cased one counts, as sacrebleu -lc does
+    shouted = metrics.scores([r.upper() for r in refs], refs)
+    assert shouted["sacrebleu"] < 10.0
+    assert shouted["sacrebleu_lc"] == pytest.approx(100.0)
+    lc = sacrebleu.corpus_bleu(hyps, [refs], lowercase=True).score
+    assert worse["sacrebleu_lc"] == pytest.approx(lc, abs=1e-9)
     # the legacy figure counts only pairs whose both sides have more than 3 words
     assert metrics.legacy_bleu(["A dog."], ["A cat."]) == 0.0
     assert metrics.legacy_bleu(refs[:2] + ["x"], refs) == pytest.approx(100.0)

@@ -72,11 +72,14 @@ def test_end_to_end_outputs(run):
     assert glob.glob(os.path.join(hp.logdir, "best", "ckpt-*.index"))
     text = open(result["results"], encoding="utf-8").read()
     assert text.count("- source: ") == 500 and text.count("- got: ") == 500
-    for label in ("Bleu Score = ", "sacreBLEU = ", "BLEU (tokenize=none", "chrF = "):
+    labels = ("Bleu Score = ", "sacreBLEU = ", "sacreBLEU, lowercased = ", "BLEU (tokenize=none")
+    for label in (*labels, "chrF = "):
         assert label in text
     figures = json.load(open(result["results"] + ".json"))
     assert figures["sentences"] == 500
     assert "tok:13a" in figures["sacrebleu_signature"]
+    assert "case:lc" in figures["sacrebleu_lc_signature"]
+    assert figures["sacrebleu_lc"] >= figures["sacrebleu"]
     assert "tok:none" in figures["bleu_tokenize_none_signature"]
     specs = open(os.path.join(hp.logdir, "specs")).read().splitlines()
     assert specs[-1].startswith("total parameters: ")

@@ -31,6 +31,7 @@ def legacy_bleu(hyps: list[str], refs: list[str], clean_hyps: bool = True) -> fl
 def scores(hyps: list[str], refs: list[str]) -> dict:
     """Every figure of eval.py's docstring for detokenized hypotheses and references."""
     std = sacrebleu.metrics.BLEU()
+    lower = sacrebleu.metrics.BLEU(lowercase=True)  # sacrebleu -lc, as most Multi30k papers
     raw = sacrebleu.metrics.BLEU(tokenize="none")
     chrf = sacrebleu.metrics.CHRF()
     b = std.corpus_score(hyps, [refs])
@@ -38,6 +39,8 @@ def scores(hyps: list[str], refs: list[str]) -> dict:
         "legacy_bleu": legacy_bleu(hyps, refs),
         "sacrebleu": b.score,
         "sacrebleu_signature": str(std.get_signature()),
+        "sacrebleu_lc": lower.corpus_score(hyps, [refs]).score,
+        "sacrebleu_lc_signature": str(lower.get_signature()),
         "bleu_tokenize_none": raw.corpus_score(hyps, [refs]).score,
         "bleu_tokenize_none_signature": str(raw.get_signature()),
         "chrf": chrf.corpus_score(hyps, [refs]).score,
