@@ -49,7 +49,7 @@ if "TRANSFORMER_TEST_BIN" not in os.environ:
     os.environ["PATH"] = os.environ["TRANSFORMER_TEST_BIN"] + os.pathsep + os.environ["PATH"]
 from transformer_tf2.config import cli  # noqa: E402, F401  (its import turns oneDNN on)
 
-# TensorFlow's C++ start-up lines, which TF_CPP_MIN_LOG_LEVEL cannot hide (cli.NOISE), go
+# TensorFlow's C++ start-up lines, which TF_CPP_MIN_LOG_LEVEL cannot hide (quiet_start.NOISE), go
 # to /dev/null while it loads: under pytest-xdist the controlling process imports this
 # file before any output capture (a Python error of the import is still raised)
 _stderr, _null = os.dup(2), os.open(os.devnull, os.O_WRONLY)

@@ -15,11 +15,13 @@ import eval as eval_script
 import export
 import plot_logs
 import prepro
+import scripts_of
 import train
 import translate
 from helpers import ROOT, run_json_script
 from transformer_tf2.config import cli, hparams, presets
 from transformer_tf2.config.hparams import UserError
+from transformer_tf2.utils import quiet_start
 
 SCRIPTS = {
     "train": train,
@@ -177,8 +179,9 @@ def test_an_edit_of_hparams_py_is_what_train_py_runs_and_shows(tmp_path):
     ).stdout
     assert option_line(help_out, "position").endswith("(default: 't5', from hparams.py)")
     code = (
+        f"import sys; sys.path.append({os.path.join(ROOT, 'tests')!r}); import scripts_of; "
         "from transformer_tf2.config import cli; "
-        "print(cli.parse_args([], script=cli.script_of('train'))[0].position)"
+        "print(cli.parse_args([], script=scripts_of.script_of('train', '.'))[0].position)"
     )
     ran = subprocess.run(
         [sys.executable, "-c", code],
@@ -353,8 +356,8 @@ KEPT_LINES = [
 
 
 def test_noise_lines_are_exactly_the_known_ones():
-    assert all(cli.is_noise(line) for line in NOISE_LINES)
-    assert not any(cli.is_noise(line) for line in KEPT_LINES)
+    assert all(quiet_start.is_noise(line) for line in NOISE_LINES)
+    assert not any(quiet_start.is_noise(line) for line in KEPT_LINES)
 
 
 def test_filter_stream_drops_noise_and_passes_the_rest_at_once():
@@ -364,7 +367,7 @@ def test_filter_stream_drops_noise_and_passes_the_rest_at_once():
     if pid == 0:
         os.close(write_fd)
         os.close(out_r)
-        cli.filter_stream(read_fd, out_w)
+        quiet_start.filter_stream(read_fd, out_w)
         os._exit(0)
     os.close(read_fd)
     os.close(out_w)
@@ -417,7 +420,7 @@ def test_quiet_start_on_a_cpu_only_machine():
     """No cuInit error and no oneDNN notice on a CPU-only machine; --verbose shows them; the
     exit status and the rest of stderr pass through the filter; with an NVIDIA device (here
     CUDA_VISIBLE_DEVICES) nothing is filtered."""
-    assert not cli.gpu_present(), "this test runs on a machine without an NVIDIA device"
+    assert not quiet_start.gpu_present(), "this test runs on a machine without an NVIDIA device"
     quiet = start_probe()
     assert quiet.returncode == 3 and quiet.stdout == "out\n"
     assert quiet.stderr == "devices 1\n"
@@ -465,17 +468,18 @@ def test_onednn_is_turned_on_on_x86_unless_the_user_chose():
 
 
 def test_every_script_parser_builds_without_tensorflow():
-    """cli.parser(NAME) reads each script's SCRIPT from its source and builds the parser
+    """scripts_of.parser(NAME) reads each script's SCRIPT from its source and builds the parser
     its --help prints, in a process that never imports TensorFlow; parse_args with that
     Script accepts a documented command and names a misspelt option's closest match."""
     code = (
-        "import sys\nfrom transformer_tf2.config import cli\n"
-        "names = [cli.parser(n).prog for n in cli.SCRIPTS]\n"
+        "import sys\nsys.path.insert(0, 'tests')\nimport scripts_of\n"
+        "from transformer_tf2.config import cli\n"
+        "names = [scripts_of.parser(n).prog for n in scripts_of.SCRIPTS]\n"
         "hp, opts = cli.parse_args(['--preset', 'multi30k', '--max_steps', '3'],"
-        " script=cli.script_of('train'))\n"
+        " script=scripts_of.script_of('train'))\n"
         "assert hp.max_steps == 3 and opts['_preset'] == 'multi30k'\n"
         "try:\n"
-        "    cli.parse_args(['--beam_sise', '4'], script=cli.script_of('eval'))\n"
+        "    cli.parse_args(['--beam_sise', '4'], script=scripts_of.script_of('eval'))\n"
         "except cli.UserError as e:\n"
         "    names.append(str(e))\n"
         "import demo.corpus\n"
@@ -485,7 +489,7 @@ def test_every_script_parser_builds_without_tensorflow():
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout.strip()
-    progs = [f"'python {name}.py'" for name in cli.SCRIPTS]
+    progs = [f"'python {name}.py'" for name in scripts_of.SCRIPTS]
     misspelt = "'unknown option --beam_sise; did you mean --beam_size?'"
     assert out == f"[{', '.join(progs + [misspelt, '5'])}] False"
 

@@ -23,7 +23,8 @@ import tokenize
 
 import pytest
 
-from transformer_tf2.config import cli, hparams
+import scripts_of
+from transformer_tf2.config import hparams
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAGES = ["README.md", "CONTRIBUTING.md"] + sorted(
@@ -97,8 +98,8 @@ def known_options(script: str) -> set[str] | None:
     script has no parser this test knows how to build)."""
     name = os.path.splitext(os.path.basename(script))[0]
     folder = os.path.dirname(script)
-    if folder == "" and name in cli.SCRIPTS:
-        return set(cli.parser(name)._option_string_actions)
+    if folder == "" and name in scripts_of.SCRIPTS:
+        return set(scripts_of.parser(name)._option_string_actions)
     if folder in ("bench", "demo"):
         module = importlib.import_module(name if folder == "bench" else f"demo.{name}")
         return set(module.parser()._option_string_actions)
@@ -131,7 +132,7 @@ def ignored_settings(argv: list[str]) -> list[str]:
     ignore (it reads them from the run's hparams.json: the data and prepro folders, the
     training settings): what checkpoints.load_run warns of."""
     name = os.path.splitext(argv[0])[0]
-    if name not in cli.SCRIPTS or not cli.script_of(name).reads_run:
+    if name not in scripts_of.SCRIPTS or not scripts_of.script_of(name).reads_run:
         return []
     used = set(hparams.DECODE_KEYS) | set(hparams.MODEL_KEYS) | {"logdir"}
     keys = [a[2:].split("=")[0] for a in argv[1:] if a.startswith("--") and " " not in a]

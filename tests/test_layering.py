@@ -22,8 +22,8 @@ import sys
 
 import pytest
 
+import scripts_of
 from helpers import ROOT
-from transformer_tf2.config import cli
 
 PACKAGE = "transformer_tf2"
 # the subpackages, bottom first: each imports only from itself and those before it
@@ -68,7 +68,7 @@ def parse_project(root):
 
 
 TREES = parse_project(ROOT)
-SCRIPTS = set(cli.scripts(ROOT))
+SCRIPTS = set(scripts_of.scripts(ROOT))
 ROOT_MODULES = {name for name in TREES if "." not in name and name != PACKAGE}
 LIBRARY = set(TREES) - ROOT_MODULES
 

@@ -1,5 +1,5 @@
 """The command line of every script: options parsed with argparse from the Hparams dataclass,
-a ``--help`` that explains them, and a quiet start on a machine without a GPU.
+a ``--help`` that explains them, and a start that answers before TensorFlow loads.
 
 A script declares a :class:`Script` and calls :func:`start` before it imports TensorFlow::
 
@@ -11,30 +11,27 @@ A script declares a :class:`Script` and calls :func:`start` before it imports Te
 then parses for real in its ``main`` with :func:`parse_args`. Nothing here imports TensorFlow.
 
 The help text of a hyperparameter and its --help section come from its declaration in
-hparams.py (``hparams.setting``), the preset lines from presets.DESCRIPTIONS.
+hparams.py (``hparams.setting``), the preset lines from presets.DESCRIPTIONS. The quiet start
+(TensorFlow's CPU-only start-up lines filtered) is utils/quiet_start.py.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
-import atexit
 import dataclasses
 import difflib
 import functools
-import glob
 import os
 import platform
 import re
-import signal
 import sys
 import textwrap
-import time
 from typing import Any
 
 from transformer_tf2.config import hparams, presets
 from transformer_tf2.config.hparams import UserError
-from transformer_tf2.utils import files
+from transformer_tf2.utils import files, quiet_start
 
 # oneDNN, TensorFlow's optimized x86 CPU kernels: TensorFlow turns them on by itself only
 # on some CPUs (it reads the variable once, at its import). On, unless the user chose.
@@ -168,6 +165,8 @@ def sources(preset: str, given, user=()) -> dict[str, str]:
 
 
 # the user's file of settings, beside the scripts: plain assignments (``d_model = 256``)
+# the folder the package sits in: in a checkout, the repository root, where the scripts are
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 USER_FILE = "hparams.py"
 
 
@@ -291,59 +290,6 @@ def build_parser(
     return parser
 
 
-# the folder the package sits in: in a checkout, the repository root, where the scripts are
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def scripts(folder: str = ROOT) -> tuple[str, ...]:
-    """The scripts in ``folder``: its modules that declare ``SCRIPT = cli.Script(...)``
-    (each before it imports TensorFlow), by name, in alphabetical order."""
-    found = []
-    for entry in sorted(os.listdir(folder)):
-        if entry.endswith(".py"):
-            with open(os.path.join(folder, entry), encoding="utf-8") as f:
-                if re.search(r"^SCRIPT = cli\.Script\(", f.read(), re.M):
-                    found.append(entry[:-3])
-    return tuple(found)
-
-
-# the top-level scripts, each declaring its SCRIPT before it imports TensorFlow (empty
-# where the package is installed without them)
-SCRIPTS = scripts() if os.path.exists(os.path.join(ROOT, "train.py")) else ()
-
-
-def script_of(name: str, folder: str = ROOT) -> Script:
-    """The :class:`Script` that ``folder/NAME.py`` declares, read from its source: its
-    docstring, the assignments above its ``SCRIPT = cli.Script(...)`` (the constants it
-    may name) and that statement run alone, so that nothing the script imports after it
-    (TensorFlow) loads."""
-    path = os.path.join(folder, f"{name}.py")
-    with open(path, encoding="utf-8") as f:
-        tree = ast.parse(f.read(), path)
-    header = []
-    for node in tree.body:
-        if isinstance(node, (ast.Assign, ast.AnnAssign)):
-            header.append(node)
-        targets = node.targets if isinstance(node, ast.Assign) else []
-        if [getattr(t, "id", "") for t in targets] == ["SCRIPT"]:
-            namespace = {"cli": sys.modules[__name__], "hparams": hparams}
-            namespace["__doc__"] = ast.get_docstring(tree, clean=False)
-            exec(compile(ast.Module(header, []), path, "exec"), namespace)
-            return namespace["SCRIPT"]
-    raise ValueError(f"{path} declares no SCRIPT = cli.Script(...)")
-
-
-def parser(name: str, preset: str = "demo") -> argparse.ArgumentParser:
-    """The parser of the script ``name`` (the one its ``--help`` prints, with ``preset``'s
-    defaults), built without TensorFlow. To check a command line, :func:`parse_args`
-    with ``script=script_of(name)`` also names an unknown option's closest match."""
-    script = script_of(name)
-    options = {"verbose": (False, VERBOSE_HELP), **script.options}
-    user = user_values()
-    base = hparams.preset(preset, user)
-    return build_parser(script, base, options, sources(preset, (), user))
-
-
 def _convert_option(key: str, default: Any, value: str) -> Any:
     if isinstance(default, bool):
         return hparams.to_bool(key, value)
@@ -449,106 +395,6 @@ def ensemble_runs(opts: dict, who: str) -> list[str] | None:
     return runs
 
 
-# ---------------------------------------------------------------------------------------
-# A quiet start
-
-# TensorFlow's C++ start-up lines on a machine without a GPU; some are printed before its
-# logging starts, so TF_CPP_MIN_LOG_LEVEL cannot hide them. Only these are filtered.
-NOISE = re.compile(
-    rb"WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"
-    rb"|[IWE]\d{4} [\d:.]+ +\d+ \w+\.cc:\d+\] (?:oneDNN custom operations are on"
-    rb"|Could not find cuda drivers on your machine|failed call to cuInit"
-    rb"|This TensorFlow binary is optimized to use available CPU instructions).*"
-    rb"|To enable the following instructions: .* rebuild TensorFlow with the appropriate "
-    rb"compiler flags\."
-)
-NOISE_HEADS = (b"WARNING: All log messages", b"To enable the following instructions")
-
-
-def gpu_present() -> bool:
-    """An NVIDIA device file or CUDA_VISIBLE_DEVICES: then nothing is filtered."""
-    return bool(glob.glob("/dev/nvidia*")) or "CUDA_VISIBLE_DEVICES" in os.environ
-
-
-def is_noise(line: bytes) -> bool:
-    return NOISE.fullmatch(line.rstrip(b"\r\n")) is not None
-
-
-def _may_become_noise(partial: bytes) -> bool:
-    """Whether an unfinished line could still turn out to be a NOISE line."""
-    if re.match(rb"[IWE]\d{0,4}$|[IWE]\d{4} ", partial):
-        return True
-    return any(h.startswith(partial) or partial.startswith(h) for h in NOISE_HEADS)
-
-
-def filter_stream(read_fd: int, write_fd: int) -> None:
-    """Copy read_fd to write_fd until EOF, dropping NOISE lines; an unfinished line that
-    cannot be noise (a progress bar) passes at once. A failing write (a closed pipe)
-    stops the copying, not the draining."""
-    pending, writable = b"", True
-    while True:
-        chunk = os.read(read_fd, 65536)
-        if not chunk:
-            break
-        *lines, pending = (pending + chunk).split(b"\n")
-        out = b"".join(line + b"\n" for line in lines if not is_noise(line))
-        if pending and not _may_become_noise(pending):
-            out, pending = out + pending, b""
-        if out and writable:
-            try:
-                os.write(write_fd, out)
-            except OSError:
-                writable = False
-    if pending and writable and not is_noise(pending):
-        try:
-            os.write(write_fd, pending)
-        except OSError:
-            pass
-
-
-def quiet_stderr() -> None:
-    """Route this process's standard error (fd 2, C++ writes included) through a child
-    process that drops the NOISE lines. The child outlives a crash of this process, so no
-    last words are lost; it ignores Ctrl-C and ends when the pipe closes."""
-    if os.isatty(2):  # progress bars size themselves from these once stderr is a pipe
-        size = os.get_terminal_size(2)
-        os.environ.setdefault("COLUMNS", str(size.columns))
-        os.environ.setdefault("LINES", str(size.lines))
-    read_fd, write_fd = os.pipe()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:  # the filter
-        try:
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
-            os.close(write_fd)
-            os.close(0)
-            os.close(1)
-            filter_stream(read_fd, 2)
-        finally:
-            os._exit(0)
-    os.close(read_fd)
-    real = os.dup(2)
-    os.dup2(write_fd, 2)
-    os.close(write_fd)
-    atexit.register(_end_filter, real, pid)
-
-
-def _end_filter(real: int, pid: int) -> None:
-    """At exit: close the pipe and wait (at most 5 s) for the filter to copy the rest."""
-    try:
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        pass
-    os.dup2(real, 2)
-    os.close(real)
-    deadline = time.time() + 5
-    while time.time() < deadline:
-        if os.waitpid(pid, os.WNOHANG)[0]:
-            return
-        time.sleep(0.01)
-
-
 def start(script: Script, argv: list[str] | None = None) -> None:
     """What a script does before it imports TensorFlow: answer ``--help``, option errors and
     faults of the text files it will read (``script.text_inputs``: missing, a folder, not
@@ -566,8 +412,8 @@ def start(script: Script, argv: list[str] | None = None) -> None:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "0")
         return
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    if not gpu_present() and hasattr(os, "fork"):
-        quiet_stderr()
+    if not quiet_start.gpu_present() and hasattr(os, "fork"):
+        quiet_start.quiet_stderr()
 
 
 def run_main(main) -> None:
