@@ -8,37 +8,19 @@ turns the switches, the device and ``TRANSFORMER_NATIVE`` into one :class:`Kerne
 :func:`function` traces the function under it (:func:`kernels` is what the layers read
 while it traces, as Keras hands a layer its ``training`` flag).
 
-A rewrite stays only with a median gain of at least 5 % on the path it serves, in float32
-or under mixed_bfloat16. Kept, re-measured on a 2-core AMD EPYC (CPU family 25, model 17)
-with 3 paired windows each (``python bench/train_throughput.py --preset multi30k --ablate
-NAME --paired [--precision mixed_bfloat16] [--paired_norm pre]``; the table is in
-docs/performance.md):
-
-* ``dense2d``, projections as one 2-D MatMul: +38.8 % float32, +47.7 % mixed_bfloat16;
-* ``xent_grad``, the loss's written-out gradient (the path of every run):
-  +8.4 % float32, +14.5 % mixed_bfloat16 (measured with ``TRANSFORMER_NATIVE=0``);
-* ``native_ln``, the LayerNorm as C++ kernels (native.py, CPU only, train step only), on
-  pre-norm's LayerNorms: +10.0 % float32, +6.4 % mixed_bfloat16;
-* ``native_decode``, a decoding step's attention of one position, its LayerNorms, the
-  beam's top k and the cache's reorder with its append as C++ kernels (native.py, CPU
-  only, decoders only:
-  ``Kernels.resolve(decoding=True)``): beam 4 +41 %, greedy +31 % sentences/s one batch
-  at a time; +31 % and +9 % two batches at once (``python bench/decode.py --preset
-  multi30k --logdir LOGDIR --ablate native_decode``, docs/performance.md).
+A rewrite stays only where it passes the benchmark rules of CONTRIBUTING.md on the path
+it serves (a median gain of at least 5 %, in float32 or under mixed_bfloat16). The rewrites
+kept, their measured gains and how to measure them are in docs/performance.md ("The speed
+rewrites"); those measured and returned to the standard op, each with its pairs, are in
+docs/journal.md. The kept ones: ``dense2d`` (projections as one 2-D MatMul), ``xent_grad``
+(the loss's written-out gradient), ``native_ln`` (the LayerNorm as C++ kernels, native.py,
+CPU train step) and ``native_decode`` (a decoding step's one-position attention, its
+LayerNorms, the beam's top k and the cache's reorder as C++ kernels, CPU decoders only:
+``Kernels.resolve(decoding=True)``).
 
 The switches of :data:`PRECISION` (f32_scores, f32_logits) are not rewrites: they buy
 float32 accuracy under mixed precision and are measured for their cost instead (see
 :func:`logits_product`).
-
-Measured and returned to the standard op, each below the bar in both precisions over 6
-paired windows: the 16-bit-draw dropout (``dropout16``), Adam through TensorFlow's fused
-kernel (``fused_adam``), the LayerNorm with its gradient written out (``layer_norm``, on
-the path without the C++ kernels), post-norm's LayerNorm(x + Dropout(s)) as one C++
-kernel (``native_residual``) and the label-smoothed loss as C++ kernels
-(``native_xent``); earlier, the tied output projection through an explicit transpose,
-the loss over every target position instead of tf.boolean_mask, the XLA output
-product's rows in blocks of 64, the output projection and the loss under one custom
-gradient (``output_xent``) and W^Q, W^K, W^V as one product (``fused_qkv``).
 """
 
 from __future__ import annotations
